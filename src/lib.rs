@@ -2,4 +2,18 @@
 //! session logs of LLM agent runtimes.
 #![deny(unsafe_code)]
 
+pub mod chain;
+pub mod error;
+pub mod export;
 pub mod item;
+pub mod schema;
+pub mod state;
+
+pub use chain::EntryHash;
+pub use error::{CorruptKind, Error, Result};
+pub use item::{ContentPart, Item, ItemStatus, Role};
+pub use schema::{
+    group_delta, EntryKind, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
+    RequestConfig, SessionId, SessionOrigin, WorkerResult,
+};
+pub use state::{check_history, collect_state, Problem, RestoredState};

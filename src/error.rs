@@ -1,0 +1,180 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::chain::EntryHash;
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong, with what a user needs to act on it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bytes on disk failed validation at or before the durable point.
+    #[error("corrupt log: {kind} in {} at offset {offset}{}", segment.display(), fmt_seq(*seq))]
+    Corrupt {
+        /// The segment file.
+        segment: PathBuf,
+        /// Byte offset inside the segment.
+        offset: u64,
+        /// The sequence number of the damaged record, where known.
+        seq: Option<u64>,
+        /// What failed.
+        kind: CorruptKind,
+    },
+    /// An operating-system I/O error.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done ("open", "fdatasync", …).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another writer holds the log.
+    #[error("locked: {} is held by another writer", path.display())]
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// An earlier write or sync failed; the writer refuses further work. Reopen to recover.
+    #[error("the writer is poisoned by an earlier I/O failure; reopen the log to recover")]
+    Poisoned,
+    /// A session, record or file does not exist.
+    #[error("not found: {what}")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The caller passed something unacceptable.
+    #[error("invalid input: {what}")]
+    InvalidInput {
+        /// What is wrong with it.
+        what: String,
+    },
+    /// `save_delta` was given a head that is not the stored head.
+    #[error(
+        "head mismatch on session {session}: caller holds {}, stored head is {}",
+        fmt_hash(expected),
+        fmt_hash(actual)
+    )]
+    HeadMismatch {
+        /// The session.
+        session: String,
+        /// The head the caller holds.
+        expected: Option<EntryHash>,
+        /// The head on disk.
+        actual: Option<EntryHash>,
+    },
+    /// A line of the JSON wire form is unacceptable.
+    #[error("line {line}, column {column}: {message}")]
+    Wire {
+        /// 1-based line number.
+        line: u64,
+        /// 1-based column, 0 when not applicable.
+        column: u64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn fmt_seq(seq: Option<u64>) -> String {
+    seq.map(|s| format!(", seq {s}")).unwrap_or_default()
+}
+
+fn fmt_hash(hash: &Option<EntryHash>) -> String {
+    hash.map(|h| h.to_string()).unwrap_or_else(|| "none".into())
+}
+
+/// Which check failed on a damaged record or segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CorruptKind {
+    /// A magic number did not match.
+    Magic,
+    /// An unknown format version.
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// A checksum did not match.
+    Crc {
+        /// What the bytes say.
+        expected: u32,
+        /// What was computed.
+        actual: u32,
+    },
+    /// The `prev_hash` of a record, or a segment's start hash, does not continue the chain.
+    ChainLink {
+        /// The hash the chain requires.
+        expected: EntryHash,
+        /// The hash found.
+        actual: EntryHash,
+    },
+    /// A sequence number is not the successor of the one before.
+    SeqGap {
+        /// The expected seq.
+        expected: u64,
+        /// The seq found.
+        found: u64,
+    },
+    /// A length or offset points outside the file.
+    Truncated,
+    /// The payload is not a valid archive.
+    InvalidArchive(String),
+    /// A segment header names another log.
+    ForeignLog,
+    /// A sealed segment's footer disagrees with its records or is missing.
+    Footer(String),
+    /// A segment is missing from the sequence.
+    MissingSegment,
+}
+
+impl fmt::Display for CorruptKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CorruptKind::Magic => write!(f, "bad magic"),
+            CorruptKind::Version { found } => write!(f, "unknown format version {found}"),
+            CorruptKind::Crc { expected, actual } => {
+                write!(
+                    f,
+                    "CRC mismatch (stored {expected:08x}, computed {actual:08x})"
+                )
+            }
+            CorruptKind::ChainLink { expected, actual } => {
+                write!(f, "broken chain link (expected {expected}, found {actual})")
+            }
+            CorruptKind::SeqGap { expected, found } => {
+                write!(f, "sequence gap (expected seq {expected}, found {found})")
+            }
+            CorruptKind::Truncated => write!(f, "truncated frame"),
+            CorruptKind::InvalidArchive(why) => write!(f, "invalid archive ({why})"),
+            CorruptKind::ForeignLog => write!(f, "segment belongs to another log"),
+            CorruptKind::Footer(why) => write!(f, "bad footer ({why})"),
+            CorruptKind::MissingSegment => write!(f, "missing segment"),
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>) -> Error {
+        Error::InvalidInput { what: what.into() }
+    }
+
+    pub(crate) fn not_found(what: impl Into<String>) -> Error {
+        Error::NotFound { what: what.into() }
+    }
+}

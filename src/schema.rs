@@ -1,0 +1,1012 @@
+//! The log's own persistent schema, decoupled from the runtime [`Item`].
+//!
+//! Every type here derives rkyv (validated with bytecheck) for storage and
+//! serde (`tag = "kind"`, snake_case) for the JSON wire form. Provider item ids
+//! and statuses are dropped on the way in; `encrypted_content` is kept byte for
+//! byte, since stateless re-send needs it.
+
+// rkyv's derived `Archived*` enums carry fields that cannot take doc comments;
+// every item written by hand here is documented.
+#![allow(missing_docs)]
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::item::{ContentPart, Item, Role};
+
+/// Author of a logged message.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub enum LoggedRole {
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+    /// The runtime or a hook.
+    System,
+}
+
+/// One content part of a logged message.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[rkyv(derive(Debug))]
+pub enum LoggedContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A refusal.
+    Refusal {
+        /// The refusal text.
+        refusal: String,
+    },
+}
+
+/// One history item as the log keeps it: only what replay and re-send need.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[rkyv(derive(Debug))]
+pub enum LoggedItem {
+    /// A message.
+    Message {
+        /// The author.
+        role: LoggedRole,
+        /// The content parts, in order.
+        content: Vec<LoggedContentPart>,
+    },
+    /// A tool call.
+    ToolCall {
+        /// Pairs the call with its result.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments as JSON text, byte for byte as the model produced them.
+        arguments: String,
+    },
+    /// A tool result.
+    ToolResult {
+        /// The call this answers.
+        call_id: String,
+        /// Short summary.
+        summary: String,
+        /// Full output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+    },
+    /// Reasoning.
+    Reasoning {
+        /// Visible reasoning text.
+        text: String,
+        /// Summaries.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// Opaque provider state, byte for byte.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
+}
+
+impl From<Role> for LoggedRole {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::User => LoggedRole::User,
+            Role::Assistant => LoggedRole::Assistant,
+            Role::System => LoggedRole::System,
+        }
+    }
+}
+
+impl From<LoggedRole> for Role {
+    fn from(role: LoggedRole) -> Self {
+        match role {
+            LoggedRole::User => Role::User,
+            LoggedRole::Assistant => Role::Assistant,
+            LoggedRole::System => Role::System,
+        }
+    }
+}
+
+impl ArchivedLoggedRole {
+    /// The runtime role.
+    pub fn to_role(&self) -> Role {
+        match self {
+            ArchivedLoggedRole::User => Role::User,
+            ArchivedLoggedRole::Assistant => Role::Assistant,
+            ArchivedLoggedRole::System => Role::System,
+        }
+    }
+}
+
+impl From<&ContentPart> for LoggedContentPart {
+    fn from(part: &ContentPart) -> Self {
+        match part {
+            ContentPart::Text { text } => LoggedContentPart::Text { text: text.clone() },
+            ContentPart::Refusal { refusal } => LoggedContentPart::Refusal {
+                refusal: refusal.clone(),
+            },
+        }
+    }
+}
+
+impl From<&Item> for LoggedItem {
+    fn from(item: &Item) -> Self {
+        match item {
+            Item::Message { role, content, .. } => LoggedItem::Message {
+                role: (*role).into(),
+                content: content.iter().map(Into::into).collect(),
+            },
+            Item::ToolCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => LoggedItem::ToolCall {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            },
+            Item::ToolResult {
+                call_id,
+                summary,
+                content,
+                ..
+            } => LoggedItem::ToolResult {
+                call_id: call_id.clone(),
+                summary: summary.clone(),
+                content: content.clone(),
+            },
+            Item::Reasoning {
+                text,
+                summary,
+                encrypted_content,
+                ..
+            } => LoggedItem::Reasoning {
+                text: text.clone(),
+                summary: summary.clone(),
+                encrypted_content: encrypted_content.clone(),
+            },
+        }
+    }
+}
+
+impl From<Item> for LoggedItem {
+    fn from(item: Item) -> Self {
+        match item {
+            Item::Message { role, content, .. } => LoggedItem::Message {
+                role: role.into(),
+                content: content
+                    .into_iter()
+                    .map(|p| match p {
+                        ContentPart::Text { text } => LoggedContentPart::Text { text },
+                        ContentPart::Refusal { refusal } => LoggedContentPart::Refusal { refusal },
+                    })
+                    .collect(),
+            },
+            Item::ToolCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => LoggedItem::ToolCall {
+                call_id,
+                name,
+                arguments,
+            },
+            Item::ToolResult {
+                call_id,
+                summary,
+                content,
+                ..
+            } => LoggedItem::ToolResult {
+                call_id,
+                summary,
+                content,
+            },
+            Item::Reasoning {
+                text,
+                summary,
+                encrypted_content,
+                ..
+            } => LoggedItem::Reasoning {
+                text,
+                summary,
+                encrypted_content,
+            },
+        }
+    }
+}
+
+impl LoggedItem {
+    /// The runtime item. Ids and statuses come back as `None`.
+    pub fn into_item(self) -> Item {
+        match self {
+            LoggedItem::Message { role, content } => Item::Message {
+                id: None,
+                role: role.into(),
+                content: content
+                    .into_iter()
+                    .map(|p| match p {
+                        LoggedContentPart::Text { text } => ContentPart::Text { text },
+                        LoggedContentPart::Refusal { refusal } => ContentPart::Refusal { refusal },
+                    })
+                    .collect(),
+                status: None,
+            },
+            LoggedItem::ToolCall {
+                call_id,
+                name,
+                arguments,
+            } => Item::ToolCall {
+                id: None,
+                call_id,
+                name,
+                arguments,
+                status: None,
+            },
+            LoggedItem::ToolResult {
+                call_id,
+                summary,
+                content,
+            } => Item::ToolResult {
+                id: None,
+                call_id,
+                summary,
+                content,
+            },
+            LoggedItem::Reasoning {
+                text,
+                summary,
+                encrypted_content,
+            } => Item::Reasoning {
+                id: None,
+                text,
+                summary,
+                encrypted_content,
+                status: None,
+            },
+        }
+    }
+}
+
+impl ArchivedLoggedItem {
+    /// The runtime item, built straight from the archived bytes.
+    pub fn to_item(&self) -> Item {
+        match self {
+            ArchivedLoggedItem::Message { role, content } => Item::Message {
+                id: None,
+                role: role.to_role(),
+                content: content
+                    .iter()
+                    .map(|p| match p {
+                        ArchivedLoggedContentPart::Text { text } => ContentPart::Text {
+                            text: text.as_str().to_owned(),
+                        },
+                        ArchivedLoggedContentPart::Refusal { refusal } => ContentPart::Refusal {
+                            refusal: refusal.as_str().to_owned(),
+                        },
+                    })
+                    .collect(),
+                status: None,
+            },
+            ArchivedLoggedItem::ToolCall {
+                call_id,
+                name,
+                arguments,
+            } => Item::ToolCall {
+                id: None,
+                call_id: call_id.as_str().to_owned(),
+                name: name.as_str().to_owned(),
+                arguments: arguments.as_str().to_owned(),
+                status: None,
+            },
+            ArchivedLoggedItem::ToolResult {
+                call_id,
+                summary,
+                content,
+            } => Item::ToolResult {
+                id: None,
+                call_id: call_id.as_str().to_owned(),
+                summary: summary.as_str().to_owned(),
+                content: content.as_ref().map(|c| c.as_str().to_owned()),
+            },
+            ArchivedLoggedItem::Reasoning {
+                text,
+                summary,
+                encrypted_content,
+            } => Item::Reasoning {
+                id: None,
+                text: text.as_str().to_owned(),
+                summary: summary.iter().map(|s| s.as_str().to_owned()).collect(),
+                encrypted_content: encrypted_content.as_ref().map(|c| c.as_str().to_owned()),
+                status: None,
+            },
+        }
+    }
+
+    /// The concatenated text of a message, borrowed parts joined.
+    pub fn message_text(&self) -> Option<String> {
+        match self {
+            ArchivedLoggedItem::Message { content, .. } => Some(
+                content
+                    .iter()
+                    .filter_map(|p| match p {
+                        ArchivedLoggedContentPart::Text { text } => Some(text.as_str()),
+                        ArchivedLoggedContentPart::Refusal { .. } => None,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// Arbitrary JSON, kept as compact JSON text inside the archive and shown as
+/// real JSON (never an escaped string) in the wire form.
+///
+/// The text is canonicalised once, on construction: whitespace outside strings
+/// is removed; key order and number spelling are kept exactly, so no value is
+/// ever rounded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[rkyv(derive(Debug))]
+pub struct JsonText(String);
+
+impl JsonText {
+    /// Validates `text` as JSON and keeps its compact form.
+    pub fn parse(text: &str) -> Result<JsonText> {
+        serde_json::from_str::<&serde_json::value::RawValue>(text)
+            .map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
+        Ok(JsonText(minify(text)))
+    }
+
+    /// From a JSON value.
+    pub fn from_value(value: &serde_json::Value) -> JsonText {
+        JsonText(value.to_string())
+    }
+
+    /// The empty object `{}`.
+    pub fn empty_object() -> JsonText {
+        JsonText("{}".to_string())
+    }
+
+    /// The compact JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Parsed into a value.
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl ArchivedJsonText {
+    /// The JSON text as stored.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+/// Drops whitespace outside string literals. The input is known-valid JSON.
+fn minify(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl Serialize for JsonText {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        Ok(JsonText(minify(raw.get())))
+    }
+}
+
+/// Model request settings in force for a session.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Default,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct RequestConfig {
+    /// Model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Output token cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    /// Reasoning effort ("low", "medium", "high", …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// Anything else, as a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<JsonText>,
+}
+
+impl RequestConfig {
+    /// A config naming only the model.
+    pub fn model(model: impl Into<String>) -> RequestConfig {
+        RequestConfig {
+            model: Some(model.into()),
+            ..RequestConfig::default()
+        }
+    }
+}
+
+impl ArchivedRequestConfig {
+    /// The owned config.
+    pub fn to_owned_config(&self) -> RequestConfig {
+        RequestConfig {
+            model: self.model.as_ref().map(|s| s.as_str().to_owned()),
+            temperature: self.temperature.as_ref().map(|v| v.to_native()),
+            top_p: self.top_p.as_ref().map(|v| v.to_native()),
+            max_output_tokens: self.max_output_tokens.as_ref().map(|v| v.to_native()),
+            reasoning_effort: self
+                .reasoning_effort
+                .as_ref()
+                .map(|s| s.as_str().to_owned()),
+            extra: self.extra.as_ref().map(|j| JsonText(j.as_str().to_owned())),
+        }
+    }
+}
+
+/// A session id: a UUID (v7 for ids this crate makes, so they sort by creation time).
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub struct SessionId(pub [u8; 16]);
+
+impl SessionId {
+    /// A fresh UUID v7.
+    pub fn new_v7() -> SessionId {
+        SessionId(*uuid::Uuid::now_v7().as_bytes())
+    }
+
+    /// The UUID.
+    pub fn uuid(&self) -> uuid::Uuid {
+        uuid::Uuid::from_bytes(self.0)
+    }
+
+    /// Milliseconds since the Unix epoch encoded in a v7 id.
+    pub fn created_ms(&self) -> Option<u64> {
+        let ts = self.uuid().get_timestamp()?;
+        let (secs, nanos) = ts.to_unix();
+        Some(secs * 1000 + u64::from(nanos) / 1_000_000)
+    }
+}
+
+impl ArchivedSessionId {
+    /// The owned id.
+    pub fn get(&self) -> SessionId {
+        SessionId(self.0)
+    }
+}
+
+impl FromStr for SessionId {
+    type Err = Error;
+
+    /// Accepts only the canonical hyphenated lowercase form, so that an id maps
+    /// to exactly one directory name. Anything else (paths, NUL, long strings)
+    /// is `InvalidInput`.
+    fn from_str(s: &str) -> Result<Self> {
+        let shown: String = s.chars().take(48).collect();
+        if s.len() != 36 {
+            return Err(Error::invalid(format!(
+                "session id {shown:?} is not a UUID"
+            )));
+        }
+        let uuid = uuid::Uuid::try_parse(s)
+            .map_err(|_| Error::invalid(format!("session id {shown:?} is not a UUID")))?;
+        if uuid.hyphenated().to_string() != s {
+            return Err(Error::invalid(format!(
+                "session id {shown:?} is not in canonical lowercase form"
+            )));
+        }
+        Ok(SessionId(*uuid.as_bytes()))
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.uuid().hyphenated(), f)
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({self})")
+    }
+}
+
+impl Serialize for SessionId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where a session came from: a session and the hash of the entry it branched at.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct SessionOrigin {
+    /// The source session.
+    pub session_id: SessionId,
+    /// The hash of the last source entry the new session includes.
+    pub at_hash: EntryHash,
+}
+
+impl ArchivedSessionOrigin {
+    /// The owned origin.
+    pub fn get(&self) -> SessionOrigin {
+        SessionOrigin {
+            session_id: self.session_id.get(),
+            at_hash: self.at_hash.get(),
+        }
+    }
+}
+
+/// What a finished run returned.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct WorkerResult {
+    /// The final text, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Why the run stopped ("end_turn", "max_tokens", …).
+    pub stop_reason: String,
+}
+
+/// One log entry. Every variant carries `ts`, milliseconds since the Unix epoch.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[rkyv(derive(Debug))]
+pub enum LogEntry {
+    /// Starts a session, or restarts its history after a compaction or fork.
+    SessionStart {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The system prompt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system_prompt: Option<String>,
+        /// Request settings.
+        config: RequestConfig,
+        /// The history this session starts with (replaces any before).
+        history: Vec<LoggedItem>,
+        /// Set when this session is a fork.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forked_from: Option<SessionOrigin>,
+        /// Set when this session is a compaction.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compacted_from: Option<SessionOrigin>,
+    },
+    /// One user message.
+    UserInput {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The message.
+        item: LoggedItem,
+    },
+    /// A run of model output: messages, tool calls, reasoning.
+    AssistantItems {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The items, in order.
+        items: Vec<LoggedItem>,
+    },
+    /// A run of tool results.
+    ToolResults {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The items, in order.
+        items: Vec<LoggedItem>,
+    },
+    /// Items injected by hooks (system messages and the like).
+    HookInjectedItems {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The items, in order.
+        items: Vec<LoggedItem>,
+    },
+    /// A turn ended.
+    TurnEnd {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Turns completed so far.
+        turn_count: u64,
+    },
+    /// A run finished.
+    RunCompleted {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Whether it was interrupted.
+        interrupted: bool,
+        /// What it returned.
+        result: WorkerResult,
+    },
+    /// A run failed.
+    RunErrored {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Whether it was interrupted.
+        interrupted: bool,
+        /// The error message.
+        message: String,
+    },
+    /// The request settings changed.
+    ConfigChanged {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The new settings.
+        config: RequestConfig,
+    },
+    /// Token usage of one model call.
+    LlmUsage {
+        /// Timestamp, ms.
+        ts: u64,
+        /// History length sent.
+        history_len: u64,
+        /// Input tokens in total.
+        input_total_tokens: u64,
+        /// Input tokens read from cache.
+        cache_read_tokens: u64,
+        /// Input tokens written to cache.
+        cache_write_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+    },
+    /// Data of an extension, under its own domain.
+    Extension {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Who owns the payload ("history.agy", "my-plugin", …).
+        domain: String,
+        /// The payload.
+        payload: JsonText,
+    },
+}
+
+/// The kind of an entry, as stored in each record header so that readers can
+/// filter without decoding the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EntryKind {
+    /// [`LogEntry::SessionStart`].
+    SessionStart = 1,
+    /// [`LogEntry::UserInput`].
+    UserInput = 2,
+    /// [`LogEntry::AssistantItems`].
+    AssistantItems = 3,
+    /// [`LogEntry::ToolResults`].
+    ToolResults = 4,
+    /// [`LogEntry::HookInjectedItems`].
+    HookInjectedItems = 5,
+    /// [`LogEntry::TurnEnd`].
+    TurnEnd = 6,
+    /// [`LogEntry::RunCompleted`].
+    RunCompleted = 7,
+    /// [`LogEntry::RunErrored`].
+    RunErrored = 8,
+    /// [`LogEntry::ConfigChanged`].
+    ConfigChanged = 9,
+    /// [`LogEntry::LlmUsage`].
+    LlmUsage = 10,
+    /// [`LogEntry::Extension`].
+    Extension = 11,
+}
+
+impl EntryKind {
+    /// From the header byte.
+    pub fn from_code(code: u8) -> Option<EntryKind> {
+        use EntryKind::*;
+        Some(match code {
+            1 => SessionStart,
+            2 => UserInput,
+            3 => AssistantItems,
+            4 => ToolResults,
+            5 => HookInjectedItems,
+            6 => TurnEnd,
+            7 => RunCompleted,
+            8 => RunErrored,
+            9 => ConfigChanged,
+            10 => LlmUsage,
+            11 => Extension,
+            _ => return None,
+        })
+    }
+
+    /// The snake_case name used in the wire form.
+    pub fn name(self) -> &'static str {
+        use EntryKind::*;
+        match self {
+            SessionStart => "session_start",
+            UserInput => "user_input",
+            AssistantItems => "assistant_items",
+            ToolResults => "tool_results",
+            HookInjectedItems => "hook_injected_items",
+            TurnEnd => "turn_end",
+            RunCompleted => "run_completed",
+            RunErrored => "run_errored",
+            ConfigChanged => "config_changed",
+            LlmUsage => "llm_usage",
+            Extension => "extension",
+        }
+    }
+}
+
+impl LogEntry {
+    /// The entry's kind.
+    pub fn kind(&self) -> EntryKind {
+        match self {
+            LogEntry::SessionStart { .. } => EntryKind::SessionStart,
+            LogEntry::UserInput { .. } => EntryKind::UserInput,
+            LogEntry::AssistantItems { .. } => EntryKind::AssistantItems,
+            LogEntry::ToolResults { .. } => EntryKind::ToolResults,
+            LogEntry::HookInjectedItems { .. } => EntryKind::HookInjectedItems,
+            LogEntry::TurnEnd { .. } => EntryKind::TurnEnd,
+            LogEntry::RunCompleted { .. } => EntryKind::RunCompleted,
+            LogEntry::RunErrored { .. } => EntryKind::RunErrored,
+            LogEntry::ConfigChanged { .. } => EntryKind::ConfigChanged,
+            LogEntry::LlmUsage { .. } => EntryKind::LlmUsage,
+            LogEntry::Extension { .. } => EntryKind::Extension,
+        }
+    }
+
+    /// The timestamp, ms since the Unix epoch.
+    pub fn ts(&self) -> u64 {
+        match self {
+            LogEntry::SessionStart { ts, .. }
+            | LogEntry::UserInput { ts, .. }
+            | LogEntry::AssistantItems { ts, .. }
+            | LogEntry::ToolResults { ts, .. }
+            | LogEntry::HookInjectedItems { ts, .. }
+            | LogEntry::TurnEnd { ts, .. }
+            | LogEntry::RunCompleted { ts, .. }
+            | LogEntry::RunErrored { ts, .. }
+            | LogEntry::ConfigChanged { ts, .. }
+            | LogEntry::LlmUsage { ts, .. }
+            | LogEntry::Extension { ts, .. } => *ts,
+        }
+    }
+
+    /// The history items this entry carries, in order.
+    pub fn items(&self) -> &[LoggedItem] {
+        match self {
+            LogEntry::SessionStart { history, .. } => history,
+            LogEntry::UserInput { item, .. } => std::slice::from_ref(item),
+            LogEntry::AssistantItems { items, .. }
+            | LogEntry::ToolResults { items, .. }
+            | LogEntry::HookInjectedItems { items, .. } => items,
+            _ => &[],
+        }
+    }
+
+    /// Archives the entry. The same entry always yields the same bytes.
+    pub fn to_archive(&self) -> rkyv::util::AlignedVec {
+        // Archiving into memory fails only on allocation failure, which aborts anyway.
+        rkyv::to_bytes::<rkyv::rancor::Error>(self)
+            .expect("archiving a LogEntry into memory cannot fail")
+    }
+
+    /// Validates archived bytes (bytecheck) and returns a view of them.
+    ///
+    /// `bytes` must start at a 16-byte aligned address; misalignment is reported
+    /// as an error, never undefined behaviour.
+    pub fn access_archive(bytes: &[u8]) -> std::result::Result<&ArchivedLogEntry, String> {
+        rkyv::access::<ArchivedLogEntry, rkyv::rancor::Error>(bytes).map_err(|e| e.to_string())
+    }
+
+    /// Validates and deserializes archived bytes.
+    pub fn from_archive(bytes: &[u8]) -> std::result::Result<LogEntry, String> {
+        let archived = LogEntry::access_archive(bytes)?;
+        rkyv::deserialize::<LogEntry, rkyv::rancor::Error>(archived).map_err(|e| e.to_string())
+    }
+}
+
+impl ArchivedLogEntry {
+    /// The owned entry.
+    pub fn to_entry(&self) -> LogEntry {
+        // Deserializing validated archived data into owned types has no failure path.
+        rkyv::deserialize::<LogEntry, rkyv::rancor::Error>(self)
+            .expect("deserializing a validated archive cannot fail")
+    }
+
+    /// The items this entry carries, archived, in order.
+    pub fn items(&self) -> &[ArchivedLoggedItem] {
+        match self {
+            ArchivedLogEntry::SessionStart { history, .. } => history.as_slice(),
+            ArchivedLogEntry::UserInput { item, .. } => std::slice::from_ref(item),
+            ArchivedLogEntry::AssistantItems { items, .. }
+            | ArchivedLogEntry::ToolResults { items, .. }
+            | ArchivedLogEntry::HookInjectedItems { items, .. } => items.as_slice(),
+            _ => &[],
+        }
+    }
+}
+
+/// Groups new history items into entries, with the seed's rules:
+/// each user message is one `UserInput`; a run of tool results is one
+/// `ToolResults`; a run of assistant messages, tool calls and reasoning is one
+/// `AssistantItems`; anything else (system messages) is one
+/// `HookInjectedItems` each. Order is kept exactly.
+pub fn group_delta(items: &[Item], ts: u64) -> Vec<LogEntry> {
+    #[derive(PartialEq)]
+    enum Run {
+        Assistant,
+        Tools,
+    }
+    let mut out = Vec::new();
+    let mut run: Option<(Run, Vec<LoggedItem>)> = None;
+    let flush = |run: &mut Option<(Run, Vec<LoggedItem>)>, out: &mut Vec<LogEntry>| {
+        if let Some((kind, items)) = run.take() {
+            out.push(match kind {
+                Run::Assistant => LogEntry::AssistantItems { ts, items },
+                Run::Tools => LogEntry::ToolResults { ts, items },
+            });
+        }
+    };
+    for item in items {
+        let wanted = if item.is_assistant_output() {
+            Some(Run::Assistant)
+        } else if item.is_tool_result() {
+            Some(Run::Tools)
+        } else {
+            None
+        };
+        match wanted {
+            Some(kind) => {
+                if run.as_ref().is_some_and(|(k, _)| *k != kind) {
+                    flush(&mut run, &mut out);
+                }
+                run.get_or_insert_with(|| (kind, Vec::new()))
+                    .1
+                    .push(item.into());
+            }
+            None => {
+                flush(&mut run, &mut out);
+                let item = LoggedItem::from(item);
+                out.push(
+                    if matches!(
+                        item,
+                        LoggedItem::Message {
+                            role: LoggedRole::User,
+                            ..
+                        }
+                    ) {
+                        LogEntry::UserInput { ts, item }
+                    } else {
+                        LogEntry::HookInjectedItems {
+                            ts,
+                            items: vec![item],
+                        }
+                    },
+                );
+            }
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}

@@ -1,0 +1,296 @@
+//! Replay: folding entries into the state a runtime resumes from, and the
+//! ready-to-send check of that state.
+
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::chain::EntryHash;
+use crate::item::Item;
+use crate::schema::{ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionOrigin};
+
+/// Token usage of one model call, as logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct UsageRecord {
+    /// Timestamp, ms.
+    pub ts: u64,
+    /// History length sent.
+    pub history_len: u64,
+    /// Input tokens in total.
+    pub input_total_tokens: u64,
+    /// Input tokens read from cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to cache.
+    pub cache_write_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+/// An extension entry, as logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExtensionRecord {
+    /// Timestamp, ms.
+    pub ts: u64,
+    /// Who owns the payload.
+    pub domain: String,
+    /// The payload.
+    pub payload: JsonText,
+}
+
+/// What a runtime needs to resume a session.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RestoredState {
+    /// The system prompt of the last `SessionStart`.
+    pub system_prompt: Option<String>,
+    /// The request settings in force.
+    pub config: RequestConfig,
+    /// The live history, in log order.
+    pub history: Vec<Item>,
+    /// Turns completed.
+    pub turn_count: u64,
+    /// Whether the last run (completed or errored) was interrupted.
+    pub last_run_interrupted: bool,
+    /// Usage entries, in order.
+    pub usage: Vec<UsageRecord>,
+    /// Extension entries, in order.
+    pub extensions: Vec<ExtensionRecord>,
+    /// Fork origin of the last `SessionStart`.
+    pub forked_from: Option<SessionOrigin>,
+    /// Compaction origin of the last `SessionStart`.
+    pub compacted_from: Option<SessionOrigin>,
+    /// The hash of the last entry folded in, when read from a log.
+    pub head: Option<EntryHash>,
+    /// The seq of the last entry folded in, when read from a log.
+    pub head_seq: Option<u64>,
+    /// Entries folded in.
+    pub entries: u64,
+}
+
+/// Folds entries, in order, into a [`RestoredState`] with the seed's semantics.
+pub fn collect_state<I>(entries: I) -> RestoredState
+where
+    I: IntoIterator,
+    I::Item: Borrow<LogEntry>,
+{
+    let mut state = RestoredState::default();
+    for entry in entries {
+        state.apply(entry.borrow());
+    }
+    state
+}
+
+impl RestoredState {
+    /// Folds one owned entry in.
+    pub fn apply(&mut self, entry: &LogEntry) {
+        self.entries += 1;
+        match entry {
+            LogEntry::SessionStart {
+                system_prompt,
+                config,
+                history,
+                forked_from,
+                compacted_from,
+                ..
+            } => {
+                self.system_prompt = system_prompt.clone();
+                self.config = config.clone();
+                self.history = history.iter().cloned().map(|i| i.into_item()).collect();
+                self.forked_from = *forked_from;
+                self.compacted_from = *compacted_from;
+            }
+            LogEntry::UserInput { .. }
+            | LogEntry::AssistantItems { .. }
+            | LogEntry::ToolResults { .. }
+            | LogEntry::HookInjectedItems { .. } => self
+                .history
+                .extend(entry.items().iter().cloned().map(|i| i.into_item())),
+            LogEntry::TurnEnd { turn_count, .. } => self.turn_count = *turn_count,
+            LogEntry::RunCompleted { interrupted, .. }
+            | LogEntry::RunErrored { interrupted, .. } => self.last_run_interrupted = *interrupted,
+            LogEntry::ConfigChanged { config, .. } => self.config = config.clone(),
+            LogEntry::LlmUsage {
+                ts,
+                history_len,
+                input_total_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
+                output_tokens,
+            } => self.usage.push(UsageRecord {
+                ts: *ts,
+                history_len: *history_len,
+                input_total_tokens: *input_total_tokens,
+                cache_read_tokens: *cache_read_tokens,
+                cache_write_tokens: *cache_write_tokens,
+                output_tokens: *output_tokens,
+            }),
+            LogEntry::Extension {
+                ts,
+                domain,
+                payload,
+            } => self.extensions.push(ExtensionRecord {
+                ts: *ts,
+                domain: domain.clone(),
+                payload: payload.clone(),
+            }),
+        }
+    }
+
+    /// Folds one archived entry in, building runtime items straight from the
+    /// archived bytes: no owned `LogEntry`, no JSON.
+    pub fn apply_archived(&mut self, entry: &ArchivedLogEntry) {
+        match entry {
+            ArchivedLogEntry::SessionStart {
+                system_prompt,
+                config,
+                history,
+                forked_from,
+                compacted_from,
+                ..
+            } => {
+                self.entries += 1;
+                self.system_prompt = system_prompt.as_ref().map(|s| s.as_str().to_owned());
+                self.config = config.to_owned_config();
+                self.history.clear();
+                self.history.extend(history.iter().map(|i| i.to_item()));
+                self.forked_from = forked_from.as_ref().map(|o| o.get());
+                self.compacted_from = compacted_from.as_ref().map(|o| o.get());
+            }
+            ArchivedLogEntry::UserInput { .. }
+            | ArchivedLogEntry::AssistantItems { .. }
+            | ArchivedLogEntry::ToolResults { .. }
+            | ArchivedLogEntry::HookInjectedItems { .. } => {
+                self.entries += 1;
+                self.history
+                    .extend(entry.items().iter().map(|i| i.to_item()));
+            }
+            ArchivedLogEntry::TurnEnd { turn_count, .. } => {
+                self.entries += 1;
+                self.turn_count = turn_count.to_native();
+            }
+            ArchivedLogEntry::RunCompleted { interrupted, .. }
+            | ArchivedLogEntry::RunErrored { interrupted, .. } => {
+                self.entries += 1;
+                self.last_run_interrupted = *interrupted;
+            }
+            // The rare kinds go through the owned form: one code path for them.
+            _ => self.apply(&entry.to_entry()),
+        }
+    }
+
+    /// Checks what a provider would reject if this history were re-sent.
+    pub fn check(&self) -> Vec<Problem> {
+        check_history(&self.history)
+    }
+
+    /// True when [`RestoredState::check`] finds nothing.
+    pub fn is_ready_to_send(&self) -> bool {
+        self.check().is_empty()
+    }
+}
+
+/// A reason a provider would reject a history, with the position of the item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Problem {
+    /// A tool call with no result after it.
+    CallWithoutResult {
+        /// Index of the call in the history.
+        index: usize,
+        /// Its call id.
+        call_id: String,
+    },
+    /// A tool result with no call before it.
+    ResultWithoutCall {
+        /// Index of the result in the history.
+        index: usize,
+        /// Its call id.
+        call_id: String,
+    },
+    /// A second call (or second result) with a `call_id` already used.
+    DuplicateCallId {
+        /// Index of the duplicate.
+        index: usize,
+        /// Index of the first use.
+        first: usize,
+        /// The call id.
+        call_id: String,
+    },
+    /// A reasoning item not followed by an assistant item (message, call or reasoning).
+    DanglingReasoning {
+        /// Index of the reasoning item.
+        index: usize,
+    },
+}
+
+/// The ready-to-send check over any history.
+pub fn check_history(history: &[Item]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut calls: HashMap<&str, usize> = HashMap::new();
+    let mut results: HashMap<&str, usize> = HashMap::new();
+    let mut answered: HashSet<&str> = HashSet::new();
+    for (index, item) in history.iter().enumerate() {
+        match item {
+            Item::ToolCall { call_id, .. } => {
+                if let Some(&first) = calls.get(call_id.as_str()) {
+                    problems.push(Problem::DuplicateCallId {
+                        index,
+                        first,
+                        call_id: call_id.clone(),
+                    });
+                } else {
+                    calls.insert(call_id, index);
+                }
+            }
+            Item::ToolResult { call_id, .. } => {
+                if let Some(&first) = results.get(call_id.as_str()) {
+                    problems.push(Problem::DuplicateCallId {
+                        index,
+                        first,
+                        call_id: call_id.clone(),
+                    });
+                    continue;
+                }
+                results.insert(call_id, index);
+                if calls.contains_key(call_id.as_str()) {
+                    answered.insert(call_id);
+                } else {
+                    problems.push(Problem::ResultWithoutCall {
+                        index,
+                        call_id: call_id.clone(),
+                    });
+                }
+            }
+            Item::Reasoning { .. } => {
+                let followed = history
+                    .get(index + 1)
+                    .is_some_and(|next| next.is_assistant_output());
+                if !followed {
+                    problems.push(Problem::DanglingReasoning { index });
+                }
+            }
+            Item::Message { .. } => {}
+        }
+    }
+    let mut unanswered: Vec<(usize, &str)> = calls
+        .iter()
+        .filter(|(id, _)| !answered.contains(*id))
+        .map(|(id, &i)| (i, *id))
+        .collect();
+    unanswered.sort_unstable();
+    problems.extend(
+        unanswered
+            .into_iter()
+            .map(|(index, id)| Problem::CallWithoutResult {
+                index,
+                call_id: id.to_string(),
+            }),
+    );
+    problems.sort_by_key(|p| match p {
+        Problem::CallWithoutResult { index, .. }
+        | Problem::ResultWithoutCall { index, .. }
+        | Problem::DuplicateCallId { index, .. }
+        | Problem::DanglingReasoning { index } => *index,
+    });
+    problems
+}
