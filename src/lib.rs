@@ -5,8 +5,12 @@
 pub mod chain;
 pub mod error;
 pub mod export;
+pub mod format;
 pub mod item;
+pub mod log;
+mod mmap;
 pub mod schema;
+pub mod segment;
 pub mod state;
 
 pub use chain::EntryHash;

@@ -1,0 +1,586 @@
+//! Byte layouts of segment files: pure functions, no I/O. Everything is little-endian.
+//!
+//! ```text
+//! Segment file  {first_seq:020}.seg, preallocated to its full length
+//! +-------------------+---------+---------+-----+-----------------+--------------+---------+
+//! | header (256 B)    | record0 | record1 | ... | (unused, zeros) | index (16*n) | footer  |
+//! +-------------------+---------+---------+-----+-----------------+--------------+---------+
+//!                                                index and footer exist only once sealed;
+//!                                                the footer is the last 128 B of the file
+//!
+//! Segment header (256 B)
+//!   0  magic        [u8; 8]  "SSLOGSEG"
+//!   8  version      u32      1
+//!  12  flags        u32      0
+//!  16  log_id       [u8; 16]
+//!  32  first_seq    u64
+//!  40  segment_len  u64      file length, as allocated
+//!  48  start_hash   [u8; 32] hash of record first_seq-1 (genesis for the first segment)
+//!  80  header_crc   u32      CRC32 of bytes 0..80
+//!  84  reserved     [u8; 12]
+//!  96  mark slot 0  [u8; 64]
+//! 160  mark slot 1  [u8; 64]
+//! 224  reserved     [u8; 32] zeros
+//!
+//! Durable mark slot (64 B), written alternately by group commits
+//!   0  generation   u64
+//!   8  durable_end  u64      records below this offset were fdatasync'ed
+//!  16  next_seq     u64      seq of the record that starts at durable_end
+//!  24  durable_hash [u8; 32] hash of the record just below durable_end
+//!  56  crc          u32      CRC32 of bytes 0..56
+//!  60  reserved     u32
+//!
+//! Record (64 B header + payload, padded with zeros to a multiple of 16)
+//!   0  magic        u32      "SREC"
+//!   4  crc          u32      CRC32 of bytes 8..64+payload_len
+//!   8  prev_hash    [u8; 32] hash of the previous record
+//!  40  payload_len  u32      >= 1
+//!  44  kind         u8       EntryKind code
+//!  45  flags        u8       0
+//!  46  reserved     u16      0
+//!  48  seq          u64
+//!  56  ts           u64      ms since the Unix epoch
+//!  64  payload      rkyv archive of a LogEntry, 16-byte aligned
+//!
+//! Chain link: hash = blake3::keyed_hash(prev_hash, record[40 .. 64+payload_len])
+//!
+//! Index entry (16 B): seq u64, offset u64
+//!
+//! Footer (128 B), the last bytes of a sealed segment
+//!   0  magic               [u8; 8] "SSLOGEND"
+//!   8  record_count        u64
+//!  16  first_seq           u64
+//!  24  last_seq            u64     (first_seq - 1 wrapping when empty)
+//!  32  last_hash           [u8; 32]
+//!  64  last_session_start  u64     seq of the last SessionStart in the log so far, u64::MAX if none
+//!  72  data_end            u64     offset just past the last record
+//!  80  index_offset        u64
+//!  88  index_count         u64
+//!  96  index_crc           u32
+//! 100  reserved            [u8; 24]
+//! 124  footer_crc          u32     CRC32 of bytes 0..124
+//! ```
+
+use crate::chain::EntryHash;
+use crate::error::CorruptKind;
+
+/// Current format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Segment header magic.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"SSLOGSEG";
+/// Footer magic.
+pub const FOOTER_MAGIC: [u8; 8] = *b"SSLOGEND";
+/// Record magic.
+pub const RECORD_MAGIC: [u8; 4] = *b"SREC";
+
+/// Length of the segment header; records start here.
+pub const SEGMENT_HEADER_LEN: usize = 256;
+const HDR_VERSION: usize = 8;
+const HDR_FLAGS: usize = HDR_VERSION + 4;
+const HDR_LOG_ID: usize = HDR_FLAGS + 4;
+const HDR_FIRST_SEQ: usize = HDR_LOG_ID + 16;
+const HDR_SEGMENT_LEN: usize = HDR_FIRST_SEQ + 8;
+const HDR_START_HASH: usize = HDR_SEGMENT_LEN + 8;
+const HDR_CRC: usize = HDR_START_HASH + 32;
+/// Offset of the first durable-mark slot.
+pub const MARK_SLOT_0: usize = 96;
+/// Length of one mark slot.
+pub const MARK_SLOT_LEN: usize = 64;
+const MARK_CRC: usize = 56;
+
+/// Length of a record header; the payload starts here.
+pub const RECORD_HEADER_LEN: usize = 64;
+const REC_CRC: usize = 4;
+const REC_PREV_HASH: usize = 8;
+/// Start of the bytes the chain link covers.
+pub const REC_LINKED_START: usize = 40;
+const REC_PAYLOAD_LEN: usize = REC_LINKED_START;
+const REC_KIND: usize = REC_PAYLOAD_LEN + 4;
+const REC_FLAGS: usize = REC_KIND + 1;
+const REC_SEQ: usize = 48;
+const REC_TS: usize = REC_SEQ + 8;
+/// Records start at, and are padded to, multiples of this.
+pub const RECORD_ALIGN: usize = 16;
+/// The largest payload a record may carry.
+pub const MAX_PAYLOAD_LEN: usize = (u32::MAX as usize) & !(RECORD_ALIGN - 1);
+
+/// Length of the footer.
+pub const FOOTER_LEN: usize = 128;
+/// Length of one index entry.
+pub const INDEX_ENTRY_LEN: usize = 16;
+const FTR_COUNT: usize = 8;
+const FTR_FIRST_SEQ: usize = 16;
+const FTR_LAST_SEQ: usize = 24;
+const FTR_LAST_HASH: usize = 32;
+const FTR_LAST_START: usize = 64;
+const FTR_DATA_END: usize = 72;
+const FTR_INDEX_OFFSET: usize = 80;
+const FTR_INDEX_COUNT: usize = 88;
+const FTR_INDEX_CRC: usize = 96;
+const FTR_CRC: usize = 124;
+
+const _: () = assert!(HDR_CRC == 80 && MARK_SLOT_0 >= HDR_CRC + 4);
+const _: () = assert!(MARK_SLOT_0 + 2 * MARK_SLOT_LEN <= SEGMENT_HEADER_LEN);
+const _: () =
+    assert!(SEGMENT_HEADER_LEN % RECORD_ALIGN == 0 && RECORD_HEADER_LEN % RECORD_ALIGN == 0);
+const _: () = assert!(REC_FLAGS + 3 == REC_SEQ && REC_TS + 8 == RECORD_HEADER_LEN);
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn hash_at(b: &[u8], at: usize) -> EntryHash {
+    EntryHash(b[at..at + 32].try_into().expect("32 bytes"))
+}
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+/// Rounds `n` up to a multiple of [`RECORD_ALIGN`].
+pub fn align_record(n: usize) -> usize {
+    (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}
+
+/// Total bytes a record with `payload_len` bytes of payload occupies.
+pub fn record_len(payload_len: usize) -> usize {
+    align_record(RECORD_HEADER_LEN + payload_len)
+}
+
+/// The fixed part of a segment header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// The log this segment belongs to.
+    pub log_id: [u8; 16],
+    /// Seq of the segment's first record.
+    pub first_seq: u64,
+    /// The file's allocated length.
+    pub segment_len: u64,
+    /// Hash of the record before `first_seq`.
+    pub start_hash: EntryHash,
+}
+
+impl SegmentHeader {
+    /// The 256 header bytes, with both mark slots empty.
+    pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
+        let mut b = [0u8; SEGMENT_HEADER_LEN];
+        b[..8].copy_from_slice(&SEGMENT_MAGIC);
+        b[HDR_VERSION..HDR_VERSION + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[HDR_LOG_ID..HDR_LOG_ID + 16].copy_from_slice(&self.log_id);
+        b[HDR_FIRST_SEQ..HDR_FIRST_SEQ + 8].copy_from_slice(&self.first_seq.to_le_bytes());
+        b[HDR_SEGMENT_LEN..HDR_SEGMENT_LEN + 8].copy_from_slice(&self.segment_len.to_le_bytes());
+        b[HDR_START_HASH..HDR_START_HASH + 32].copy_from_slice(self.start_hash.as_bytes());
+        let c = crc(&b[..HDR_CRC]);
+        b[HDR_CRC..HDR_CRC + 4].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Parses and checks a header. `(offset, kind)` on failure.
+    pub fn decode(b: &[u8]) -> Result<SegmentHeader, (u64, CorruptKind)> {
+        if b.len() < SEGMENT_HEADER_LEN {
+            return Err((0, CorruptKind::Truncated));
+        }
+        if b[..8] != SEGMENT_MAGIC {
+            return Err((0, CorruptKind::Magic));
+        }
+        let stored = u32_at(b, HDR_CRC);
+        let actual = crc(&b[..HDR_CRC]);
+        if stored != actual {
+            return Err((
+                HDR_CRC as u64,
+                CorruptKind::Crc {
+                    expected: stored,
+                    actual,
+                },
+            ));
+        }
+        let version = u32_at(b, HDR_VERSION);
+        if version != FORMAT_VERSION {
+            return Err((HDR_VERSION as u64, CorruptKind::Version { found: version }));
+        }
+        Ok(SegmentHeader {
+            log_id: b[HDR_LOG_ID..HDR_LOG_ID + 16].try_into().expect("16 bytes"),
+            first_seq: u64_at(b, HDR_FIRST_SEQ),
+            segment_len: u64_at(b, HDR_SEGMENT_LEN),
+            start_hash: hash_at(b, HDR_START_HASH),
+        })
+    }
+}
+
+/// A durable mark: everything below `durable_end` was synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// Increases with every write; the valid slot with the highest wins.
+    pub generation: u64,
+    /// Offset in the segment below which records are durable.
+    pub durable_end: u64,
+    /// Seq of the record at `durable_end`.
+    pub next_seq: u64,
+    /// Hash of the record just below `durable_end` (the start hash if none).
+    pub durable_hash: EntryHash,
+}
+
+impl Mark {
+    /// The slot bytes.
+    pub fn encode(&self) -> [u8; MARK_SLOT_LEN] {
+        let mut b = [0u8; MARK_SLOT_LEN];
+        b[..8].copy_from_slice(&self.generation.to_le_bytes());
+        b[8..16].copy_from_slice(&self.durable_end.to_le_bytes());
+        b[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
+        b[24..56].copy_from_slice(self.durable_hash.as_bytes());
+        let c = crc(&b[..MARK_CRC]);
+        b[MARK_CRC..MARK_CRC + 4].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// The slot's offset in the header for this generation.
+    pub fn slot_offset(generation: u64) -> usize {
+        MARK_SLOT_0 + (generation % 2) as usize * MARK_SLOT_LEN
+    }
+
+    /// The newest valid mark in a header, if any.
+    pub fn newest(header: &[u8]) -> Option<Mark> {
+        (0..2)
+            .filter_map(|i| {
+                let at = MARK_SLOT_0 + i * MARK_SLOT_LEN;
+                let b = header.get(at..at + MARK_SLOT_LEN)?;
+                (u32_at(b, MARK_CRC) == crc(&b[..MARK_CRC]) && b.iter().any(|&x| x != 0)).then(
+                    || Mark {
+                        generation: u64_at(b, 0),
+                        durable_end: u64_at(b, 8),
+                        next_seq: u64_at(b, 16),
+                        durable_hash: hash_at(b, 24),
+                    },
+                )
+            })
+            .max_by_key(|m| m.generation)
+    }
+}
+
+/// The fields of a record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Hash of the previous record.
+    pub prev_hash: EntryHash,
+    /// Payload length in bytes.
+    pub payload_len: u32,
+    /// Entry kind code.
+    pub kind: u8,
+    /// Sequence number.
+    pub seq: u64,
+    /// Timestamp, ms.
+    pub ts: u64,
+}
+
+impl RecordHeader {
+    /// Writes the header into `out[..64]`, CRC left zero (see [`seal_record`]).
+    pub fn write(&self, out: &mut [u8]) {
+        out[..4].copy_from_slice(&RECORD_MAGIC);
+        out[REC_CRC..REC_CRC + 4].fill(0);
+        out[REC_PREV_HASH..REC_PREV_HASH + 32].copy_from_slice(self.prev_hash.as_bytes());
+        out[REC_PAYLOAD_LEN..REC_PAYLOAD_LEN + 4].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[REC_KIND] = self.kind;
+        out[REC_FLAGS..REC_SEQ].fill(0);
+        out[REC_SEQ..REC_SEQ + 8].copy_from_slice(&self.seq.to_le_bytes());
+        out[REC_TS..REC_TS + 8].copy_from_slice(&self.ts.to_le_bytes());
+    }
+
+    /// Reads the header fields from `b` without checking the CRC.
+    pub fn read(b: &[u8]) -> Result<RecordHeader, CorruptKind> {
+        if b.len() < RECORD_HEADER_LEN {
+            return Err(CorruptKind::Truncated);
+        }
+        if b[..4] != RECORD_MAGIC {
+            return Err(CorruptKind::Magic);
+        }
+        let payload_len = u32_at(b, REC_PAYLOAD_LEN);
+        if payload_len == 0
+            || payload_len as usize > MAX_PAYLOAD_LEN
+            || b[REC_FLAGS..REC_SEQ] != [0, 0, 0]
+        {
+            return Err(CorruptKind::Truncated);
+        }
+        Ok(RecordHeader {
+            prev_hash: hash_at(b, REC_PREV_HASH),
+            payload_len,
+            kind: b[REC_KIND],
+            seq: u64_at(b, REC_SEQ),
+            ts: u64_at(b, REC_TS),
+        })
+    }
+
+    /// Total length of this record, padding included.
+    pub fn record_len(&self) -> usize {
+        record_len(self.payload_len as usize)
+    }
+}
+
+/// Computes and stores the CRC of a fully written record (`rec` holds header and
+/// payload, padding excluded) and returns its chain hash.
+pub fn seal_record(rec: &mut [u8]) -> EntryHash {
+    let c = crc(&rec[REC_PREV_HASH..]);
+    rec[REC_CRC..REC_CRC + 4].copy_from_slice(&c.to_le_bytes());
+    record_link(rec)
+}
+
+/// The CRC check of a record: `rec` holds header and payload, padding excluded.
+pub fn check_record_crc(rec: &[u8]) -> Result<(), CorruptKind> {
+    let stored = u32_at(rec, REC_CRC);
+    let actual = crc(&rec[REC_PREV_HASH..]);
+    if stored == actual {
+        Ok(())
+    } else {
+        Err(CorruptKind::Crc {
+            expected: stored,
+            actual,
+        })
+    }
+}
+
+/// The chain hash of a record (header and payload, padding excluded).
+pub fn record_link(rec: &[u8]) -> EntryHash {
+    hash_at(rec, REC_PREV_HASH).link(&rec[REC_LINKED_START..])
+}
+
+/// The `prev_hash` field of the record starting at `b`, if there is room for it.
+pub fn prev_hash_of(b: &[u8]) -> Option<EntryHash> {
+    (b.len() >= REC_PREV_HASH + 32).then(|| hash_at(b, REC_PREV_HASH))
+}
+
+/// A sealed segment's footer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footer {
+    /// Records in the segment.
+    pub record_count: u64,
+    /// Seq of the first record (the header's `first_seq`).
+    pub first_seq: u64,
+    /// Hash of the last record (the start hash when empty).
+    pub last_hash: EntryHash,
+    /// Seq of the last `SessionStart` in the log up to the end of this segment.
+    pub last_session_start: Option<u64>,
+    /// Offset just past the last record.
+    pub data_end: u64,
+    /// Offset of the index.
+    pub index_offset: u64,
+    /// Index entries.
+    pub index_count: u64,
+    /// CRC32 of the index bytes.
+    pub index_crc: u32,
+}
+
+impl Footer {
+    /// The footer bytes.
+    pub fn encode(&self) -> [u8; FOOTER_LEN] {
+        let mut b = [0u8; FOOTER_LEN];
+        b[..8].copy_from_slice(&FOOTER_MAGIC);
+        let last_seq = self
+            .first_seq
+            .wrapping_add(self.record_count)
+            .wrapping_sub(1);
+        for (at, v) in [
+            (FTR_COUNT, self.record_count),
+            (FTR_FIRST_SEQ, self.first_seq),
+            (FTR_LAST_SEQ, last_seq),
+            (FTR_LAST_START, self.last_session_start.unwrap_or(u64::MAX)),
+            (FTR_DATA_END, self.data_end),
+            (FTR_INDEX_OFFSET, self.index_offset),
+            (FTR_INDEX_COUNT, self.index_count),
+        ] {
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b[FTR_LAST_HASH..FTR_LAST_HASH + 32].copy_from_slice(self.last_hash.as_bytes());
+        b[FTR_INDEX_CRC..FTR_INDEX_CRC + 4].copy_from_slice(&self.index_crc.to_le_bytes());
+        let c = crc(&b[..FTR_CRC]);
+        b[FTR_CRC..FTR_CRC + 4].copy_from_slice(&c.to_le_bytes());
+        b
+    }
+
+    /// Parses the footer from the last [`FOOTER_LEN`] bytes. `None` when no
+    /// footer is there (unsealed); `Err` when one is there but damaged.
+    pub fn decode(b: &[u8]) -> Result<Option<Footer>, CorruptKind> {
+        if b.len() != FOOTER_LEN {
+            return Err(CorruptKind::Truncated);
+        }
+        if b[..8] != FOOTER_MAGIC {
+            return Ok(None);
+        }
+        let stored = u32_at(b, FTR_CRC);
+        let actual = crc(&b[..FTR_CRC]);
+        if stored != actual {
+            return Err(CorruptKind::Crc {
+                expected: stored,
+                actual,
+            });
+        }
+        let f = Footer {
+            record_count: u64_at(b, FTR_COUNT),
+            first_seq: u64_at(b, FTR_FIRST_SEQ),
+            last_hash: hash_at(b, FTR_LAST_HASH),
+            last_session_start: Some(u64_at(b, FTR_LAST_START)).filter(|&s| s != u64::MAX),
+            data_end: u64_at(b, FTR_DATA_END),
+            index_offset: u64_at(b, FTR_INDEX_OFFSET),
+            index_count: u64_at(b, FTR_INDEX_COUNT),
+            index_crc: u32_at(b, FTR_INDEX_CRC),
+        };
+        if u64_at(b, FTR_LAST_SEQ) != f.first_seq.wrapping_add(f.record_count).wrapping_sub(1) {
+            return Err(CorruptKind::Footer(
+                "last_seq disagrees with first_seq and count".into(),
+            ));
+        }
+        Ok(Some(f))
+    }
+
+    /// Seq of the last record, if any.
+    pub fn last_seq(&self) -> Option<u64> {
+        (self.record_count > 0).then(|| self.first_seq + self.record_count - 1)
+    }
+}
+
+/// One sparse-index entry: the record with `seq` starts at `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Sequence number.
+    pub seq: u64,
+    /// Offset in the segment.
+    pub offset: u64,
+}
+
+/// Encodes index entries.
+pub fn encode_index(entries: &[IndexEntry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.len() * INDEX_ENTRY_LEN);
+    for e in entries {
+        out.extend_from_slice(&e.seq.to_le_bytes());
+        out.extend_from_slice(&e.offset.to_le_bytes());
+    }
+    out
+}
+
+/// Decodes index entries, checking their CRC.
+pub fn decode_index(b: &[u8], expected_crc: u32) -> Result<Vec<IndexEntry>, CorruptKind> {
+    let actual = crc(b);
+    if actual != expected_crc {
+        return Err(CorruptKind::Crc {
+            expected: expected_crc,
+            actual,
+        });
+    }
+    Ok(b.chunks_exact(INDEX_ENTRY_LEN)
+        .map(|c| IndexEntry {
+            seq: u64_at(c, 0),
+            offset: u64_at(c, 8),
+        })
+        .collect())
+}
+
+/// CRC32 of index bytes.
+pub fn index_crc(b: &[u8]) -> u32 {
+    crc(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header() -> SegmentHeader {
+        SegmentHeader {
+            log_id: [7; 16],
+            first_seq: 42,
+            segment_len: 1 << 20,
+            start_hash: EntryHash([9; 32]),
+        }
+    }
+
+    #[test]
+    fn segment_header_round_trip_and_every_flip_detected() {
+        let h = header();
+        let bytes = h.encode();
+        assert_eq!(SegmentHeader::decode(&bytes), Ok(h));
+        for i in 0..HDR_CRC + 4 {
+            let mut b = bytes;
+            b[i] ^= 0x01;
+            assert!(SegmentHeader::decode(&b).is_err(), "flip at {i} undetected");
+        }
+        assert!(SegmentHeader::decode(&bytes[..100]).is_err());
+    }
+
+    #[test]
+    fn marks_pick_newest_valid_slot() {
+        let mut hdr = header().encode();
+        assert_eq!(Mark::newest(&hdr), None);
+        for g in 1..=3u64 {
+            let m = Mark {
+                generation: g,
+                durable_end: g * 100,
+                next_seq: g,
+                durable_hash: EntryHash([g as u8; 32]),
+            };
+            let at = Mark::slot_offset(g);
+            hdr[at..at + MARK_SLOT_LEN].copy_from_slice(&m.encode());
+        }
+        assert_eq!(Mark::newest(&hdr).unwrap().durable_end, 300);
+        // A torn newest slot falls back to the older one.
+        hdr[Mark::slot_offset(3) + 9] ^= 0xff;
+        assert_eq!(Mark::newest(&hdr).unwrap().durable_end, 200);
+    }
+
+    #[test]
+    fn footer_round_trip_and_flips() {
+        let f = Footer {
+            record_count: 10,
+            first_seq: 5,
+            last_hash: EntryHash([3; 32]),
+            last_session_start: Some(7),
+            data_end: 4096,
+            index_offset: 4096,
+            index_count: 2,
+            index_crc: 0xdead_beef,
+        };
+        let b = f.encode();
+        assert_eq!(Footer::decode(&b), Ok(Some(f)));
+        assert_eq!(f.last_seq(), Some(14));
+        for i in 8..FOOTER_LEN {
+            let mut c = b;
+            c[i] ^= 0x80;
+            assert!(Footer::decode(&c).is_err(), "flip at {i} undetected");
+        }
+        assert_eq!(Footer::decode(&[0u8; FOOTER_LEN]), Ok(None));
+    }
+
+    #[test]
+    fn zeros_never_parse_as_a_record() {
+        assert!(RecordHeader::read(&[0u8; 64]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn record_round_trip(payload in proptest::collection::vec(any::<u8>(), 1..600), seq: u64, ts: u64, kind: u8, flip in any::<prop::sample::Index>()) {
+            let h = RecordHeader { prev_hash: EntryHash([1; 32]), payload_len: payload.len() as u32, kind, seq, ts };
+            let mut rec = vec![0u8; RECORD_HEADER_LEN + payload.len()];
+            h.write(&mut rec);
+            rec[RECORD_HEADER_LEN..].copy_from_slice(&payload);
+            let hash = seal_record(&mut rec);
+            prop_assert_eq!(RecordHeader::read(&rec).unwrap(), h);
+            prop_assert!(check_record_crc(&rec).is_ok());
+            prop_assert_eq!(record_link(&rec), hash);
+            let i = 4 + flip.index(rec.len() - 4);
+            rec[i] ^= 0x10;
+            prop_assert!(check_record_crc(&rec).is_err() || RecordHeader::read(&rec).is_err());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = SegmentHeader::decode(&bytes);
+            let _ = RecordHeader::read(&bytes);
+            let _ = Mark::newest(&bytes);
+            if bytes.len() >= FOOTER_LEN {
+                let _ = Footer::decode(&bytes[..FOOTER_LEN]);
+            }
+        }
+    }
+}

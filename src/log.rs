@@ -1,0 +1,1312 @@
+//! The log: a directory of rolling segments with one writer (across
+//! processes), group commit, recovery on open, and any number of readers.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::chain::EntryHash;
+use crate::error::{CorruptKind, Error, Result};
+use crate::format::{
+    self, Footer, IndexEntry, RecordHeader, SegmentHeader, FOOTER_LEN, INDEX_ENTRY_LEN,
+    MAX_PAYLOAD_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
+use crate::segment::{
+    io_err, parse_segment_name, run_hook, Hook, IoHook, IoOp, Prepared, Scan, ScanMode, Segment,
+    INDEX_STRIDE_BYTES,
+};
+use crate::state::RestoredState;
+
+/// The default segment size: 64 MiB.
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
+const LOCK_FILE: &str = "LOCK";
+const PAGE: u64 = 4096;
+
+/// When an append counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Written to the page cache; survives a process crash, not a power loss,
+    /// until the next [`Log::sync`] or `Sync` append.
+    #[default]
+    Buffered,
+    /// `fdatasync`ed before `append` returns, shared among concurrent appenders
+    /// (group commit).
+    Sync,
+}
+
+/// What open does with damage at or before the durable point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Refuse with [`Error::Corrupt`].
+    #[default]
+    Strict,
+    /// Cut the log at the first bad record and report it.
+    Salvage,
+}
+
+/// How to open a log.
+#[derive(Clone)]
+pub struct LogOptions {
+    /// Size of new segments in bytes (rounded up to 4 KiB; at least 8 KiB).
+    pub segment_size: u64,
+    /// Durability of [`Log::append`].
+    pub durability: Durability,
+    /// What to do with damage found on open.
+    pub recovery: RecoveryMode,
+    /// Prepare (allocate and prefault) the next segment in the background.
+    pub prepare_ahead: bool,
+    /// The fault seam, for tests.
+    pub hook: Option<Arc<dyn IoHook>>,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            durability: Durability::Buffered,
+            recovery: RecoveryMode::Strict,
+            prepare_ahead: true,
+            hook: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for LogOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogOptions")
+            .field("segment_size", &self.segment_size)
+            .field("durability", &self.durability)
+            .field("recovery", &self.recovery)
+            .field("prepare_ahead", &self.prepare_ahead)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl LogOptions {
+    /// Sets the segment size.
+    pub fn segment_size(mut self, bytes: u64) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// Sets the default durability.
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// Sets the recovery mode.
+    pub fn recovery(mut self, m: RecoveryMode) -> Self {
+        self.recovery = m;
+        self
+    }
+
+    /// Installs an I/O hook (the test seam).
+    pub fn hook(mut self, hook: Arc<dyn IoHook>) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    fn segment_len(&self) -> u64 {
+        self.segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE
+    }
+}
+
+/// Bytes that were cut off (writer) or would be (reader) after the last good record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TornTail {
+    /// The segment.
+    pub segment: PathBuf,
+    /// Offset of the first bad byte.
+    pub offset: u64,
+    /// The seq the cut record claimed, if its header was readable.
+    pub seq: Option<u64>,
+    /// Why the record there was rejected.
+    pub reason: String,
+    /// Whether the damage lay before the durable point (only in salvage mode).
+    pub salvaged: bool,
+}
+
+/// What open found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    /// Segments in the log.
+    pub segments: usize,
+    /// Records kept.
+    pub records: u64,
+    /// A torn (or salvaged) tail, if one was found.
+    pub torn_tail: Option<TornTail>,
+    /// Files removed: unfinished segment preparations, or segments after a salvage cut.
+    pub removed: Vec<PathBuf>,
+}
+
+/// The first break `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The segment file.
+    pub segment: PathBuf,
+    /// Offset in it.
+    pub offset: u64,
+    /// Seq of the record, where known.
+    pub seq: Option<u64>,
+    /// What failed.
+    pub kind: CorruptKind,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} in {} at offset {}",
+            self.kind,
+            self.segment.display(),
+            self.offset
+        )?;
+        if let Some(seq) = self.seq {
+            write!(f, ", seq {seq}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of [`Log::verify`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerifyReport {
+    /// Segments checked.
+    pub segments: usize,
+    /// Records whose CRC, chain link and archive checked out.
+    pub records: u64,
+    /// Record bytes checked.
+    pub bytes: u64,
+    /// Seq and hash of the last good record.
+    pub head: Option<(u64, EntryHash)>,
+    /// The first break, if any.
+    pub damage: Option<Damage>,
+    /// An unrecovered torn tail (not damage).
+    pub torn_tail: Option<TornTail>,
+}
+
+/// The committed state readers see, published after every append batch.
+#[derive(Clone)]
+struct Published {
+    segments: Arc<Vec<Arc<Segment>>>,
+    last_end: u64,
+    next_seq: u64,
+    head: EntryHash,
+    last_session_start: Option<u64>,
+}
+
+struct Writer {
+    segments: Vec<Arc<Segment>>,
+    end: u64,
+    next_seq: u64,
+    head: EntryHash,
+    last_session_start: Option<u64>,
+    last_indexed: Option<u64>,
+    active_sealed: bool,
+    prepared: Option<JoinHandle<Result<Prepared>>>,
+    prep_counter: u64,
+    scratch: rkyv::util::AlignedVec,
+}
+
+#[derive(Default)]
+struct SyncState {
+    durable_next: u64,
+    in_progress: bool,
+}
+
+struct Inner {
+    dir: PathBuf,
+    opts: LogOptions,
+    log_id: [u8; 16],
+    writer: Option<Mutex<Writer>>,
+    published: Mutex<Published>,
+    committed: Condvar,
+    sync: Mutex<SyncState>,
+    synced: Condvar,
+    poisoned: AtomicBool,
+    report: RecoveryReport,
+    _lock: Option<File>,
+}
+
+/// An append-only, hash-chained log in one directory. Cheap to clone; clones
+/// share the writer.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log").field("dir", &self.inner.dir).finish()
+    }
+}
+
+fn list_segments(dir: &Path) -> Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
+    let mut segs = Vec::new();
+    let mut preps = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_err("read dir", dir))? {
+        let entry = entry.map_err(io_err("read dir", dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(seq) = parse_segment_name(name) {
+            segs.push((seq, entry.path()));
+        } else if name.ends_with(".prep") {
+            preps.push(entry.path());
+        }
+    }
+    segs.sort();
+    Ok((segs, preps))
+}
+
+/// Outcome of opening the segments of a directory.
+struct Opened {
+    segments: Vec<Arc<Segment>>,
+    end: u64,
+    next_seq: u64,
+    head: EntryHash,
+    last_session_start: Option<u64>,
+    active_sealed: bool,
+    report: RecoveryReport,
+    log_id: Option<[u8; 16]>,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir` for writing, recovering it.
+    ///
+    /// Fails with [`Error::Locked`] while another writer holds it, and with
+    /// [`Error::Corrupt`] on damage at or before the durable point (unless
+    /// [`RecoveryMode::Salvage`]). A torn tail is cut and reported in
+    /// [`Log::recovery_report`].
+    pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io_err("create dir", &dir))?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io_err("open", &lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: lock_path }),
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
+        }
+        let hook: Hook = opts.hook.clone();
+        let (paths, preps) = list_segments(&dir)?;
+        let mut removed = Vec::new();
+        for p in preps {
+            run_hook(&hook, IoOp::Remove { path: &p }).map_err(io_err("remove", &p))?;
+            fs::remove_file(&p).map_err(io_err("remove", &p))?;
+            removed.push(p);
+        }
+        let mut opened = if paths.is_empty() {
+            let log_id = *uuid::Uuid::now_v7().as_bytes();
+            let prep = Prepared::create(dir.join("first.prep"), opts.segment_len(), &hook)?;
+            let header = SegmentHeader {
+                log_id,
+                first_seq: 0,
+                segment_len: prep.len(),
+                start_hash: EntryHash::genesis(),
+            };
+            let seg = prep.activate(&dir, header, &hook)?;
+            Opened {
+                segments: vec![Arc::new(seg)],
+                end: SEGMENT_HEADER_LEN as u64,
+                next_seq: 0,
+                head: EntryHash::genesis(),
+                last_session_start: None,
+                active_sealed: false,
+                report: RecoveryReport::default(),
+                log_id: Some(log_id),
+            }
+        } else {
+            open_segments(&paths, true, opts.recovery, &hook)?
+        };
+        opened.report.removed.splice(0..0, removed);
+        Ok(Log::from_opened(dir, opts, opened, Some(lock)))
+    }
+
+    /// Opens the log read-only, without taking the writer lock: it sees the
+    /// prefix committed at open; call [`Log::refresh`] to see more.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        let (paths, _) = list_segments(&dir)?;
+        if paths.is_empty() {
+            return Err(Error::not_found(format!(
+                "no segments in {}",
+                dir.display()
+            )));
+        }
+        let opened = open_segments(&paths, false, RecoveryMode::Strict, &None)?;
+        Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
+    }
+
+    fn from_opened(dir: PathBuf, opts: LogOptions, o: Opened, lock: Option<File>) -> Log {
+        if let Some(last) = o.segments.last() {
+            last.map.publish(o.end);
+        }
+        let published = Published {
+            segments: Arc::new(o.segments.clone()),
+            last_end: o.end,
+            next_seq: o.next_seq,
+            head: o.head,
+            last_session_start: o.last_session_start,
+        };
+        let last_indexed = o
+            .segments
+            .last()
+            .and_then(|s| s.index.read().last().map(|e| e.offset));
+        let writer = lock.is_some().then(|| {
+            Mutex::new(Writer {
+                segments: o.segments,
+                end: o.end,
+                next_seq: o.next_seq,
+                head: o.head,
+                last_session_start: o.last_session_start,
+                last_indexed,
+                active_sealed: o.active_sealed,
+                prepared: None,
+                prep_counter: 0,
+                scratch: rkyv::util::AlignedVec::new(),
+            })
+        });
+        Log {
+            inner: Arc::new(Inner {
+                dir,
+                opts,
+                log_id: o.log_id.unwrap_or_default(),
+                writer,
+                published: Mutex::new(published),
+                committed: Condvar::new(),
+                sync: Mutex::new(SyncState {
+                    durable_next: o.next_seq,
+                    in_progress: false,
+                }),
+                synced: Condvar::new(),
+                poisoned: AtomicBool::new(false),
+                report: o.report,
+                _lock: lock,
+            }),
+        }
+    }
+
+    /// Re-reads a read-only log to see what was committed since.
+    pub fn refresh(&mut self) -> Result<()> {
+        if self.inner.writer.is_some() {
+            return Ok(());
+        }
+        *self = Log::open_read_only(&self.inner.dir)?;
+        Ok(())
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// What recovery found when this log was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.report
+    }
+
+    /// Whether this handle can append.
+    pub fn is_writable(&self) -> bool {
+        self.inner.writer.is_some()
+    }
+
+    /// Appends one entry with the log's default durability.
+    pub fn append(&self, entry: &LogEntry) -> Result<(u64, EntryHash)> {
+        let r = self.append_batch(
+            std::slice::from_ref(entry),
+            self.inner.opts.durability,
+            None,
+        )?;
+        Ok(r[0])
+    }
+
+    /// Appends one entry with the given durability.
+    pub fn append_with(
+        &self,
+        entry: &LogEntry,
+        durability: Durability,
+    ) -> Result<(u64, EntryHash)> {
+        let r = self.append_batch(std::slice::from_ref(entry), durability, None)?;
+        Ok(r[0])
+    }
+
+    /// Appends entries in order under one lock, and (with `Sync`) one sync.
+    ///
+    /// With `expect_head = Some(h)`, nothing is written unless the log's head
+    /// hash is `h` (`None` inside: the log is empty); otherwise the result is
+    /// [`Error::HeadMismatch`].
+    pub fn append_batch(
+        &self,
+        entries: &[LogEntry],
+        durability: Durability,
+        expect_head: Option<Option<EntryHash>>,
+    ) -> Result<Vec<(u64, EntryHash)>> {
+        let inner = &*self.inner;
+        let Some(writer) = &inner.writer else {
+            return Err(Error::invalid("log was opened read-only"));
+        };
+        let mut w = writer.lock();
+        if inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        if let Some(expected) = expect_head {
+            let actual = (w.next_seq > 0).then_some(w.head);
+            if actual != expected {
+                return Err(Error::HeadMismatch {
+                    session: inner.dir.display().to_string(),
+                    expected,
+                    actual,
+                });
+            }
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        let mut result = Ok(());
+        for entry in entries {
+            match self.append_locked(&mut w, entry) {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if !out.is_empty() {
+            let mut p = inner.published.lock();
+            let rolled = p.segments.len() != w.segments.len()
+                || p.segments.last().map(|s| &s.path) != w.segments.last().map(|s| &s.path);
+            if rolled {
+                p.segments = Arc::new(w.segments.clone());
+            }
+            p.last_end = w.end;
+            p.next_seq = w.next_seq;
+            p.head = w.head;
+            p.last_session_start = w.last_session_start;
+            drop(p);
+            inner.committed.notify_all();
+        }
+        if let Err(e) = result {
+            inner.poisoned.store(true, Ordering::Release);
+            inner.synced.notify_all();
+            return Err(e);
+        }
+        self.maybe_prepare(&mut w);
+        drop(w);
+        if durability == Durability::Sync {
+            if let Some(&(last, _)) = out.last() {
+                self.wait_durable(last)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn append_locked(&self, w: &mut Writer, entry: &LogEntry) -> Result<(u64, EntryHash)> {
+        let mut scratch = std::mem::take(&mut w.scratch);
+        scratch.clear();
+        let scratch = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(entry, scratch)
+            .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
+        let payload_len = scratch.len();
+        let result = self.write_payload(w, entry, &scratch, payload_len);
+        w.scratch = scratch;
+        result
+    }
+
+    fn write_payload(
+        &self,
+        w: &mut Writer,
+        entry: &LogEntry,
+        payload: &[u8],
+        payload_len: usize,
+    ) -> Result<(u64, EntryHash)> {
+        if payload_len == 0 || payload_len > MAX_PAYLOAD_LEN {
+            return Err(Error::invalid(format!(
+                "entry of {payload_len} bytes is too large"
+            )));
+        }
+        let rec_len = format::record_len(payload_len) as u64;
+        let fits = !w.active_sealed && w.segments.last().is_some_and(|s| s.fits(w.end, rec_len));
+        if !fits {
+            self.roll(w, rec_len)?;
+        }
+        let seg = w
+            .segments
+            .last()
+            .expect("a log always has a segment")
+            .clone();
+        let header = RecordHeader {
+            prev_hash: w.head,
+            payload_len: payload_len as u32,
+            kind: entry.kind() as u8,
+            seq: w.next_seq,
+            ts: entry.ts(),
+        };
+        let offset = w.end;
+        let (hash, end) = seg.write_record(offset, &header, payload)?;
+        if w.last_indexed
+            .is_none_or(|at| offset - at >= INDEX_STRIDE_BYTES)
+        {
+            seg.index.write().push(IndexEntry {
+                seq: header.seq,
+                offset,
+            });
+            w.last_indexed = Some(offset);
+        }
+        seg.map.publish(end);
+        let seq = w.next_seq;
+        w.end = end;
+        w.head = hash;
+        w.next_seq += 1;
+        if entry.kind() == EntryKind::SessionStart {
+            w.last_session_start = Some(seq);
+        }
+        Ok((seq, hash))
+    }
+
+    fn maybe_prepare(&self, w: &mut Writer) {
+        if !self.inner.opts.prepare_ahead || w.prepared.is_some() {
+            return;
+        }
+        let Some(seg) = w.segments.last() else { return };
+        if w.end < seg.len() / 2 {
+            return;
+        }
+        w.prep_counter += 1;
+        let path = self
+            .inner
+            .dir
+            .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
+        let len = self.inner.opts.segment_len();
+        let hook = self.inner.opts.hook.clone();
+        w.prepared = Some(std::thread::spawn(move || {
+            Prepared::create(path, len, &hook)
+        }));
+    }
+
+    /// Seals the active segment (if it has records) and starts the next one,
+    /// large enough for a record of `rec_len` bytes.
+    fn roll(&self, w: &mut Writer, rec_len: u64) -> Result<()> {
+        let inner = &*self.inner;
+        let hook = &inner.opts.hook;
+        let active = w
+            .segments
+            .last()
+            .expect("a log always has a segment")
+            .clone();
+        let empty = w.next_seq == active.header.first_seq;
+        if !w.active_sealed && !empty {
+            let footer = active.seal(Footer {
+                record_count: w.next_seq - active.header.first_seq,
+                first_seq: active.header.first_seq,
+                last_hash: w.head,
+                last_session_start: w.last_session_start,
+                data_end: w.end,
+                index_offset: 0,
+                index_count: 0,
+                index_crc: 0,
+            })?;
+            active.sync()?;
+            *active.footer.lock() = Some(footer);
+        }
+        let needed = (SEGMENT_HEADER_LEN + FOOTER_LEN + 2 * INDEX_ENTRY_LEN) as u64 + rec_len;
+        let len = inner.opts.segment_len().max(needed.div_ceil(PAGE) * PAGE);
+        let prepared = match w.prepared.take().map(|h| h.join()) {
+            Some(Ok(Ok(p))) if p.len() >= len => Some(p),
+            Some(Ok(Ok(p))) => {
+                p.discard();
+                None
+            }
+            // A failed preparation is retried in the foreground, where its
+            // error reaches the caller.
+            _ => None,
+        };
+        let prepared = match prepared {
+            Some(p) => p,
+            None => {
+                w.prep_counter += 1;
+                let path = inner
+                    .dir
+                    .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
+                Prepared::create(path, len, hook)?
+            }
+        };
+        let header = SegmentHeader {
+            log_id: inner.log_id,
+            first_seq: w.next_seq,
+            segment_len: prepared.len(),
+            start_hash: w.head,
+        };
+        // An empty active segment has the same name; the rename replaces it.
+        let seg = prepared.activate(&inner.dir, header, hook)?;
+        if !w.active_sealed && empty {
+            w.segments.pop();
+        }
+        w.segments.push(Arc::new(seg));
+        w.end = SEGMENT_HEADER_LEN as u64;
+        w.last_indexed = None;
+        w.active_sealed = false;
+        Ok(())
+    }
+
+    /// Blocks until every record appended so far is durable (one shared
+    /// `fdatasync` for concurrent callers).
+    pub fn sync(&self) -> Result<()> {
+        let next = self.inner.published.lock().next_seq;
+        match next {
+            0 => Ok(()),
+            n => self.wait_durable(n - 1),
+        }
+    }
+
+    fn wait_durable(&self, seq: u64) -> Result<()> {
+        let inner = &*self.inner;
+        let mut s = inner.sync.lock();
+        loop {
+            if inner.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned);
+            }
+            if s.durable_next > seq {
+                return Ok(());
+            }
+            if s.in_progress {
+                inner.synced.wait(&mut s);
+                continue;
+            }
+            s.in_progress = true;
+            drop(s);
+            let result = self.sync_now();
+            s = inner.sync.lock();
+            s.in_progress = false;
+            match result {
+                Ok(upto) => {
+                    s.durable_next = s.durable_next.max(upto);
+                    inner.synced.notify_all();
+                }
+                Err(e) => {
+                    inner.poisoned.store(true, Ordering::Release);
+                    inner.synced.notify_all();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One group commit, outside the append lock: writes the durable mark of
+    /// the previous commit, then `fdatasync`s the active segment.
+    fn sync_now(&self) -> Result<u64> {
+        let p = self.inner.published.lock().clone();
+        let seg = p.segments.last().expect("a log always has a segment");
+        let previous = *seg.mark.lock();
+        let last_synced = *seg.synced.lock();
+        if let Some((end, next_seq, hash)) = last_synced {
+            if previous.is_none_or(|m| m.durable_end != end) {
+                seg.write_mark(end, next_seq, hash)?;
+            }
+        }
+        seg.sync()?;
+        *seg.synced.lock() = Some((p.last_end, p.next_seq, p.head));
+        Ok(p.next_seq)
+    }
+
+    /// Makes everything durable and records the durable point in the header,
+    /// so the next open need not hash the active segment.
+    pub fn close(self) -> Result<()> {
+        if self.inner.writer.is_none() {
+            return Ok(());
+        }
+        self.sync()?;
+        let p = self.inner.published.lock().clone();
+        let seg = p.segments.last().expect("a log always has a segment");
+        if seg.footer.lock().is_none() {
+            seg.write_mark(p.last_end, p.next_seq, p.head)?;
+            seg.sync()?;
+        }
+        Ok(())
+    }
+
+    /// A consistent view of everything committed so far.
+    pub fn snapshot(&self) -> Snapshot {
+        let p = self.inner.published.lock().clone();
+        snapshot_of(&p)
+    }
+
+    /// Seq and hash of the last record, if any.
+    pub fn head(&self) -> Option<(u64, EntryHash)> {
+        let p = self.inner.published.lock();
+        (p.next_seq > first_seq(&p)).then(|| (p.next_seq - 1, p.head))
+    }
+
+    /// Number of the next record.
+    pub fn next_seq(&self) -> u64 {
+        self.inner.published.lock().next_seq
+    }
+
+    /// Blocks until the log holds a record with `seq`, or `timeout` passes.
+    /// Returns whether it does.
+    pub fn wait_for(&self, seq: u64, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut p = self.inner.published.lock();
+        loop {
+            if p.next_seq > seq {
+                return true;
+            }
+            if self.inner.writer.is_none() && timeout.is_none() {
+                return false;
+            }
+            match deadline {
+                None => self.inner.committed.wait(&mut p),
+                Some(d) => {
+                    if self.inner.committed.wait_until(&mut p, d).timed_out() {
+                        return p.next_seq > seq;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replays from the last `SessionStart` (found through the footers and the
+    /// sparse index, never by scanning from seq 0) into a [`RestoredState`].
+    pub fn restore(&self) -> Result<RestoredState> {
+        self.snapshot().restore()
+    }
+
+    /// Checks every CRC, chain link and archive, and reports the first break.
+    /// Never modifies files.
+    pub fn verify(&self) -> VerifyReport {
+        let mut report = self.snapshot().verify();
+        report.torn_tail = self
+            .inner
+            .report
+            .torn_tail
+            .clone()
+            .filter(|_| self.inner.writer.is_none());
+        report
+    }
+
+    /// Every segment file, in order.
+    pub fn segment_paths(&self) -> Vec<PathBuf> {
+        self.inner
+            .published
+            .lock()
+            .segments
+            .iter()
+            .map(|s| s.path.clone())
+            .collect()
+    }
+
+    /// Total bytes of record data committed.
+    pub fn bytes(&self) -> u64 {
+        self.snapshot()
+            .segs
+            .iter()
+            .map(|(_, end)| end - SEGMENT_HEADER_LEN as u64)
+            .sum()
+    }
+}
+
+fn first_seq(p: &Published) -> u64 {
+    p.segments.first().map_or(0, |s| s.header.first_seq)
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(w) = &self.writer {
+            if let Some(h) = w.lock().prepared.take() {
+                if let Ok(Ok(p)) = h.join() {
+                    p.discard();
+                }
+            }
+        }
+    }
+}
+
+fn open_segments(
+    paths: &[(u64, PathBuf)],
+    writable: bool,
+    mode: RecoveryMode,
+    hook: &Hook,
+) -> Result<Opened> {
+    let mut segments: Vec<Arc<Segment>> = Vec::new();
+    let mut report = RecoveryReport::default();
+    let mut log_id = None;
+    let mut expect: Option<(u64, EntryHash)> = None;
+    let mut last_session_start = None;
+    for (i, (name_seq, path)) in paths.iter().enumerate() {
+        let is_last = i + 1 == paths.len();
+        let seg = Segment::open(path, writable, hook)?;
+        let h = seg.header;
+        if h.first_seq != *name_seq {
+            return Err(seg.corrupt(
+                0,
+                None,
+                CorruptKind::Footer(format!(
+                    "file name says seq {name_seq}, header says {}",
+                    h.first_seq
+                )),
+            ));
+        }
+        match log_id {
+            None => log_id = Some(h.log_id),
+            Some(id) if id != h.log_id => {
+                return Err(seg.corrupt(0, None, CorruptKind::ForeignLog))
+            }
+            Some(_) => {}
+        }
+        match expect {
+            None if h.first_seq == 0 && h.start_hash != EntryHash::genesis() => {
+                return Err(seg.corrupt(
+                    0,
+                    None,
+                    CorruptKind::ChainLink {
+                        expected: EntryHash::genesis(),
+                        actual: h.start_hash,
+                    },
+                ))
+            }
+            Some((seq, _)) if seq != h.first_seq => {
+                return Err(seg.corrupt(
+                    0,
+                    None,
+                    CorruptKind::SeqGap {
+                        expected: seq,
+                        found: h.first_seq,
+                    },
+                ))
+            }
+            Some((_, hash)) if hash != h.start_hash => {
+                return Err(seg.corrupt(
+                    0,
+                    None,
+                    CorruptKind::ChainLink {
+                        expected: hash,
+                        actual: h.start_hash,
+                    },
+                ))
+            }
+            _ => {}
+        }
+        let footer = seg.read_footer()?;
+        if let Some(f) = footer {
+            *seg.footer.lock() = Some(f);
+            seg.map.publish(f.data_end);
+            expect = Some((f.first_seq + f.record_count, f.last_hash));
+            if f.last_session_start.is_some() {
+                last_session_start = f.last_session_start;
+            }
+            report.records += f.record_count;
+            segments.push(Arc::new(seg));
+            if is_last {
+                let (next_seq, head) = expect.expect("set above");
+                report.segments = segments.len();
+                return Ok(Opened {
+                    end: f.data_end,
+                    segments,
+                    next_seq,
+                    head,
+                    last_session_start,
+                    active_sealed: true,
+                    report,
+                    log_id,
+                });
+            }
+            continue;
+        }
+        if !is_last {
+            return Err(seg.corrupt(
+                seg.len() - FOOTER_LEN as u64,
+                None,
+                CorruptKind::Footer("segment before the last is not sealed".into()),
+            ));
+        }
+        // The active segment: scan its records.
+        let mark = seg.read_mark();
+        let limit = seg.len() - FOOTER_LEN as u64;
+        let scan: Scan = seg.scan(
+            SEGMENT_HEADER_LEN as u64,
+            limit,
+            h.first_seq,
+            h.start_hash,
+            ScanMode {
+                trusted: mark.filter(|m| m.next_seq >= h.first_seq),
+                check_archives: false,
+            },
+        );
+        let durable_end = mark.map_or(SEGMENT_HEADER_LEN as u64, |m| m.durable_end);
+        if let Some((offset, seq, kind)) = &scan.stop {
+            let salvaged = *offset < durable_end;
+            if salvaged && mode == RecoveryMode::Strict {
+                return Err(seg.corrupt(*offset, *seq, kind.clone()));
+            }
+            report.torn_tail = Some(TornTail {
+                segment: seg.path.clone(),
+                offset: *offset,
+                seq: *seq,
+                reason: kind.to_string(),
+                salvaged,
+            });
+        }
+        if writable {
+            let dirty = seg.zero_range(scan.end, limit)?;
+            if dirty {
+                if report.torn_tail.is_none() {
+                    report.torn_tail = Some(TornTail {
+                        segment: seg.path.clone(),
+                        offset: scan.end,
+                        seq: None,
+                        reason: "stale bytes after the last record".into(),
+                        salvaged: false,
+                    });
+                }
+                seg.sync()?;
+            }
+            if scan.end > SEGMENT_HEADER_LEN as u64 {
+                // Everything kept is now durable: record it so later damage is caught.
+                seg.sync()?;
+                seg.write_mark(scan.end, scan.next_seq, scan.last_hash)?;
+                seg.sync()?;
+            }
+        }
+        *seg.index.write() = scan.index.clone();
+        if scan.last_session_start.is_some() {
+            last_session_start = scan.last_session_start;
+        }
+        report.records += scan.count;
+        segments.push(Arc::new(seg));
+        report.segments = segments.len();
+        return Ok(Opened {
+            segments,
+            end: scan.end,
+            next_seq: scan.next_seq,
+            head: scan.last_hash,
+            last_session_start,
+            active_sealed: false,
+            report,
+            log_id,
+        });
+    }
+    unreachable!("open_segments is called with at least one path")
+}
+
+fn snapshot_of(p: &Published) -> Snapshot {
+    let n = p.segments.len();
+    let segs = p
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let end = if i + 1 == n {
+                p.last_end
+            } else {
+                s.footer.lock().map_or(p.last_end, |f| f.data_end)
+            };
+            (s.clone(), end)
+        })
+        .collect();
+    Snapshot {
+        segs,
+        next_seq: p.next_seq,
+        head: p.head,
+        last_session_start: p.last_session_start,
+    }
+}
+
+/// A consistent, immutable view of a committed prefix of the log.
+pub struct Snapshot {
+    segs: Vec<(Arc<Segment>, u64)>,
+    next_seq: u64,
+    head: EntryHash,
+    last_session_start: Option<u64>,
+}
+
+/// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    /// Sequence number.
+    pub seq: u64,
+    /// Timestamp, ms.
+    pub ts: u64,
+    /// Entry kind.
+    pub kind: EntryKind,
+    /// This record's chain hash.
+    pub hash: EntryHash,
+    /// The previous record's hash.
+    pub prev_hash: EntryHash,
+    /// The archived entry.
+    pub entry: &'a ArchivedLogEntry,
+    /// Payload length in bytes.
+    pub payload_len: u32,
+}
+
+impl Snapshot {
+    /// Seq of the first record in the log.
+    pub fn first_seq(&self) -> u64 {
+        self.segs.first().map_or(0, |(s, _)| s.header.first_seq)
+    }
+
+    /// Seq of the next record to be written.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Seq and hash of the last record.
+    pub fn head(&self) -> Option<(u64, EntryHash)> {
+        (self.next_seq > self.first_seq()).then(|| (self.next_seq - 1, self.head))
+    }
+
+    /// Seq of the last `SessionStart`.
+    pub fn last_session_start(&self) -> Option<u64> {
+        self.last_session_start
+    }
+
+    /// Records, in order, from the first.
+    pub fn iter(&self) -> Iter<'_> {
+        self.iter_from(self.first_seq())
+    }
+
+    /// Records from `seq` on, found through the sparse index.
+    pub fn iter_from(&self, seq: u64) -> Iter<'_> {
+        let seq = seq.max(self.first_seq());
+        let seg = self
+            .segs
+            .partition_point(|(s, _)| s.header.first_seq <= seq)
+            .saturating_sub(1);
+        let (offset, at_seq) = match self.segs.get(seg) {
+            Some((s, _)) => {
+                let index = s.index.read();
+                let i = index.partition_point(|e| e.seq <= seq);
+                match i.checked_sub(1).map(|i| index[i]) {
+                    Some(e) => (e.offset, e.seq),
+                    None => (SEGMENT_HEADER_LEN as u64, s.header.first_seq),
+                }
+            }
+            None => (SEGMENT_HEADER_LEN as u64, seq),
+        };
+        Iter {
+            snap: self,
+            seg,
+            offset,
+            seq: at_seq,
+            skip_to: seq,
+            done: seq >= self.next_seq,
+        }
+    }
+
+    /// Replays from the last `SessionStart` into a [`RestoredState`].
+    pub fn restore(&self) -> Result<RestoredState> {
+        let mut state = RestoredState::default();
+        let from = self.last_session_start.unwrap_or(self.first_seq());
+        for rec in self.iter_from(from) {
+            let rec = rec?;
+            state.apply_archived(rec.entry);
+            state.head = Some(rec.hash);
+            state.head_seq = Some(rec.seq);
+        }
+        state.entries = self.next_seq - self.first_seq();
+        Ok(state)
+    }
+
+    /// Owned entries from `seq` on.
+    pub fn entries_from(
+        &self,
+        seq: u64,
+    ) -> impl Iterator<Item = Result<(u64, EntryHash, LogEntry)>> + '_ {
+        self.iter_from(seq)
+            .map(|r| r.map(|v| (v.seq, v.hash, v.entry.to_entry())))
+    }
+
+    /// Full check of the snapshot: headers, CRCs, chain, archives, footers.
+    pub fn verify(&self) -> VerifyReport {
+        let mut report = VerifyReport {
+            segments: self.segs.len(),
+            ..VerifyReport::default()
+        };
+        let mut expect: Option<(u64, EntryHash)> = None;
+        for (seg, end) in &self.segs {
+            let damage = |offset, seq, kind| Damage {
+                segment: seg.path.clone(),
+                offset,
+                seq,
+                kind,
+            };
+            let h = seg.header;
+            let (next_seq, hash) = expect.unwrap_or((
+                h.first_seq,
+                if h.first_seq == 0 {
+                    EntryHash::genesis()
+                } else {
+                    h.start_hash
+                },
+            ));
+            if h.first_seq != next_seq {
+                report.damage = Some(damage(
+                    0,
+                    None,
+                    CorruptKind::SeqGap {
+                        expected: next_seq,
+                        found: h.first_seq,
+                    },
+                ));
+                return report;
+            }
+            if h.start_hash != hash {
+                report.damage = Some(damage(
+                    0,
+                    None,
+                    CorruptKind::ChainLink {
+                        expected: hash,
+                        actual: h.start_hash,
+                    },
+                ));
+                return report;
+            }
+            let scan = seg.scan(
+                SEGMENT_HEADER_LEN as u64,
+                *end,
+                next_seq,
+                hash,
+                ScanMode {
+                    trusted: None,
+                    check_archives: true,
+                },
+            );
+            report.records += scan.count;
+            report.bytes += scan.end - SEGMENT_HEADER_LEN as u64;
+            if scan.count > 0 {
+                report.head = Some((scan.next_seq - 1, scan.last_hash));
+            }
+            if let Some((offset, seq, kind)) = scan.stop {
+                report.damage = Some(damage(offset, seq, kind));
+                return report;
+            }
+            if scan.end != *end {
+                report.damage = Some(damage(
+                    scan.end,
+                    Some(scan.next_seq),
+                    CorruptKind::Truncated,
+                ));
+                return report;
+            }
+            if let Some(f) = *seg.footer.lock() {
+                if f.record_count != scan.count || f.last_hash != scan.last_hash {
+                    report.damage = Some(damage(
+                        seg.len() - FOOTER_LEN as u64,
+                        None,
+                        CorruptKind::Footer("count or last hash disagrees with the records".into()),
+                    ));
+                    return report;
+                }
+            }
+            expect = Some((scan.next_seq, scan.last_hash));
+        }
+        report
+    }
+}
+
+/// Iterator over a [`Snapshot`]'s records.
+pub struct Iter<'a> {
+    snap: &'a Snapshot,
+    seg: usize,
+    offset: u64,
+    seq: u64,
+    skip_to: u64,
+    done: bool,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Result<RecordView<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let (seg, end) = self.snap.segs.get(self.seg)?;
+            if self.offset >= *end {
+                self.seg += 1;
+                self.offset = SEGMENT_HEADER_LEN as u64;
+                continue;
+            }
+            match self.read(seg, *end) {
+                Ok(Some(view)) => return Some(Ok(view)),
+                Ok(None) => continue,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Iter<'a> {
+    fn read(&mut self, seg: &'a Arc<Segment>, end: u64) -> Result<Option<RecordView<'a>>> {
+        let bytes = seg.map.committed_slice(self.offset as usize, end as usize);
+        let corrupt = |kind| seg.corrupt(self.offset, Some(self.seq), kind);
+        let h = RecordHeader::read(bytes).map_err(corrupt)?;
+        let len = h.record_len();
+        if len > bytes.len() {
+            return Err(corrupt(CorruptKind::Truncated));
+        }
+        if h.seq != self.seq {
+            return Err(corrupt(CorruptKind::SeqGap {
+                expected: self.seq,
+                found: h.seq,
+            }));
+        }
+        if h.seq < self.skip_to {
+            self.offset += len as u64;
+            self.seq += 1;
+            return Ok(None);
+        }
+        let body = &bytes[..RECORD_HEADER_LEN + h.payload_len as usize];
+        format::check_record_crc(body).map_err(corrupt)?;
+        let entry = LogEntry::access_archive(&body[RECORD_HEADER_LEN..])
+            .map_err(|e| corrupt(CorruptKind::InvalidArchive(e)))?;
+        let kind = EntryKind::from_code(h.kind).ok_or_else(|| {
+            corrupt(CorruptKind::InvalidArchive(format!(
+                "unknown kind {}",
+                h.kind
+            )))
+        })?;
+        let hash = if len < bytes.len() {
+            format::prev_hash_of(&bytes[len..]).ok_or_else(|| corrupt(CorruptKind::Truncated))?
+        } else if let Some((next, _)) = self.snap.segs.get(self.seg + 1) {
+            next.header.start_hash
+        } else {
+            self.snap.head
+        };
+        let view = RecordView {
+            seq: h.seq,
+            ts: h.ts,
+            kind,
+            hash,
+            prev_hash: h.prev_hash,
+            entry,
+            payload_len: h.payload_len,
+        };
+        self.offset += len as u64;
+        self.seq += 1;
+        if self.seq >= self.snap.next_seq {
+            self.done = true;
+        }
+        Ok(Some(view))
+    }
+}

@@ -1,0 +1,606 @@
+//! One segment file: create (preallocated and prefaulted), map, append, seal, scan.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::chain::EntryHash;
+use crate::error::{CorruptKind, Error, Result};
+use crate::format::{
+    self, Footer, IndexEntry, Mark, RecordHeader, SegmentHeader, FOOTER_LEN, INDEX_ENTRY_LEN,
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::mmap::{self, Map};
+use crate::schema::EntryKind;
+
+/// An I/O operation about to happen, shown to an [`IoHook`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IoOp<'a> {
+    /// A file is created and `len` bytes reserved for it.
+    Allocate {
+        /// The file.
+        path: &'a Path,
+        /// Bytes reserved.
+        len: u64,
+    },
+    /// Bytes are written at an offset (through the map).
+    Write {
+        /// The file.
+        path: &'a Path,
+        /// Offset.
+        offset: u64,
+        /// The bytes, as they will stand in the file.
+        data: &'a [u8],
+    },
+    /// `fdatasync` of a file.
+    Sync {
+        /// The file.
+        path: &'a Path,
+    },
+    /// A rename inside the log directory.
+    Rename {
+        /// Old name.
+        from: &'a Path,
+        /// New name.
+        to: &'a Path,
+    },
+    /// `fsync` of a directory.
+    SyncDir {
+        /// The directory.
+        path: &'a Path,
+    },
+    /// A file is removed.
+    Remove {
+        /// The file.
+        path: &'a Path,
+    },
+}
+
+/// The fault seam: called before each I/O operation of a writer. An error
+/// returned here is treated exactly like the operating system's.
+///
+/// Tests use it to count, record and fail operations; production code leaves
+/// it unset.
+pub trait IoHook: Send + Sync {
+    /// Called before `op` runs; for writes, after the bytes are prepared and
+    /// before they are published.
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()>;
+}
+
+/// The optional hook, shared by a log and its segments.
+pub(crate) type Hook = Option<Arc<dyn IoHook>>;
+
+pub(crate) fn run_hook(hook: &Hook, op: IoOp<'_>) -> io::Result<()> {
+    match hook {
+        Some(h) => h.before(&op),
+        None => Ok(()),
+    }
+}
+
+/// Records are indexed at least this often (bytes) in the sparse index.
+pub(crate) const INDEX_STRIDE_BYTES: u64 = 64 << 10;
+
+/// One mapped segment file.
+pub(crate) struct Segment {
+    pub(crate) path: PathBuf,
+    file: File,
+    pub(crate) map: Map,
+    pub(crate) header: SegmentHeader,
+    /// Set once sealed.
+    pub(crate) footer: Mutex<Option<Footer>>,
+    /// Sparse seq → offset index.
+    pub(crate) index: RwLock<Vec<IndexEntry>>,
+    /// Generation of the last mark written, and the durable state it named.
+    pub(crate) mark: Mutex<Option<Mark>>,
+    /// What the last completed `fdatasync` covered: (end, next_seq, hash).
+    pub(crate) synced: Mutex<Option<(u64, u64, EntryHash)>>,
+    hook: Hook,
+}
+
+/// The file name of the segment whose first record is `first_seq`.
+pub(crate) fn segment_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.seg")
+}
+
+/// Parses a segment file name back to its first seq.
+pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())?
+}
+
+pub(crate) fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
+    move |e| Error::io(op, path, e)
+}
+
+/// fsync of a directory.
+pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
+    run_hook(hook, IoOp::SyncDir { path: dir }).map_err(io_err("fsync dir", dir))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("fsync dir", dir))
+}
+
+/// A freshly allocated, prefaulted file waiting to become the next segment.
+pub(crate) struct Prepared {
+    path: PathBuf,
+    file: File,
+    map: Map,
+}
+
+impl Prepared {
+    /// Creates `path` (0600), reserves `len` bytes and prefaults its map.
+    pub(crate) fn create(path: PathBuf, len: u64, hook: &Hook) -> Result<Prepared> {
+        run_hook(hook, IoOp::Allocate { path: &path, len }).map_err(io_err("fallocate", &path))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("create", &path))?;
+        let result = mmap::fallocate(&file, len)
+            .map_err(io_err("fallocate", &path))
+            .and_then(|()| Map::new(&file, len as usize, true).map_err(io_err("mmap", &path)));
+        match result {
+            Ok(map) => {
+                map.prefault();
+                Ok(Prepared { path, file, map })
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Allocated length.
+    pub(crate) fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Writes the header, makes it durable and gives the file its final name.
+    pub(crate) fn activate(
+        self,
+        dir: &Path,
+        header: SegmentHeader,
+        hook: &Hook,
+    ) -> Result<Segment> {
+        let Prepared { path, file, map } = self;
+        let bytes = header.encode();
+        run_hook(
+            hook,
+            IoOp::Write {
+                path: &path,
+                offset: 0,
+                data: &bytes,
+            },
+        )
+        .map_err(io_err("write", &path))?;
+        map.with_mut(0, SEGMENT_HEADER_LEN, |b| b.copy_from_slice(&bytes));
+        run_hook(hook, IoOp::Sync { path: &path }).map_err(io_err("fdatasync", &path))?;
+        file.sync_data().map_err(io_err("fdatasync", &path))?;
+        let final_path = dir.join(segment_name(header.first_seq));
+        run_hook(
+            hook,
+            IoOp::Rename {
+                from: &path,
+                to: &final_path,
+            },
+        )
+        .map_err(io_err("rename", &path))?;
+        fs::rename(&path, &final_path).map_err(io_err("rename", &path))?;
+        sync_dir(dir, hook)?;
+        Ok(Segment {
+            path: final_path,
+            file,
+            map,
+            header,
+            footer: Mutex::new(None),
+            index: RwLock::new(Vec::new()),
+            mark: Mutex::new(None),
+            synced: Mutex::new(None),
+            hook: hook.clone(),
+        })
+    }
+
+    /// Removes the file (an unused preparation).
+    pub(crate) fn discard(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// What a scan of a segment's records found.
+#[derive(Debug, Clone)]
+pub(crate) struct Scan {
+    /// Offset just past the last good record.
+    pub(crate) end: u64,
+    /// Seq the next record would have.
+    pub(crate) next_seq: u64,
+    /// Hash of the last good record (the start hash if none).
+    pub(crate) last_hash: EntryHash,
+    /// Good records.
+    pub(crate) count: u64,
+    /// Sparse index of the good records.
+    pub(crate) index: Vec<IndexEntry>,
+    /// Seq of the last SessionStart among them.
+    pub(crate) last_session_start: Option<u64>,
+    /// Where and why the scan stopped early, if it did on a bad record.
+    pub(crate) stop: Option<(u64, Option<u64>, CorruptKind)>,
+}
+
+/// How thoroughly to scan.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScanMode {
+    /// Below this offset, trust CRCs and skip chain hashing (the durable mark
+    /// says those bytes were checked and synced); `mark` gives the hash there.
+    pub(crate) trusted: Option<Mark>,
+    /// Also validate every payload as an archive.
+    pub(crate) check_archives: bool,
+}
+
+impl Segment {
+    /// Opens and maps an existing segment, checking its header.
+    pub(crate) fn open(path: &Path, writable: bool, hook: &Hook) -> Result<Segment> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(io_err("open", path))?;
+        let len = file.metadata().map_err(io_err("stat", path))?.len();
+        let corrupt = |offset: u64, kind| Error::Corrupt {
+            segment: path.to_path_buf(),
+            offset,
+            seq: None,
+            kind,
+        };
+        if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 || len > isize::MAX as u64 {
+            return Err(corrupt(len, CorruptKind::Truncated));
+        }
+        let map = Map::new(&file, len as usize, writable).map_err(io_err("mmap", path))?;
+        let header = SegmentHeader::decode(&map.copy_out(0, SEGMENT_HEADER_LEN))
+            .map_err(|(o, k)| corrupt(o, k))?;
+        if header.segment_len != len {
+            return Err(corrupt(
+                0,
+                CorruptKind::Footer(format!(
+                    "header says {} bytes, file has {len}",
+                    header.segment_len
+                )),
+            ));
+        }
+        Ok(Segment {
+            path: path.to_path_buf(),
+            file,
+            map,
+            header,
+            footer: Mutex::new(None),
+            index: RwLock::new(Vec::new()),
+            mark: Mutex::new(None),
+            synced: Mutex::new(None),
+            hook: hook.clone(),
+        })
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    pub(crate) fn corrupt(&self, offset: u64, seq: Option<u64>, kind: CorruptKind) -> Error {
+        Error::Corrupt {
+            segment: self.path.clone(),
+            offset,
+            seq,
+            kind,
+        }
+    }
+
+    /// The newest valid durable mark in the header.
+    pub(crate) fn read_mark(&self) -> Option<Mark> {
+        Mark::newest(&self.map.copy_out(0, SEGMENT_HEADER_LEN))
+    }
+
+    /// Reads and checks the footer: `Ok(None)` when the segment is not sealed.
+    pub(crate) fn read_footer(&self) -> Result<Option<Footer>> {
+        let at = self.len() as usize - FOOTER_LEN;
+        let bytes = self.map.copy_out(at, self.len() as usize);
+        let footer = match Footer::decode(&bytes).map_err(|k| self.corrupt(at as u64, None, k))? {
+            None => return Ok(None),
+            Some(f) => f,
+        };
+        let bad = |why: String| Err(self.corrupt(at as u64, None, CorruptKind::Footer(why)));
+        let index_end = footer
+            .index_count
+            .checked_mul(INDEX_ENTRY_LEN as u64)
+            .and_then(|n| n.checked_add(footer.index_offset));
+        match index_end {
+            Some(end)
+                if footer.data_end >= SEGMENT_HEADER_LEN as u64
+                    && footer.index_offset >= footer.data_end
+                    && end <= at as u64 => {}
+            _ => return bad("index or data bounds outside the file".into()),
+        }
+        if footer.first_seq != self.header.first_seq {
+            return bad(format!(
+                "first seq {} disagrees with header {}",
+                footer.first_seq, self.header.first_seq
+            ));
+        }
+        let ib = self.map.copy_out(
+            footer.index_offset as usize,
+            (footer.index_offset + footer.index_count * INDEX_ENTRY_LEN as u64) as usize,
+        );
+        let index = format::decode_index(&ib, footer.index_crc)
+            .map_err(|k| self.corrupt(footer.index_offset, None, k))?;
+        if index
+            .iter()
+            .any(|e| e.offset < SEGMENT_HEADER_LEN as u64 || e.offset >= footer.data_end)
+        {
+            return bad("index entry outside the data".into());
+        }
+        *self.index.write() = index;
+        Ok(Some(footer))
+    }
+
+    /// Scans records from `from` (with `next_seq` and `hash` before it) up to
+    /// `limit`, stopping at the first record that fails a check.
+    pub(crate) fn scan(
+        &self,
+        from: u64,
+        limit: u64,
+        next_seq: u64,
+        hash: EntryHash,
+        mode: ScanMode,
+    ) -> Scan {
+        self.map.with_view(0, limit as usize, |bytes| {
+            scan_bytes(bytes, from, next_seq, hash, mode)
+        })
+    }
+
+    /// Writes one record at `offset` (at or above committed) and returns its
+    /// chain hash. Nothing is published.
+    pub(crate) fn write_record(
+        &self,
+        offset: u64,
+        header: &RecordHeader,
+        payload: &[u8],
+    ) -> Result<(EntryHash, u64)> {
+        let len = header.record_len();
+        let start = offset as usize;
+        let hash = self.map.with_mut(start, start + len, |rec| {
+            let body = RECORD_HEADER_LEN + payload.len();
+            header.write(&mut rec[..RECORD_HEADER_LEN]);
+            rec[RECORD_HEADER_LEN..body].copy_from_slice(payload);
+            rec[body..].fill(0);
+            let hash = format::seal_record(&mut rec[..body]);
+            run_hook(
+                &self.hook,
+                IoOp::Write {
+                    path: &self.path,
+                    offset,
+                    data: rec,
+                },
+            )
+            .map(|()| hash)
+        });
+        let hash = hash.map_err(io_err("write", &self.path))?;
+        Ok((hash, offset + len as u64))
+    }
+
+    /// Writes bytes at `offset` (header area, or at or above committed).
+    pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        run_hook(
+            &self.hook,
+            IoOp::Write {
+                path: &self.path,
+                offset,
+                data,
+            },
+        )
+        .map_err(io_err("write", &self.path))?;
+        let start = offset as usize;
+        self.map
+            .with_mut(start, start + data.len(), |b| b.copy_from_slice(data));
+        Ok(())
+    }
+
+    /// `fdatasync`: makes every write to this file durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        run_hook(&self.hook, IoOp::Sync { path: &self.path })
+            .map_err(io_err("fdatasync", &self.path))?;
+        self.file
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.path))
+    }
+
+    /// Writes the next durable mark (alternating slots). Not synced here.
+    pub(crate) fn write_mark(
+        &self,
+        durable_end: u64,
+        next_seq: u64,
+        durable_hash: EntryHash,
+    ) -> Result<()> {
+        let mut last = self.mark.lock();
+        let generation = last.map_or(1, |m| m.generation + 1);
+        let mark = Mark {
+            generation,
+            durable_end,
+            next_seq,
+            durable_hash,
+        };
+        self.write_at(Mark::slot_offset(generation) as u64, &mark.encode())?;
+        *last = Some(mark);
+        Ok(())
+    }
+
+    /// Zeroes `from..to` if any byte there is not zero, so that stale bytes
+    /// can never validate later. Returns whether anything was written.
+    pub(crate) fn zero_range(&self, from: u64, to: u64) -> Result<bool> {
+        let dirty = self
+            .map
+            .with_view(from as usize, to as usize, |b| b.iter().any(|&x| x != 0));
+        if dirty {
+            // Write in bounded chunks so a hook sees reasonably sized writes.
+            let zeros = vec![0u8; 1 << 20];
+            let mut at = from;
+            while at < to {
+                let n = (to - at).min(zeros.len() as u64);
+                self.write_at(at, &zeros[..n as usize])?;
+                at += n;
+            }
+        }
+        Ok(dirty)
+    }
+
+    /// Writes the index and footer; the caller syncs.
+    pub(crate) fn seal(&self, footer_in: Footer) -> Result<Footer> {
+        let index = self.index.read().clone();
+        let bytes = format::encode_index(&index);
+        let footer = Footer {
+            index_offset: footer_in.data_end,
+            index_count: index.len() as u64,
+            index_crc: format::index_crc(&bytes),
+            ..footer_in
+        };
+        let footer_at = self.len() - FOOTER_LEN as u64;
+        assert!(
+            footer.index_offset + bytes.len() as u64 <= footer_at,
+            "no room reserved for the index"
+        );
+        self.write_at(footer.index_offset, &bytes)?;
+        self.write_at(footer_at, &footer.encode())?;
+        Ok(footer)
+    }
+
+    /// Room left for records, keeping space for the index (one more entry) and footer.
+    pub(crate) fn fits(&self, end: u64, record_len: u64) -> bool {
+        let index_len = (self.index.read().len() as u64 + 1) * INDEX_ENTRY_LEN as u64;
+        end + record_len + index_len + FOOTER_LEN as u64 <= self.len()
+    }
+}
+
+/// The scan itself, over the bytes `0..limit` of a segment.
+pub(crate) fn scan_bytes(
+    bytes: &[u8],
+    from: u64,
+    mut next_seq: u64,
+    mut hash: EntryHash,
+    mode: ScanMode,
+) -> Scan {
+    let mut scan = Scan {
+        end: from,
+        next_seq,
+        last_hash: hash,
+        count: 0,
+        index: Vec::new(),
+        last_session_start: None,
+        stop: None,
+    };
+    let trusted = mode
+        .trusted
+        .filter(|m| m.durable_end >= from && (m.durable_end as usize) <= bytes.len());
+    let mut hash_known = true;
+    let mut last_start = None;
+    let mut off = from as usize;
+    let mut last_indexed: Option<u64> = None;
+    loop {
+        if let Some(m) = trusted {
+            if off as u64 == m.durable_end {
+                hash = m.durable_hash;
+                hash_known = true;
+            }
+        }
+        let Some(head) = bytes.get(off..off + RECORD_HEADER_LEN) else {
+            if bytes.len() > off && bytes[off..].iter().any(|&b| b != 0) {
+                scan.stop = Some((off as u64, None, CorruptKind::Truncated));
+            }
+            break;
+        };
+        if head.iter().all(|&b| b == 0) {
+            break;
+        }
+        let h = match RecordHeader::read(head) {
+            Ok(h) => h,
+            Err(kind) => {
+                scan.stop = Some((off as u64, None, kind));
+                break;
+            }
+        };
+        let seq = Some(h.seq);
+        let body_end = off + RECORD_HEADER_LEN + h.payload_len as usize;
+        let rec_end = off + h.record_len();
+        if rec_end > bytes.len() {
+            scan.stop = Some((off as u64, seq, CorruptKind::Truncated));
+            break;
+        }
+        let rec = &bytes[off..body_end];
+        if let Err(kind) = format::check_record_crc(rec) {
+            scan.stop = Some((off as u64, seq, kind));
+            break;
+        }
+        if h.seq != next_seq {
+            scan.stop = Some((
+                off as u64,
+                seq,
+                CorruptKind::SeqGap {
+                    expected: next_seq,
+                    found: h.seq,
+                },
+            ));
+            break;
+        }
+        let in_trusted = trusted.is_some_and(|m| (off as u64) < m.durable_end);
+        if hash_known && h.prev_hash != hash {
+            scan.stop = Some((
+                off as u64,
+                seq,
+                CorruptKind::ChainLink {
+                    expected: hash,
+                    actual: h.prev_hash,
+                },
+            ));
+            break;
+        }
+        if mode.check_archives {
+            if let Err(why) = crate::schema::LogEntry::access_archive(&rec[RECORD_HEADER_LEN..]) {
+                scan.stop = Some((off as u64, seq, CorruptKind::InvalidArchive(why)));
+                break;
+            }
+        }
+        if in_trusted {
+            hash_known = false;
+        } else {
+            hash = format::record_link(rec);
+            hash_known = true;
+        }
+        last_start = Some(off);
+        if h.kind == EntryKind::SessionStart as u8 {
+            scan.last_session_start = Some(h.seq);
+        }
+        if last_indexed.is_none_or(|at| off as u64 - at >= INDEX_STRIDE_BYTES) {
+            scan.index.push(IndexEntry {
+                seq: h.seq,
+                offset: off as u64,
+            });
+            last_indexed = Some(off as u64);
+        }
+        next_seq += 1;
+        scan.count += 1;
+        off = rec_end;
+        scan.end = off as u64;
+        scan.next_seq = next_seq;
+    }
+    scan.last_hash = match (hash_known, last_start) {
+        (true, _) | (false, None) => hash,
+        (false, Some(at)) => {
+            let h = RecordHeader::read(&bytes[at..]).expect("checked above");
+            format::record_link(&bytes[at..at + RECORD_HEADER_LEN + h.payload_len as usize])
+        }
+    };
+    scan
+}
