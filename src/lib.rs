@@ -2,4 +2,5 @@
 //! session logs of LLM agent runtimes.
 #![deny(unsafe_code)]
 
+pub mod history;
 pub mod item;
