@@ -423,74 +423,58 @@ fn home_with_stray_transcript() -> Home {
     home
 }
 
+/// The reason discovery by cwd gives after `setup` has damaged the index.
+fn fail_closed_reason(setup: impl FnOnce(&Home)) -> NotFoundReason {
+    let home = home_with_stray_transcript();
+    setup(&home);
+    reason(discover_by_cwd(home.path(), Some(Path::new("/work/proj"))))
+}
+
+fn run_sql(home: &Home, sql: &str) {
+    Connection::open(home.db_path())
+        .unwrap()
+        .execute_batch(sql)
+        .unwrap();
+}
+
 #[test]
 fn seed_11_fail_closed_when_database_is_missing_unreadable_or_corrupt() {
-    let cwd = Some(Path::new("/work/proj"));
+    use NotFoundReason::{DatabaseMissing, DatabaseSchema, DatabaseUnreadable};
 
-    let home = home_with_stray_transcript();
-    assert!(matches!(
-        reason(discover_by_cwd(home.path(), cwd)),
-        NotFoundReason::DatabaseMissing { .. }
-    ));
+    let r = fail_closed_reason(|_| {});
+    assert!(matches!(r, DatabaseMissing { .. }), "{r:?}");
 
-    let home = home_with_stray_transcript();
-    fs::create_dir(home.db_path()).unwrap();
-    assert!(matches!(
-        reason(discover_by_cwd(home.path(), cwd)),
-        NotFoundReason::DatabaseUnreadable { .. }
-    ));
+    let r = fail_closed_reason(|h| fs::create_dir(h.db_path()).unwrap());
+    assert!(matches!(r, DatabaseUnreadable { .. }), "{r:?}");
 
-    let home = home_with_stray_transcript();
-    fs::write(
-        home.db_path(),
-        b"this is not an sqlite database, not even close.....",
-    )
-    .unwrap();
-    let r = reason(discover_by_cwd(home.path(), cwd));
-    assert!(
-        matches!(r, NotFoundReason::DatabaseUnreadable { .. }),
-        "{r:?}"
-    );
+    let r =
+        fail_closed_reason(|h| fs::write(h.db_path(), b"not sqlite at all, ".repeat(8)).unwrap());
+    assert!(matches!(r, DatabaseUnreadable { .. }), "{r:?}");
     assert!(!r.to_string().is_empty());
 
     // A valid SQLite file whose header was damaged.
-    let home = home_with_stray_transcript();
-    home.write_db(true, &[("stray", json!(["file:///work/proj"]), 1)]);
-    let mut bytes = fs::read(home.db_path()).unwrap();
-    bytes[..16].copy_from_slice(b"garbage garbage!");
-    fs::write(home.db_path(), bytes).unwrap();
-    assert!(matches!(
-        reason(discover_by_cwd(home.path(), cwd)),
-        NotFoundReason::DatabaseUnreadable { .. }
-    ));
+    let r = fail_closed_reason(|h| {
+        h.write_db(true, &[("stray", json!(["file:///work/proj"]), 1)]);
+        let mut bytes = fs::read(h.db_path()).unwrap();
+        bytes[..16].copy_from_slice(b"garbage garbage!");
+        fs::write(h.db_path(), bytes).unwrap();
+    });
+    assert!(matches!(r, DatabaseUnreadable { .. }), "{r:?}");
 
-    let home = home_with_stray_transcript();
-    Connection::open(home.db_path())
-        .unwrap()
-        .execute_batch("CREATE TABLE other (x)")
-        .unwrap();
-    assert!(matches!(
-        reason(discover_by_cwd(home.path(), cwd)),
-        NotFoundReason::DatabaseSchema { .. }
-    ));
+    let r = fail_closed_reason(|h| run_sql(h, "CREATE TABLE other (x)"));
+    assert!(matches!(r, DatabaseSchema { .. }), "{r:?}");
 
-    let home = home_with_stray_transcript();
-    Connection::open(home.db_path())
-        .unwrap()
-        .execute_batch("CREATE TABLE conversation_summaries (conversation_id TEXT)")
-        .unwrap();
-    assert!(matches!(
-        reason(discover_by_cwd(home.path(), cwd)),
-        NotFoundReason::DatabaseSchema { .. }
-    ));
+    let r = fail_closed_reason(|h| {
+        run_sql(
+            h,
+            "CREATE TABLE conversation_summaries (conversation_id TEXT)",
+        )
+    });
+    assert!(matches!(r, DatabaseSchema { .. }), "{r:?}");
 
     // An empty file is an empty database: no table.
-    let home = home_with_stray_transcript();
-    fs::write(home.db_path(), b"").unwrap();
-    assert!(matches!(
-        reason(discover_by_cwd(home.path(), cwd)),
-        NotFoundReason::DatabaseSchema { .. }
-    ));
+    let r = fail_closed_reason(|h| fs::write(h.db_path(), b"").unwrap());
+    assert!(matches!(r, DatabaseSchema { .. }), "{r:?}");
 }
 
 #[test]
