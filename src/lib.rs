@@ -6,12 +6,14 @@ pub mod chain;
 pub mod error;
 pub mod export;
 pub mod format;
+pub mod history;
 pub mod item;
 pub mod log;
-mod mmap;
 pub mod schema;
 pub mod segment;
 pub mod state;
+
+mod mmap;
 
 pub use chain::EntryHash;
 pub use error::{CorruptKind, Error, Result};

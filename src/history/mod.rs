@@ -1,0 +1,542 @@
+//! Readers of other agents' session transcripts.
+//!
+//! An agent manager wants to show what each agent it runs has done (the last
+//! assistant message, the last tool result) and to import that history into
+//! its own store. Each agent runtime keeps transcripts in its own format and
+//! in its own place, so each gets a [`HistoryReader`], registered by source
+//! name in a [`HistoryService`]. Discovery always goes through the service.
+//!
+//! Discovery fails closed: when a reader cannot tie a transcript to the
+//! request unambiguously it answers [`Discovery::NotFound`] with a reason,
+//! never with a guess. Showing no history is better than showing another
+//! workspace's.
+//!
+//! Readers so far: [`agy`] (Antigravity CLI, source `"agy-jsonl"`).
+
+pub mod agy;
+pub mod file_uri;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::item::Item;
+
+/// Who produced a [`HistoryMessage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryRole {
+    /// The human driving the agent.
+    User,
+    /// The model's visible text.
+    Assistant,
+    /// The output of a tool the agent ran.
+    ToolResult,
+}
+
+/// One message of a foreign transcript, in the reader-neutral form.
+///
+/// Serialises (and deserialises) as the JSON line form:
+///
+/// ```text
+/// {"role":"user"|"assistant"|"tool_result","text":"…","tool_name":"…"|null,"is_error":true|false,"timestamp":"…"|null,"ref":"…"}
+/// ```
+///
+/// `tool_name` and `is_error` are written for `tool_result` only; for the
+/// other roles they are written as `null` and `false` whatever the fields hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryMessage {
+    /// Who produced it.
+    pub role: HistoryRole,
+    /// The full text.
+    pub text: String,
+    /// When it was written, as the transcript spells it.
+    pub timestamp: Option<String>,
+    /// The tool's name, for tool results.
+    pub tool_name: Option<String>,
+    /// Whether the tool failed, for tool results.
+    pub is_error: bool,
+    /// Where it came from: the transcript path plus `#line=N` or `#step=N`.
+    pub source_ref: String,
+}
+
+/// The wire form shared by `Serialize`, `Deserialize` and
+/// [`HistoryMessage::to_json_line`]; field order is the documented key order.
+#[derive(Serialize, Deserialize)]
+struct HistoryMessageWire {
+    role: HistoryRole,
+    text: String,
+    tool_name: Option<String>,
+    is_error: bool,
+    timestamp: Option<String>,
+    #[serde(rename = "ref")]
+    source_ref: String,
+}
+
+impl HistoryMessage {
+    fn to_wire(&self) -> HistoryMessageWire {
+        let is_tool = self.role == HistoryRole::ToolResult;
+        HistoryMessageWire {
+            role: self.role,
+            text: self.text.clone(),
+            tool_name: if is_tool {
+                self.tool_name.clone()
+            } else {
+                None
+            },
+            is_error: is_tool && self.is_error,
+            timestamp: self.timestamp.clone(),
+            source_ref: self.source_ref.clone(),
+        }
+    }
+
+    /// The message as one line of JSON, without a trailing newline.
+    pub fn to_json_line(&self) -> String {
+        // Serialising a struct of strings, bools and options into a String
+        // cannot fail; fall back to an empty object rather than panic anyway.
+        serde_json::to_string(&self.to_wire()).unwrap_or_else(|_| String::from("{}"))
+    }
+}
+
+impl Serialize for HistoryMessage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_wire().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for HistoryMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = HistoryMessageWire::deserialize(deserializer)?;
+        Ok(HistoryMessage {
+            role: wire.role,
+            text: wire.text,
+            timestamp: wire.timestamp,
+            tool_name: wire.tool_name,
+            is_error: wire.is_error,
+            source_ref: wire.source_ref,
+        })
+    }
+}
+
+/// What an agent manager shows for an agent at a glance.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactHistory {
+    /// How many messages the transcript holds.
+    pub message_count: usize,
+    /// The last user message.
+    pub last_user_message: Option<HistoryMessage>,
+    /// The last assistant message.
+    pub last_assistant_message: Option<HistoryMessage>,
+    /// The last tool result.
+    pub last_tool_result: Option<HistoryMessage>,
+    /// The timestamp of the last message that carries one.
+    ///
+    /// Timestamps are kept as the transcript spells them, so this is the last
+    /// in transcript order, not the greatest by value.
+    pub updated_at: Option<String>,
+}
+
+impl CompactHistory {
+    /// Summarise messages given in transcript order.
+    pub fn from_messages(messages: &[HistoryMessage]) -> CompactHistory {
+        let last_of = |role: HistoryRole| messages.iter().rev().find(|m| m.role == role).cloned();
+        CompactHistory {
+            message_count: messages.len(),
+            last_user_message: last_of(HistoryRole::User),
+            last_assistant_message: last_of(HistoryRole::Assistant),
+            last_tool_result: last_of(HistoryRole::ToolResult),
+            updated_at: messages.iter().rev().find_map(|m| m.timestamp.clone()),
+        }
+    }
+}
+
+/// What to look for: a session by its id, or the session of a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Locator {
+    /// The agent's own session (conversation) id.
+    SessionId(String),
+    /// The agent's working directory. `None` models an agent whose cwd is
+    /// unknown; discovery by cwd then finds nothing.
+    Cwd(Option<PathBuf>),
+}
+
+/// Why discovery found no transcript. `Display` gives the one-line reason
+/// the CLI prints with `--verbose`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotFoundReason {
+    /// No reader is registered under this source name.
+    UnknownSource {
+        /// The name asked for.
+        name: String,
+    },
+    /// The session id is not a plain identifier (path separators, `..`,
+    /// NUL, unusual characters, or too long).
+    InvalidSessionId {
+        /// The id as given.
+        id: String,
+    },
+    /// The session id is well formed but has no transcript.
+    TranscriptMissing {
+        /// Where the transcript would be.
+        path: PathBuf,
+    },
+    /// Discovery by cwd was asked without a cwd.
+    NoCwd,
+    /// The cwd cannot be compared exactly (it is not absolute).
+    InvalidCwd {
+        /// The cwd as given.
+        cwd: PathBuf,
+    },
+    /// The reader's index database does not exist.
+    DatabaseMissing {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The index database exists but could not be opened or queried.
+    DatabaseUnreadable {
+        /// The database file.
+        path: PathBuf,
+        /// What went wrong, as SQLite or the OS reported it.
+        detail: String,
+    },
+    /// The index database lacks the table or a column discovery needs.
+    DatabaseSchema {
+        /// The database file.
+        path: PathBuf,
+        /// What is missing.
+        detail: String,
+    },
+    /// No indexed workspace equals the cwd.
+    NoMatchingWorkspace {
+        /// The cwd, normalised.
+        cwd: PathBuf,
+    },
+    /// Workspaces matched, but none of their transcripts exists.
+    NoTranscriptForWorkspace {
+        /// The cwd, normalised.
+        cwd: PathBuf,
+        /// How many conversations matched.
+        matches: usize,
+    },
+}
+
+impl fmt::Display for NotFoundReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotFoundReason::UnknownSource { name } => {
+                write!(f, "no history reader is registered for source {name:?}")
+            }
+            NotFoundReason::InvalidSessionId { id } => {
+                write!(f, "session id {id:?} is not a plain identifier")
+            }
+            NotFoundReason::TranscriptMissing { path } => {
+                write!(f, "no transcript at {}", path.display())
+            }
+            NotFoundReason::NoCwd => f.write_str("no working directory to match against"),
+            NotFoundReason::InvalidCwd { cwd } => {
+                write!(f, "working directory {} is not absolute", cwd.display())
+            }
+            NotFoundReason::DatabaseMissing { path } => {
+                write!(f, "no conversation index at {}", path.display())
+            }
+            NotFoundReason::DatabaseUnreadable { path, detail } => {
+                write!(
+                    f,
+                    "conversation index {} is unreadable: {detail}",
+                    path.display()
+                )
+            }
+            NotFoundReason::DatabaseSchema { path, detail } => {
+                write!(
+                    f,
+                    "conversation index {} is not usable: {detail}",
+                    path.display()
+                )
+            }
+            NotFoundReason::NoMatchingWorkspace { cwd } => {
+                write!(
+                    f,
+                    "no conversation is indexed for workspace {}",
+                    cwd.display()
+                )
+            }
+            NotFoundReason::NoTranscriptForWorkspace { cwd, matches } => write!(
+                f,
+                "{matches} conversation(s) indexed for workspace {}, but none has a transcript",
+                cwd.display()
+            ),
+        }
+    }
+}
+
+/// The outcome of discovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discovery {
+    /// A transcript that belongs to the request.
+    Found {
+        /// The transcript file.
+        path: PathBuf,
+        /// The session (conversation) id, where the reader knows it.
+        session_id: Option<String>,
+    },
+    /// Nothing that belongs to the request; never a guess.
+    NotFound(NotFoundReason),
+}
+
+impl Discovery {
+    /// The transcript path, when found.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Discovery::Found { path, .. } => Some(path),
+            Discovery::NotFound(_) => None,
+        }
+    }
+
+    /// The reason, when nothing was found.
+    pub fn reason(&self) -> Option<&NotFoundReason> {
+        match self {
+            Discovery::Found { .. } => None,
+            Discovery::NotFound(reason) => Some(reason),
+        }
+    }
+}
+
+/// A transcript converted to runtime items, ready to be written as a new
+/// session, with its provenance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryImport {
+    /// The conversation, in order. Pairings the transcript lacks stay
+    /// missing: no call or result is invented.
+    pub items: Vec<Item>,
+    /// The domain of the `Extension` entry that records provenance, for
+    /// example `"history.agy"`.
+    pub extension_domain: &'static str,
+    /// Where the items came from (transcript path, steps), as the body of
+    /// that `Extension` entry.
+    pub provenance: serde_json::Value,
+}
+
+/// Errors from reading a transcript.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HistoryError {
+    /// The transcript file does not exist.
+    #[error("no transcript at {}", path.display())]
+    TranscriptMissing {
+        /// The path that was read.
+        path: PathBuf,
+    },
+    /// The transcript exists but could not be read.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No reader is registered under this source name.
+    #[error("no history reader is registered for source {name:?}")]
+    UnknownSource {
+        /// The name asked for.
+        name: String,
+    },
+}
+
+/// A reader of one agent runtime's transcripts.
+pub trait HistoryReader: Send + Sync {
+    /// The source name this reader registers under, e.g. `"agy-jsonl"`.
+    fn source(&self) -> &'static str;
+
+    /// Other names that select this reader, e.g. the agent's command name.
+    fn aliases(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Find the transcript for `locator`, looking only under `home`.
+    fn discover(&self, home: &Path, locator: &Locator) -> Discovery;
+
+    /// Read a transcript as reader-neutral messages, in order.
+    fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, HistoryError>;
+
+    /// Read a transcript as runtime items for import.
+    fn read_import(&self, path: &Path) -> Result<HistoryImport, HistoryError>;
+
+    /// Read a transcript and summarise it.
+    fn read_compact(&self, path: &Path) -> Result<CompactHistory, HistoryError> {
+        Ok(CompactHistory::from_messages(&self.read_messages(path)?))
+    }
+}
+
+/// The registry of [`HistoryReader`]s, keyed by source name.
+pub struct HistoryService {
+    readers: BTreeMap<&'static str, Box<dyn HistoryReader>>,
+}
+
+impl fmt::Debug for HistoryService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HistoryService")
+            .field("sources", &self.readers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Default for HistoryService {
+    fn default() -> Self {
+        HistoryService::with_default_readers()
+    }
+}
+
+impl HistoryService {
+    /// A registry with no readers.
+    pub fn empty() -> HistoryService {
+        HistoryService {
+            readers: BTreeMap::new(),
+        }
+    }
+
+    /// A registry with every reader this crate ships.
+    pub fn with_default_readers() -> HistoryService {
+        let mut service = HistoryService::empty();
+        service.register(Box::new(agy::AgyReader));
+        service
+    }
+
+    /// Register `reader` under its source name, returning the reader it
+    /// replaces, if any.
+    pub fn register(&mut self, reader: Box<dyn HistoryReader>) -> Option<Box<dyn HistoryReader>> {
+        self.readers.insert(reader.source(), reader)
+    }
+
+    /// The registered source names, sorted.
+    pub fn sources(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.readers.keys().copied()
+    }
+
+    /// The reader for a source name or one of its aliases.
+    pub fn reader(&self, name: &str) -> Option<&dyn HistoryReader> {
+        if let Some(reader) = self.readers.get(name) {
+            return Some(reader.as_ref());
+        }
+        self.readers
+            .values()
+            .find(|r| r.aliases().contains(&name))
+            .map(|r| r.as_ref())
+    }
+
+    /// Discover a transcript through the reader named `name`.
+    pub fn discover(&self, name: &str, home: &Path, locator: &Locator) -> Discovery {
+        match self.reader(name) {
+            Some(reader) => reader.discover(home, locator),
+            None => Discovery::NotFound(NotFoundReason::UnknownSource {
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    fn require(&self, name: &str) -> Result<&dyn HistoryReader, HistoryError> {
+        self.reader(name)
+            .ok_or_else(|| HistoryError::UnknownSource {
+                name: name.to_owned(),
+            })
+    }
+
+    /// Read messages through the reader named `name`.
+    pub fn read_messages(
+        &self,
+        name: &str,
+        path: &Path,
+    ) -> Result<Vec<HistoryMessage>, HistoryError> {
+        self.require(name)?.read_messages(path)
+    }
+
+    /// Read the compact summary through the reader named `name`.
+    pub fn read_compact(&self, name: &str, path: &Path) -> Result<CompactHistory, HistoryError> {
+        self.require(name)?.read_compact(path)
+    }
+
+    /// Read items for import through the reader named `name`.
+    pub fn read_import(&self, name: &str, path: &Path) -> Result<HistoryImport, HistoryError> {
+        self.require(name)?.read_import(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(role: HistoryRole, text: &str, ts: Option<&str>) -> HistoryMessage {
+        HistoryMessage {
+            role,
+            text: text.into(),
+            timestamp: ts.map(Into::into),
+            tool_name: Some("leaked".into()),
+            is_error: true,
+            source_ref: "t.jsonl#step=1".into(),
+        }
+    }
+
+    #[test]
+    fn json_line_has_documented_keys_in_order() {
+        let mut m = msg(HistoryRole::ToolResult, "out", Some("2025-01-01T00:00:00Z"));
+        m.tool_name = Some("run_command".into());
+        assert_eq!(
+            m.to_json_line(),
+            r#"{"role":"tool_result","text":"out","tool_name":"run_command","is_error":true,"timestamp":"2025-01-01T00:00:00Z","ref":"t.jsonl#step=1"}"#
+        );
+    }
+
+    #[test]
+    fn tool_fields_are_null_and_false_outside_tool_results() {
+        let m = msg(HistoryRole::Assistant, "hi", None);
+        assert_eq!(
+            m.to_json_line(),
+            r#"{"role":"assistant","text":"hi","tool_name":null,"is_error":false,"timestamp":null,"ref":"t.jsonl#step=1"}"#
+        );
+    }
+
+    #[test]
+    fn json_line_round_trips() {
+        let m = msg(HistoryRole::ToolResult, "a\nb", None);
+        let back: HistoryMessage = serde_json::from_str(&m.to_json_line()).unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn compact_takes_the_last_of_each_role() {
+        let messages = vec![
+            msg(HistoryRole::User, "u1", Some("t1")),
+            msg(HistoryRole::Assistant, "a1", Some("t2")),
+            msg(HistoryRole::ToolResult, "r1", Some("t3")),
+            msg(HistoryRole::User, "u2", Some("t4")),
+            msg(HistoryRole::Assistant, "a2", None),
+        ];
+        let c = CompactHistory::from_messages(&messages);
+        assert_eq!(c.message_count, 5);
+        assert_eq!(c.last_user_message.unwrap().text, "u2");
+        assert_eq!(c.last_assistant_message.unwrap().text, "a2");
+        assert_eq!(c.last_tool_result.unwrap().text, "r1");
+        assert_eq!(c.updated_at.as_deref(), Some("t4"));
+        assert_eq!(
+            CompactHistory::from_messages(&[]),
+            CompactHistory::default()
+        );
+    }
+
+    #[test]
+    fn unknown_source_is_not_found() {
+        let service = HistoryService::with_default_readers();
+        let d = service.discover("nope", Path::new("/nonexistent"), &Locator::Cwd(None));
+        assert!(matches!(
+            d,
+            Discovery::NotFound(NotFoundReason::UnknownSource { .. })
+        ));
+        assert!(service.reader("agy-jsonl").is_some());
+        assert!(service.reader("agy").is_some());
+        assert!(service.reader("antigravity").is_some());
+    }
+}
