@@ -425,6 +425,11 @@ impl Log {
         &self.inner.report
     }
 
+    /// True when no other clone of this handle exists.
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
     /// Whether this handle can append.
     pub fn is_writable(&self) -> bool {
         self.inner.writer.is_some()

@@ -1,0 +1,920 @@
+//! The store: many sessions, one log directory each, with the session API an
+//! agent runtime embeds.
+//!
+//! Layout under the root: `sessions/<uuid>/` holds one log's segments, its
+//! `LOCK` and its `catalog`; `trash/` holds sessions being deleted.
+
+use std::collections::HashMap;
+use std::fs::{self, DirBuilder, File};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::catalog::{self, HeadSlot, Identity, CATALOG_FILE};
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::export::WireLine;
+use crate::format::{self, RecordHeader, RECORD_HEADER_LEN};
+use crate::item::Item;
+use crate::log::{Durability, Log, LogOptions, RecoveryReport, Snapshot};
+use crate::schema::{
+    group_delta, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin,
+    WorkerResult,
+};
+use crate::segment::{io_err, sync_dir};
+use crate::state::RestoredState;
+
+const SHARDS: usize = 16;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Options for each session's log.
+    pub log: LogOptions,
+    /// How many session logs may be open at once (file descriptors and maps).
+    pub max_open_sessions: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            log: LogOptions::default().segment_size(8 << 20),
+            max_open_sessions: 256,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Sets the log options.
+    pub fn log(mut self, log: LogOptions) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Sets the open-session budget.
+    pub fn max_open_sessions(mut self, n: usize) -> Self {
+        self.max_open_sessions = n.max(1);
+        self
+    }
+}
+
+/// What `list()` shows of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionInfo {
+    /// The id.
+    pub id: SessionId,
+    /// Creation time, ms.
+    pub created_ms: u64,
+    /// Last write, ms.
+    pub updated_ms: u64,
+    /// An excerpt of the first user text.
+    pub title: Option<String>,
+    /// Entries in the log.
+    pub entries: u64,
+    /// Bytes of record data.
+    pub bytes: u64,
+    /// Hash of the last entry.
+    pub head: Option<EntryHash>,
+    /// Fork origin.
+    pub forked_from: Option<SessionOrigin>,
+    /// Compaction origin.
+    pub compacted_from: Option<SessionOrigin>,
+}
+
+/// Filters for [`Store::list_filtered`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only sessions written at or after this time, ms.
+    pub updated_since_ms: Option<u64>,
+    /// Only forks of this session.
+    pub forked_from: Option<SessionId>,
+    /// Only titles containing this text (case-insensitive).
+    pub title_contains: Option<String>,
+}
+
+struct OpenSession {
+    log: Log,
+    catalog: Arc<File>,
+    catalog_path: PathBuf,
+    title_known: Arc<Mutex<bool>>,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct Shard {
+    open: HashMap<SessionId, OpenSession>,
+    tick: u64,
+}
+
+struct Inner {
+    root: PathBuf,
+    opts: StoreOptions,
+    shards: Vec<Mutex<Shard>>,
+}
+
+/// A store of sessions. `Send + Sync`; clones are cheap and share everything.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+/// A cheap handle to one open session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    id: SessionId,
+    log: Log,
+    catalog: Arc<File>,
+    catalog_path: PathBuf,
+    title_known: Arc<Mutex<bool>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("root", &self.inner.root)
+            .finish()
+    }
+}
+
+fn mkdir(path: &Path) -> Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(io_err("create dir", path))
+}
+
+impl Store {
+    /// Opens (or creates) a store at `root` with default options.
+    pub fn open(root: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens (or creates) a store at `root`.
+    pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
+        let root = root.as_ref().to_path_buf();
+        mkdir(&root.join("sessions"))?;
+        mkdir(&root.join("trash"))?;
+        // Finish deletions a crash interrupted.
+        if let Ok(entries) = fs::read_dir(root.join("trash")) {
+            for e in entries.flatten() {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(Store {
+            inner: Arc::new(Inner {
+                root,
+                opts,
+                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            }),
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// The directory of a session.
+    pub fn session_dir(&self, id: SessionId) -> PathBuf {
+        self.inner.root.join("sessions").join(id.to_string())
+    }
+
+    /// Whether a session exists.
+    pub fn exists(&self, id: SessionId) -> bool {
+        self.session_dir(id).join(CATALOG_FILE).exists()
+    }
+
+    fn shard(&self, id: SessionId) -> &Mutex<Shard> {
+        &self.inner.shards[id.0[15] as usize % SHARDS]
+    }
+
+    /// Opens (or finds open) a session's log, as the one writer.
+    pub fn session(&self, id: SessionId) -> Result<SessionHandle> {
+        let mut shard = self.shard(id).lock();
+        shard.tick += 1;
+        let tick = shard.tick;
+        if let Some(s) = shard.open.get_mut(&id) {
+            s.tick = tick;
+            return Ok(SessionHandle {
+                id,
+                log: s.log.clone(),
+                catalog: s.catalog.clone(),
+                catalog_path: s.catalog_path.clone(),
+                title_known: s.title_known.clone(),
+            });
+        }
+        let dir = self.session_dir(id);
+        let catalog_path = dir.join(CATALOG_FILE);
+        if !catalog_path.exists() {
+            return Err(Error::not_found(format!("session {id}")));
+        }
+        let log = Log::open(&dir, self.inner.opts.log.clone())?;
+        let record = catalog::read(&catalog_path)?;
+        let catalog = Arc::new(catalog::open(&catalog_path)?);
+        let handle = SessionHandle {
+            id,
+            log: log.clone(),
+            catalog: catalog.clone(),
+            catalog_path: catalog_path.clone(),
+            title_known: Arc::new(Mutex::new(record.title.is_some())),
+        };
+        // The log is authoritative: rebuild the head slot from it now.
+        handle.touch(true, record.head.map(|h| h.updated_ms))?;
+        let budget = self.inner.opts.max_open_sessions.div_ceil(SHARDS).max(1);
+        if shard.open.len() >= budget {
+            // Evict the least recently used session that no one else holds.
+            if let Some(victim) = shard
+                .open
+                .iter()
+                .filter(|(_, s)| s.log.is_unshared())
+                .min_by_key(|(_, s)| s.tick)
+                .map(|(k, _)| *k)
+            {
+                if let Some(s) = shard.open.remove(&victim) {
+                    close_session(s);
+                }
+            }
+        }
+        shard.open.insert(
+            id,
+            OpenSession {
+                log,
+                catalog,
+                catalog_path,
+                title_known: handle.title_known.clone(),
+                tick,
+            },
+        );
+        Ok(handle)
+    }
+
+    /// Closes every open session cleanly (sync, exact durable marks, clean catalog).
+    pub fn close(&self) -> Result<()> {
+        for shard in &self.inner.shards {
+            let open: Vec<_> = shard.lock().open.drain().collect();
+            for (_, s) in open {
+                close_session(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a session with a fresh UUID v7 id. Returns it and its head.
+    pub fn create_session(
+        &self,
+        system_prompt: Option<&str>,
+        config: RequestConfig,
+        history: &[Item],
+    ) -> Result<(SessionId, EntryHash)> {
+        let id = SessionId::new_v7();
+        let head = self.create_session_with_id(id, system_prompt, config, history)?;
+        Ok((id, head))
+    }
+
+    /// Creates a session with a caller-chosen id.
+    pub fn create_session_with_id(
+        &self,
+        id: SessionId,
+        system_prompt: Option<&str>,
+        config: RequestConfig,
+        history: &[Item],
+    ) -> Result<EntryHash> {
+        let entry = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: system_prompt.map(str::to_owned),
+            config,
+            history: history.iter().map(LoggedItem::from).collect(),
+            forked_from: None,
+            compacted_from: None,
+        };
+        self.create_with_entries(id, &[entry])
+    }
+
+    /// Creates a session whose log starts with `entries` (the first a `SessionStart`).
+    fn create_with_entries(&self, id: SessionId, entries: &[LogEntry]) -> Result<EntryHash> {
+        let Some(LogEntry::SessionStart {
+            history,
+            forked_from,
+            compacted_from,
+            ..
+        }) = entries.first()
+        else {
+            return Err(Error::invalid(
+                "a session must start with a session_start entry",
+            ));
+        };
+        let dir = self.session_dir(id);
+        if dir.exists() {
+            return Err(Error::invalid(format!("session {id} already exists")));
+        }
+        let title = entries
+            .iter()
+            .flat_map(|e| e.items())
+            .chain(history.iter())
+            .find_map(user_text);
+        mkdir(&dir)?;
+        let identity = Identity {
+            created_ms: id.created_ms().unwrap_or_else(now_ms),
+            forked_from: *forked_from,
+            compacted_from: *compacted_from,
+        };
+        // The log first, then the catalog: a session "exists" once its catalog does.
+        let log = Log::open(&dir, self.inner.opts.log.clone())?;
+        log.append_batch(entries, Durability::Sync, Some(None))?;
+        drop(log);
+        catalog::create(&dir.join(CATALOG_FILE), &identity, title.as_deref())?;
+        sync_dir(&dir, &None)?;
+        sync_dir(&self.inner.root.join("sessions"), &None)?;
+        let handle = self.session(id)?;
+        Ok(handle.log.head().map(|(_, h)| h).expect("just written"))
+    }
+
+    /// Appends new history items, grouped with [`group_delta`], if the
+    /// session's head is `head`; advances `head`. On a mismatch nothing is
+    /// written and the result is [`Error::HeadMismatch`].
+    pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
+        let entries = group_delta(items, now_ms());
+        self.save_entries(id, head, &entries)
+    }
+
+    /// Appends entries if the head matches; advances `head`.
+    pub fn save_entries(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        entries: &[LogEntry],
+    ) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let s = self.session(id)?;
+        let written = s
+            .log
+            .append_batch(entries, self.inner.opts.log.durability, Some(Some(*head)))
+            .map_err(|e| match e {
+                Error::HeadMismatch {
+                    expected, actual, ..
+                } => Error::HeadMismatch {
+                    session: id.to_string(),
+                    expected,
+                    actual,
+                },
+                e => e,
+            })?;
+        if let Some(&(_, h)) = written.last() {
+            *head = h;
+        }
+        if !*s.title_known.lock() {
+            if let Some(t) = entries.iter().flat_map(|e| e.items()).find_map(user_text) {
+                catalog::write_title(&s.catalog, &s.catalog_path, &t)?;
+                *s.title_known.lock() = true;
+            }
+        }
+        s.touch(true, None)
+    }
+
+    /// Records the end of a turn.
+    pub fn save_turn_end(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        turn_count: u64,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::TurnEnd {
+                ts: now_ms(),
+                turn_count,
+            }],
+        )
+    }
+
+    /// Records a completed run.
+    pub fn save_run_completed(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        interrupted: bool,
+        result: WorkerResult,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::RunCompleted {
+                ts: now_ms(),
+                interrupted,
+                result,
+            }],
+        )
+    }
+
+    /// Records a failed run.
+    pub fn save_run_errored(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        interrupted: bool,
+        message: &str,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::RunErrored {
+                ts: now_ms(),
+                interrupted,
+                message: message.to_owned(),
+            }],
+        )
+    }
+
+    /// Records token usage.
+    pub fn save_usage(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        usage: crate::state::UsageRecord,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::LlmUsage {
+                ts: if usage.ts == 0 { now_ms() } else { usage.ts },
+                history_len: usage.history_len,
+                input_total_tokens: usage.input_total_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
+                output_tokens: usage.output_tokens,
+            }],
+        )
+    }
+
+    /// Records extension data.
+    pub fn save_extension(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        domain: &str,
+        payload: JsonText,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::Extension {
+                ts: now_ms(),
+                domain: domain.to_owned(),
+                payload,
+            }],
+        )
+    }
+
+    /// Records a config change.
+    pub fn save_config_changed(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        config: RequestConfig,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::ConfigChanged {
+                ts: now_ms(),
+                config,
+            }],
+        )
+    }
+
+    /// Replays the session from its last `SessionStart`.
+    pub fn restore(&self, id: SessionId) -> Result<RestoredState> {
+        self.session(id)?.log.restore()
+    }
+
+    /// The session's current head.
+    pub fn head(&self, id: SessionId) -> Result<Option<EntryHash>> {
+        Ok(self.session(id)?.log.head().map(|(_, h)| h))
+    }
+
+    /// If the stored head is `head`, returns `(id, head)`; otherwise forks the
+    /// session at `head` and returns the fork's id and head. This keeps two
+    /// writers with divergent histories apart.
+    pub fn ensure_head_or_fork(
+        &self,
+        id: SessionId,
+        head: EntryHash,
+    ) -> Result<(SessionId, EntryHash)> {
+        match self.head(id)? {
+            Some(h) if h == head => Ok((id, head)),
+            _ => self.fork_at(id, head),
+        }
+    }
+
+    /// Starts a new session holding the source's history up to the entry
+    /// whose hash is `at_hash`.
+    pub fn fork_at(&self, id: SessionId, at_hash: EntryHash) -> Result<(SessionId, EntryHash)> {
+        let snap = self.snapshot(id)?;
+        let mut seq = None;
+        for rec in snap.iter() {
+            let rec = rec?;
+            if rec.hash == at_hash {
+                seq = Some(rec.seq);
+                break;
+            }
+        }
+        let seq =
+            seq.ok_or_else(|| Error::not_found(format!("entry {at_hash} in session {id}")))?;
+        self.fork_snapshot(id, &snap, seq)
+    }
+
+    /// Like [`Store::fork_at`], by seq.
+    pub fn fork_at_seq(&self, id: SessionId, seq: u64) -> Result<(SessionId, EntryHash)> {
+        let snap = self.snapshot(id)?;
+        if seq >= snap.next_seq() {
+            return Err(Error::not_found(format!("seq {seq} in session {id}")));
+        }
+        self.fork_snapshot(id, &snap, seq)
+    }
+
+    fn fork_snapshot(
+        &self,
+        id: SessionId,
+        snap: &Snapshot,
+        seq: u64,
+    ) -> Result<(SessionId, EntryHash)> {
+        let mut state = RestoredState::default();
+        let mut at_hash = None;
+        for rec in snap.iter() {
+            let rec = rec?;
+            if rec.seq > seq {
+                break;
+            }
+            state.apply_archived(rec.entry);
+            at_hash = Some(rec.hash);
+        }
+        let at_hash =
+            at_hash.ok_or_else(|| Error::not_found(format!("seq {seq} in session {id}")))?;
+        let new_id = SessionId::new_v7();
+        let entry = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: state.system_prompt.clone(),
+            config: state.config.clone(),
+            history: state.history.iter().map(LoggedItem::from).collect(),
+            forked_from: Some(SessionOrigin {
+                session_id: id,
+                at_hash,
+            }),
+            compacted_from: None,
+        };
+        let head = self.create_with_entries(new_id, &[entry])?;
+        Ok((new_id, head))
+    }
+
+    /// Starts a new session from a compacted state, recording where it came from.
+    pub fn create_compacted_session(
+        &self,
+        state: &RestoredState,
+        source: SessionId,
+        source_head: EntryHash,
+    ) -> Result<(SessionId, EntryHash)> {
+        let new_id = SessionId::new_v7();
+        let entry = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: state.system_prompt.clone(),
+            config: state.config.clone(),
+            history: state.history.iter().map(LoggedItem::from).collect(),
+            forked_from: None,
+            compacted_from: Some(SessionOrigin {
+                session_id: source,
+                at_hash: source_head,
+            }),
+        };
+        let head = self.create_with_entries(new_id, &[entry])?;
+        Ok((new_id, head))
+    }
+
+    /// Creates a new session from wire-form lines, checking any `seq`, `hash`
+    /// and `prev_hash` they carry against what the chain computes. Nothing is
+    /// written unless every line checks out.
+    pub fn import(&self, lines: &[(u64, WireLine)]) -> Result<SessionId> {
+        let wire = |line: u64, message: String| Error::Wire {
+            line,
+            column: 0,
+            message,
+        };
+        let Some((first_line, first)) = lines.first() else {
+            return Err(wire(1, "empty input: no entries to import".into()));
+        };
+        if !matches!(first.entry, LogEntry::SessionStart { .. }) {
+            return Err(wire(
+                *first_line,
+                "the first entry must be a session_start".into(),
+            ));
+        }
+        let mut prev = EntryHash::genesis();
+        let mut prev_shown: Option<EntryHash> = None;
+        for (i, (line, w)) in lines.iter().enumerate() {
+            let seq = i as u64;
+            if let Some(s) = w.seq {
+                if s != seq {
+                    return Err(wire(
+                        *line,
+                        format!("seq gap: expected seq {seq}, found {s}"),
+                    ));
+                }
+            }
+            if let Some(p) = w.prev_hash {
+                if p != prev_shown {
+                    return Err(wire(
+                        *line,
+                        "broken chain: prev_hash does not match the previous entry's hash".into(),
+                    ));
+                }
+            }
+            let hash = entry_hash(&prev, seq, &w.entry)?;
+            if let Some(h) = w.hash {
+                if h != hash {
+                    return Err(wire(
+                        *line,
+                        format!("broken chain: hash {h} does not match the computed {hash}"),
+                    ));
+                }
+            }
+            prev = hash;
+            prev_shown = Some(hash);
+        }
+        let entries: Vec<LogEntry> = lines.iter().map(|(_, w)| w.entry.clone()).collect();
+        let id = SessionId::new_v7();
+        self.create_with_entries(id, &entries)?;
+        Ok(id)
+    }
+
+    /// A consistent view of a session's committed records.
+    pub fn snapshot(&self, id: SessionId) -> Result<Snapshot> {
+        Ok(self.session(id)?.log.snapshot())
+    }
+
+    /// The session's log.
+    pub fn log(&self, id: SessionId) -> Result<Log> {
+        Ok(self.session(id)?.log)
+    }
+
+    /// What recovery found when the session was opened.
+    pub fn recovery_report(&self, id: SessionId) -> Result<RecoveryReport> {
+        Ok(self.session(id)?.log.recovery_report().clone())
+    }
+
+    /// Deletes a session durably. Forks of it keep working: they carry their history.
+    pub fn delete(&self, id: SessionId) -> Result<()> {
+        let dir = self.session_dir(id);
+        if !dir.join(CATALOG_FILE).exists() {
+            return Err(Error::not_found(format!("session {id}")));
+        }
+        if let Some(s) = self.shard(id).lock().open.remove(&id) {
+            drop(s);
+        }
+        // Take the writer lock so no other process is writing it.
+        let log = Log::open(
+            &dir,
+            LogOptions {
+                prepare_ahead: false,
+                ..self.inner.opts.log.clone()
+            },
+        )?;
+        let trash = self
+            .inner
+            .root
+            .join("trash")
+            .join(format!("{id}-{}", now_ms()));
+        fs::rename(&dir, &trash).map_err(io_err("rename", &dir))?;
+        sync_dir(&self.inner.root.join("sessions"), &None)?;
+        sync_dir(&self.inner.root.join("trash"), &None)?;
+        drop(log);
+        fs::remove_dir_all(&trash).map_err(io_err("remove", &trash))
+    }
+
+    /// All sessions, newest first, from the catalog files alone.
+    pub fn list(&self) -> Result<Vec<SessionInfo>> {
+        self.list_filtered(&ListFilter::default())
+    }
+
+    /// Sessions matching `filter`, newest first.
+    pub fn list_filtered(&self, filter: &ListFilter) -> Result<Vec<SessionInfo>> {
+        let sessions = self.inner.root.join("sessions");
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&sessions).map_err(io_err("read dir", &sessions))? {
+            let entry = entry.map_err(io_err("read dir", &sessions))?;
+            let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<SessionId>().ok())
+            else {
+                continue;
+            };
+            let Some(info) = self.info(id)? else { continue };
+            if filter.updated_since_ms.is_some_and(|t| info.updated_ms < t)
+                || filter
+                    .forked_from
+                    .is_some_and(|f| info.forked_from.map(|o| o.session_id) != Some(f))
+            {
+                continue;
+            }
+            if let Some(needle) = &filter.title_contains {
+                let needle = needle.to_lowercase();
+                if !info
+                    .title
+                    .as_deref()
+                    .is_some_and(|t| t.to_lowercase().contains(&needle))
+                {
+                    continue;
+                }
+            }
+            out.push(info);
+        }
+        out.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
+        Ok(out)
+    }
+
+    /// One session's listing entry; `None` if it does not exist (or is half-created).
+    pub fn info(&self, id: SessionId) -> Result<Option<SessionInfo>> {
+        let path = self.session_dir(id).join(CATALOG_FILE);
+        let record = match catalog::read(&path) {
+            Ok(r) => r,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(identity) = record.identity else {
+            return Ok(None);
+        };
+        let head = match record.head {
+            Some(h) if !h.dirty || self.is_open_here(id) || self.writer_elsewhere(id) => h,
+            // Stale after a crash (or never written): rebuild from the log.
+            _ => self
+                .session(id)?
+                .head_slot(true, record.head.map(|h| h.updated_ms)),
+        };
+        let entries = head.next_seq - head.first_seq;
+        Ok(Some(SessionInfo {
+            id,
+            created_ms: identity.created_ms,
+            updated_ms: head.updated_ms,
+            title: record.title,
+            entries,
+            bytes: head.bytes,
+            head: (entries > 0).then_some(head.head),
+            forked_from: identity.forked_from,
+            compacted_from: identity.compacted_from,
+        }))
+    }
+
+    fn is_open_here(&self, id: SessionId) -> bool {
+        self.shard(id).lock().open.contains_key(&id)
+    }
+
+    fn writer_elsewhere(&self, id: SessionId) -> bool {
+        let path = self.session_dir(id).join("LOCK");
+        match File::open(&path) {
+            Ok(f) => matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
+    }
+
+    /// Entries of a session from `from_seq` on, including those committed
+    /// later: a blocking iterator, woken by the writer.
+    pub fn subscribe(&self, id: SessionId, from_seq: u64) -> Result<Subscription> {
+        Ok(Subscription {
+            log: self.session(id)?.log,
+            next: from_seq,
+        })
+    }
+}
+
+fn close_session(s: OpenSession) {
+    let handle = SessionHandle {
+        id: SessionId([0; 16]),
+        log: s.log.clone(),
+        catalog: s.catalog,
+        catalog_path: s.catalog_path,
+        title_known: s.title_known,
+    };
+    let ok = s.log.close().is_ok();
+    if ok {
+        let _ = handle.touch(false, None);
+    }
+}
+
+fn user_text(item: &LoggedItem) -> Option<String> {
+    match item {
+        LoggedItem::Message {
+            role: crate::schema::LoggedRole::User,
+            ..
+        } => {
+            let t = item.clone().into_item().text().unwrap_or_default();
+            (!t.trim().is_empty()).then_some(t)
+        }
+        _ => None,
+    }
+}
+
+/// The hash an entry gets at `seq` after `prev`: the same bytes the log writes.
+pub fn entry_hash(prev: &EntryHash, seq: u64, entry: &LogEntry) -> Result<EntryHash> {
+    let payload = entry.to_archive();
+    if payload.len() > format::MAX_PAYLOAD_LEN {
+        return Err(Error::invalid("entry too large"));
+    }
+    let mut rec = vec![0u8; RECORD_HEADER_LEN + payload.len()];
+    RecordHeader {
+        prev_hash: *prev,
+        payload_len: payload.len() as u32,
+        kind: entry.kind() as u8,
+        seq,
+        ts: entry.ts(),
+    }
+    .write(&mut rec);
+    rec[RECORD_HEADER_LEN..].copy_from_slice(&payload);
+    Ok(format::seal_record(&mut rec))
+}
+
+impl SessionHandle {
+    /// The session id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The session's log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    fn head_slot(&self, dirty: bool, updated_ms: Option<u64>) -> HeadSlot {
+        let snap = self.log.snapshot();
+        HeadSlot {
+            dirty,
+            next_seq: snap.next_seq(),
+            bytes: self.log.bytes(),
+            updated_ms: updated_ms.unwrap_or_else(now_ms),
+            first_seq: snap.first_seq(),
+            head: snap.head().map(|(_, h)| h).unwrap_or_default(),
+        }
+    }
+
+    fn touch(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
+        catalog::write_head(
+            &self.catalog,
+            &self.catalog_path,
+            &self.head_slot(dirty, updated_ms),
+        )
+    }
+}
+
+/// A blocking iterator over a session's entries, present and future.
+pub struct Subscription {
+    log: Log,
+    next: u64,
+}
+
+impl Subscription {
+    /// The next entry, waiting at most `timeout`; `None` on timeout.
+    pub fn next_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Option<Result<(u64, EntryHash, LogEntry)>> {
+        self.next_within(Some(timeout))
+    }
+
+    fn next_within(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> Option<Result<(u64, EntryHash, LogEntry)>> {
+        if !self.log.wait_for(self.next, timeout) {
+            return None;
+        }
+        let snap = self.log.snapshot();
+        let rec = snap.entries_from(self.next).next()?;
+        if let Ok((seq, _, _)) = &rec {
+            self.next = seq + 1;
+        }
+        Some(rec)
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<(u64, EntryHash, LogEntry)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_within(None)
+    }
+}
