@@ -888,31 +888,51 @@ pub struct Subscription {
 
 impl Subscription {
     /// The next entry, waiting at most `timeout`; `None` on timeout.
-    pub fn next_timeout(
-        &mut self,
-        timeout: Duration,
-    ) -> Option<Result<(u64, EntryHash, LogEntry)>> {
+    pub fn next_timeout(&mut self, timeout: Duration) -> Option<Result<SubscribedEntry>> {
         self.next_within(Some(timeout))
     }
 
-    fn next_within(
-        &mut self,
-        timeout: Option<Duration>,
-    ) -> Option<Result<(u64, EntryHash, LogEntry)>> {
+    fn next_within(&mut self, timeout: Option<Duration>) -> Option<Result<SubscribedEntry>> {
         if !self.log.wait_for(self.next, timeout) {
             return None;
         }
         let snap = self.log.snapshot();
-        let rec = snap.entries_from(self.next).next()?;
-        if let Ok((seq, _, _)) = &rec {
-            self.next = seq + 1;
+        let rec = snap.iter_from(self.next).next()?.map(|v| SubscribedEntry {
+            seq: v.seq,
+            hash: v.hash,
+            prev_hash: v.prev_hash,
+            entry: v.entry.to_entry(),
+        });
+        if let Ok(e) = &rec {
+            self.next = e.seq + 1;
         }
         Some(rec)
     }
 }
 
+/// One entry yielded by a [`Subscription`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscribedEntry {
+    /// Sequence number.
+    pub seq: u64,
+    /// Its chain hash.
+    pub hash: EntryHash,
+    /// The previous entry's hash (the genesis value for seq 0).
+    pub prev_hash: EntryHash,
+    /// The entry.
+    pub entry: LogEntry,
+}
+
+impl SubscribedEntry {
+    /// The wire-form line of this entry.
+    pub fn wire_line(&self) -> String {
+        let prev = (self.seq > 0).then_some(&self.prev_hash);
+        crate::export::entry_line(self.seq, &self.hash, prev, &self.entry)
+    }
+}
+
 impl Iterator for Subscription {
-    type Item = Result<(u64, EntryHash, LogEntry)>;
+    type Item = Result<SubscribedEntry>;
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_within(None)

@@ -1,1 +1,135 @@
-fn main() {}
+//! The `session-store` command: inspect, move and check session logs.
+//!
+//! Exit codes: 0 success; 1 an error, or damage found by `verify`; 2 a usage error.
+
+mod demo;
+mod history;
+mod inspect;
+mod transfer;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{CommandFactory, Parser, Subcommand};
+use session_store::{SessionId, Store};
+
+#[derive(Parser)]
+#[command(
+    name = "session-store",
+    version,
+    about = "Inspect, export, import, verify and follow agent session logs",
+    after_help = "Exit codes: 0 success; 1 error, or damage found by verify; 2 usage error."
+)]
+struct Cli {
+    /// The store directory [default: $XDG_DATA_HOME/session-store or ~/.local/share/session-store]
+    #[arg(long, global = true, env = "SESSION_STORE_DIR")]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write realistic agent sessions, restore, check, verify and export them
+    Demo(demo::Args),
+    /// List sessions, newest first
+    Ls(inspect::LsArgs),
+    /// Print a readable transcript of a session
+    Show(inspect::ShowArgs),
+    /// Export sessions as JSONL wire form
+    Export(transfer::ExportArgs),
+    /// Import a JSONL wire-form file as a new session; prints its id
+    Import(transfer::ImportArgs),
+    /// Check every CRC and chain link (exit 1 on damage)
+    Verify(verify::Args),
+    /// Show a session's segments, records, head and recovery report
+    Stat(inspect::StatArgs),
+    /// Print entries; -f follows new ones
+    Tail(inspect::TailArgs),
+    /// Fork a session at a seq or hash; prints the new id
+    Fork(transfer::ForkArgs),
+    /// Delete a session
+    Rm(transfer::RmArgs),
+    /// Print a shell completion script
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// Read other agents' transcripts
+    History(history::Args),
+}
+
+fn default_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("session-store");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local/share/session-store")
+}
+
+pub(crate) fn open_store(root: &Option<PathBuf>) -> Result<Store> {
+    let root = root.clone().unwrap_or_else(default_root);
+    Store::open(&root).with_context(|| format!("opening store {}", root.display()))
+}
+
+pub(crate) fn parse_id(s: &str) -> Result<SessionId> {
+    Ok(s.parse::<SessionId>()?)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(a) => demo::run(&cli.root, a),
+        Command::Ls(a) => inspect::ls(&cli.root, a),
+        Command::Show(a) => inspect::show(&cli.root, a),
+        Command::Export(a) => transfer::export(&cli.root, a),
+        Command::Import(a) => transfer::import(&cli.root, a),
+        Command::Verify(a) => verify::run(&cli.root, a),
+        Command::Stat(a) => inspect::stat(&cli.root, a),
+        Command::Tail(a) => inspect::tail(&cli.root, a),
+        Command::Fork(a) => transfer::fork(&cli.root, a),
+        Command::Rm(a) => transfer::rm(&cli.root, a),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "session-store",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::History(a) => history::run(&cli.root, a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the chain of causes, outermost first.
+            let msg = e
+                .chain()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(": ");
+            eprintln!("error: {}", msg.replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub(crate) fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}

@@ -1,0 +1,235 @@
+//! `demo`: plays a realistic agent runtime against a store, then restores,
+//! checks, verifies, lists and exports what it wrote.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use session_store::state::UsageRecord;
+use session_store::{Item, Log, RequestConfig, Store, WorkerResult};
+
+use crate::progress;
+use crate::transfer::write_session;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Sessions to write
+    #[arg(long, default_value_t = 24)]
+    sessions: u32,
+    /// User turns per session
+    #[arg(long, default_value_t = 12)]
+    turns: u32,
+}
+
+/// A small deterministic generator, so every run writes the same sessions.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn text(&mut self, len: usize) -> String {
+        const WORDS: &[&str] = &[
+            "the", "build", "fails", "on", "test", "module", "function", "returns", "error",
+            "path", "config", "file", "fix", "read", "update", "value", "check", "log", "session",
+            "store", "agent", "tool", "call",
+        ];
+        let mut s = String::with_capacity(len + 12);
+        while s.len() < len {
+            s.push_str(WORDS[(self.next() % WORDS.len() as u64) as usize]);
+            s.push(' ');
+        }
+        s.truncate(len);
+        s
+    }
+
+    fn opaque(&mut self, len: usize) -> String {
+        const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut s = String::from("gAAAAA");
+        while s.len() < len {
+            s.push(B64[(self.next() % 64) as usize] as char);
+        }
+        s
+    }
+}
+
+pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
+    let root = match root {
+        Some(r) => r.clone(),
+        None => tempfile::Builder::new()
+            .prefix("session-store-demo-")
+            .tempdir()
+            .context("creating a temporary directory")?
+            .keep(),
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "store: {}", root.display())?;
+    let store = Store::open(&root)?;
+    let mut rng = Rng(0x5e55_1015_u64 | 1);
+    let bar = progress(u64::from(a.sessions), "write");
+    let started = Instant::now();
+    let (mut items_written, mut payload_bytes) = (0u64, 0u64);
+    let mut ids = Vec::new();
+    let (mut forks, mut compactions) = (0, 0);
+    for s in 0..a.sessions {
+        let config = RequestConfig {
+            model: Some("gpt-5.1-codex".into()),
+            reasoning_effort: Some("medium".into()),
+            ..RequestConfig::default()
+        };
+        let (id, mut head) =
+            store.create_session(Some("You are a careful coding agent."), config, &[])?;
+        ids.push(id);
+        for t in 0..a.turns {
+            let call_id = format!("call_{s}_{t}");
+            let user = Item::user_text(format!("Turn {t}: {}", rng.text(200)));
+            let assistant_out = vec![
+                Item::Reasoning {
+                    id: Some(format!("rs_{s}_{t}")),
+                    text: String::new(),
+                    summary: vec![rng.text(200)],
+                    encrypted_content: Some(rng.opaque(3000)),
+                    status: None,
+                },
+                Item::ToolCall {
+                    id: Some(format!("fc_{s}_{t}")),
+                    call_id: call_id.clone(),
+                    name: "shell".into(),
+                    arguments: serde_json::json!({ "cmd": rng.text(280) }).to_string(),
+                    status: None,
+                },
+            ];
+            let big = if rng.next() % 50 == 0 { 64 << 10 } else { 4000 };
+            let result = Item::ToolResult {
+                id: None,
+                call_id,
+                summary: "exit 0".into(),
+                content: Some(rng.text(big)),
+            };
+            let answer = Item::assistant_text(rng.text(1000));
+            let turn = [vec![user], assistant_out, vec![result], vec![answer]].concat();
+            for item in &turn {
+                payload_bytes += serde_json::to_string(item)?.len() as u64;
+            }
+            items_written += turn.len() as u64;
+            store.save_delta(id, &mut head, &turn[..3])?;
+            store.save_delta(id, &mut head, &turn[3..])?;
+            store.save_usage(
+                id,
+                &mut head,
+                UsageRecord {
+                    history_len: u64::from(t) * 5,
+                    input_total_tokens: 9000,
+                    cache_read_tokens: 8000,
+                    output_tokens: 700,
+                    ..UsageRecord::default()
+                },
+            )?;
+            store.save_turn_end(id, &mut head, u64::from(t) + 1)?;
+        }
+        store.save_run_completed(
+            id,
+            &mut head,
+            false,
+            WorkerResult {
+                text: Some("done".into()),
+                stop_reason: "end_turn".into(),
+            },
+        )?;
+        if s % 4 == 3 {
+            // Compaction: keep the last turn's items and continue in a new session.
+            let state = store.restore(id)?;
+            let mut compacted = state.clone();
+            let keep = compacted.history.len().saturating_sub(5);
+            compacted.history.drain(..keep);
+            compacted.history.insert(
+                0,
+                Item::system_text(format!("Summary of earlier work: {}", rng.text(300))),
+            );
+            let (new_id, _) = store.create_compacted_session(&compacted, id, head)?;
+            ids.push(new_id);
+            compactions += 1;
+        }
+        if s % 5 == 1 {
+            let (fork_id, _) = store.fork_at_seq(id, 6)?;
+            ids.push(fork_id);
+            forks += 1;
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let write_secs = started.elapsed().as_secs_f64();
+    store.close()?;
+
+    // Restore and check everything, through a fresh store.
+    let store = Store::open(&root)?;
+    let started = Instant::now();
+    let mut restored_items = 0u64;
+    for &id in &ids {
+        let state = store.restore(id)?;
+        let problems = state.check();
+        ensure!(
+            problems.is_empty(),
+            "session {id} is not ready to send: {problems:?}"
+        );
+        restored_items += state.history.len() as u64;
+    }
+    let restore_secs = started.elapsed().as_secs_f64();
+    store.close()?;
+
+    let started = Instant::now();
+    let (mut verified, mut verified_bytes) = (0u64, 0u64);
+    for &id in &ids {
+        let report = Log::open_read_only(store.session_dir(id))?.verify();
+        ensure!(report.damage.is_none(), "session {id}: {:?}", report.damage);
+        verified += report.records;
+        verified_bytes += report.bytes;
+    }
+    let verify_secs = started.elapsed().as_secs_f64();
+
+    let listed = store.list()?;
+    let export_path = root.join(format!("export-{}.jsonl", ids[0]));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&export_path)?);
+    let lines = write_session(&store, ids[0], &mut f)?;
+    f.flush()?;
+
+    let mb = payload_bytes as f64 / 1e6;
+    writeln!(out, "wrote     {} sessions ({} compactions, {} forks), {items_written} items, {mb:.1} MB of items", ids.len(), compactions, forks)?;
+    writeln!(
+        out,
+        "          {:.0} items/s, {:.1} MB/s (Buffered durability, includes session creation)",
+        items_written as f64 / write_secs,
+        mb / write_secs
+    )?;
+    writeln!(
+        out,
+        "restored  {} sessions, {restored_items} live items, all ready to send, {:.0} items/s",
+        ids.len(),
+        restored_items as f64 / restore_secs
+    )?;
+    writeln!(
+        out,
+        "verified  {verified} records, {:.1} MB, every CRC and chain link, {:.0} MB/s",
+        verified_bytes as f64 / 1e6,
+        verified_bytes as f64 / 1e6 / verify_secs
+    )?;
+    writeln!(
+        out,
+        "listed    {} sessions; newest: {} \"{}\"",
+        listed.len(),
+        listed[0].id,
+        listed[0].title.as_deref().unwrap_or("")
+    )?;
+    writeln!(
+        out,
+        "exported  {} ({lines} lines of JSONL)",
+        export_path.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,277 @@
+//! `ls`, `show`, `stat` and `tail`.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use session_store::{ContentPart, Item};
+
+use crate::{open_store, parse_id};
+
+#[derive(clap::Args)]
+pub struct LsArgs {
+    /// One JSON object per line
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ShowArgs {
+    /// Session id
+    id: String,
+    /// Do not cut long texts
+    #[arg(long)]
+    full: bool,
+}
+
+#[derive(clap::Args)]
+pub struct StatArgs {
+    /// Session id
+    id: String,
+    /// JSON output
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct TailArgs {
+    /// Session id
+    id: String,
+    /// Follow new entries as they are committed
+    #[arg(short, long)]
+    follow: bool,
+    /// Start at this seq [default: the last 10 entries]
+    #[arg(long)]
+    from: Option<u64>,
+}
+
+pub(crate) fn fmt_time(ms: u64) -> String {
+    let secs = (ms / 1000) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm, restated).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}
+
+pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let mut out = std::io::stdout().lock();
+    for s in store.list()? {
+        if a.json {
+            writeln!(out, "{}", serde_json::to_string(&s)?)?;
+        } else {
+            writeln!(
+                out,
+                "{}  {}  {:>6}  {:>10}  {}",
+                s.id,
+                fmt_time(s.updated_ms),
+                s.entries,
+                human_bytes(s.bytes),
+                s.title.as_deref().unwrap_or("")
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cut(text: &str, full: bool) -> String {
+    const MAX: usize = 400;
+    if full || text.chars().count() <= MAX {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(MAX).collect();
+    format!("{head}… [{} more chars]", text.chars().count() - MAX)
+}
+
+pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let state = store.restore(parse_id(&a.id)?)?;
+    let color = std::io::stdout().is_terminal();
+    let paint = |code: &str, s: &str| {
+        if color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if let Some(p) = &state.system_prompt {
+        writeln!(out, "{} {}", paint("2", "system:"), cut(p, a.full))?;
+    }
+    for item in &state.history {
+        match item {
+            Item::Message { role, content, .. } => {
+                let (label, code) = match role {
+                    session_store::Role::User => ("user:", "1;32"),
+                    session_store::Role::Assistant => ("assistant:", "1;34"),
+                    session_store::Role::System => ("system:", "2"),
+                };
+                let text: Vec<String> = content
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text { text } => text.clone(),
+                        ContentPart::Refusal { refusal } => format!("[refusal] {refusal}"),
+                    })
+                    .collect();
+                writeln!(
+                    out,
+                    "{} {}",
+                    paint(code, label),
+                    cut(&text.join(""), a.full)
+                )?;
+            }
+            Item::ToolCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => {
+                writeln!(
+                    out,
+                    "{} {name}({}) [{call_id}]",
+                    paint("1;33", "tool call:"),
+                    cut(arguments, a.full)
+                )?;
+            }
+            Item::ToolResult {
+                call_id,
+                summary,
+                content,
+                ..
+            } => {
+                writeln!(
+                    out,
+                    "{} [{call_id}] {}",
+                    paint("33", "tool result:"),
+                    cut(summary, a.full)
+                )?;
+                if let Some(c) = content {
+                    writeln!(out, "  {}", cut(c, a.full).replace('\n', "\n  "))?;
+                }
+            }
+            Item::Reasoning {
+                summary,
+                encrypted_content,
+                ..
+            } => {
+                let enc = encrypted_content
+                    .as_ref()
+                    .map(|e| format!(" [encrypted {} B]", e.len()))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "{} {}{enc}",
+                    paint("35", "reasoning:"),
+                    cut(&summary.join(" / "), a.full)
+                )?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{} turns: {}, interrupted: {}",
+        paint("2", "--"),
+        state.turn_count,
+        state.last_run_interrupted
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let id = parse_id(&a.id)?;
+    let log = store.log(id)?;
+    let snap = log.snapshot();
+    let segments = log.segment_paths();
+    let report = log.recovery_report().clone();
+    let head = snap.head();
+    let value = serde_json::json!({
+        "id": id,
+        "segments": segments.len(),
+        "records": snap.next_seq() - snap.first_seq(),
+        "bytes": log.bytes(),
+        "head_seq": head.map(|h| h.0),
+        "head_hash": head.map(|h| h.1),
+        "last_session_start": snap.last_session_start(),
+        "recovery": report,
+    });
+    if a.json {
+        println!("{value}");
+    } else {
+        println!("session      {id}");
+        println!("segments     {}", segments.len());
+        println!("records      {}", snap.next_seq() - snap.first_seq());
+        println!("bytes        {}", human_bytes(log.bytes()));
+        match head {
+            Some((seq, h)) => println!("head         seq {seq}, {h}"),
+            None => println!("head         none"),
+        }
+        println!(
+            "last start   {}",
+            snap.last_session_start()
+                .map_or("none".into(), |s| format!("seq {s}"))
+        );
+        match &report.torn_tail {
+            Some(t) => println!(
+                "recovery     cut torn tail at {} offset {}: {}",
+                t.segment.display(),
+                t.offset,
+                t.reason
+            ),
+            None => println!("recovery     clean"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let id = parse_id(&a.id)?;
+    let snap = store.snapshot(id)?;
+    let from = a
+        .from
+        .unwrap_or_else(|| snap.next_seq().saturating_sub(10).max(snap.first_seq()));
+    let mut sub = store.subscribe(id, from)?;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let wait = if a.follow {
+            Duration::from_secs(3600)
+        } else {
+            Duration::ZERO
+        };
+        match sub.next_timeout(wait) {
+            Some(r) => {
+                writeln!(out, "{}", r?.wire_line())?;
+                out.flush()?;
+            }
+            None if a.follow => continue,
+            None => break,
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,164 @@
+//! `export`, `import`, `fork` and `rm`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use session_store::export::{entry_line, parse_line, LineReader};
+use session_store::{EntryHash, SessionId, Store};
+
+use crate::{open_store, parse_id, progress};
+
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// Session id (omit with --all)
+    id: Option<String>,
+    /// Export every session, one file each, into the directory given by -o
+    #[arg(long)]
+    all: bool,
+    /// Output file (a directory with --all) [default: stdout]
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// A JSONL file, or - for stdin
+    file: String,
+}
+
+#[derive(clap::Args)]
+pub struct ForkArgs {
+    /// Session id
+    id: String,
+    /// A seq number or a 64-hex-digit hash
+    #[arg(long)]
+    at: String,
+}
+
+#[derive(clap::Args)]
+pub struct RmArgs {
+    /// Session id
+    id: String,
+}
+
+/// Writes a session's wire form.
+pub(crate) fn write_session(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<u64> {
+    let snap = store.snapshot(id)?;
+    let mut n = 0;
+    for rec in snap.iter() {
+        let rec = rec?;
+        let prev = (rec.seq > 0).then_some(&rec.prev_hash);
+        writeln!(
+            out,
+            "{}",
+            entry_line(rec.seq, &rec.hash, prev, &rec.entry.to_entry())
+        )?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    if a.all {
+        let Some(dir) = a.output else {
+            bail!("export --all needs -o DIR")
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let sessions = store.list()?;
+        let bar = progress(sessions.len() as u64, "export");
+        for s in sessions {
+            let path = dir.join(format!("{}.jsonl", s.id));
+            let mut f = BufWriter::new(
+                File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+            );
+            write_session(&store, s.id, &mut f)?;
+            f.flush()
+                .with_context(|| format!("writing {}", path.display()))?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(id) = a.id else {
+        bail!("give a session id, or --all")
+    };
+    let id = parse_id(&id)?;
+    match a.output {
+        Some(path) => {
+            let mut f = BufWriter::new(
+                File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+            );
+            write_session(&store, id, &mut f)?;
+            f.flush()
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        None => {
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            write_session(&store, id, &mut out)?;
+            out.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
+    let (reader, name, len): (Box<dyn BufRead>, String, u64) = if a.file == "-" {
+        (
+            Box::new(BufReader::new(std::io::stdin().lock())),
+            "<stdin>".into(),
+            0,
+        )
+    } else {
+        let f = File::open(&a.file).with_context(|| format!("opening {}", a.file))?;
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        (
+            Box::new(BufReader::with_capacity(1 << 20, f)),
+            a.file.clone(),
+            len,
+        )
+    };
+    let bar = progress(len, "import");
+    if len < 16 << 20 {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut lines = LineReader::new(reader);
+    let mut parsed = Vec::new();
+    let mut read = 0u64;
+    while let Some((no, text)) = lines.next_line().with_context(|| name.clone())? {
+        read += text.len() as u64 + 1;
+        bar.set_position(read);
+        parsed.push((no, parse_line(text, no).with_context(|| name.clone())?));
+    }
+    bar.finish_and_clear();
+    let store = open_store(root)?;
+    let id = store.import(&parsed).with_context(|| name.clone())?;
+    store.close()?;
+    println!("{id}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn fork(root: &Option<PathBuf>, a: ForkArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let id = parse_id(&a.id)?;
+    let (new_id, _) = if a.at.len() == 64 {
+        store.fork_at(id, a.at.parse::<EntryHash>()?)?
+    } else {
+        let seq: u64 =
+            a.at.parse()
+                .with_context(|| format!("--at {:?} is neither a seq nor a hash", a.at))?;
+        store.fork_at_seq(id, seq)?
+    };
+    store.close()?;
+    println!("{new_id}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn rm(root: &Option<PathBuf>, a: RmArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    store.delete(parse_id(&a.id)?)?;
+    Ok(ExitCode::SUCCESS)
+}
