@@ -11,11 +11,12 @@
 use std::io::BufRead;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::schema::LogEntry;
+use crate::schema::{JsonText, LogEntry};
 
 /// The longest line [`LineReader`] accepts, in bytes.
 pub const MAX_LINE_BYTES: usize = 512 << 20;
@@ -86,7 +87,8 @@ pub fn parse_line(line: &str, line_no: u64) -> Result<WireLine> {
         )),
     };
     let input = Value::Object(map);
-    let entry = LogEntry::deserialize(&input).map_err(|e| wire(0, format!("{e}")))?;
+    let mut entry = LogEntry::deserialize(&input).map_err(|e| wire(0, format!("{e}")))?;
+    restore_json_text(line, &mut entry).map_err(|m| wire(0, m))?;
     let back = serde_json::to_value(&entry).expect("LogEntry serializes to JSON");
     if let Some(path) = unknown_field(&input, &back, String::new()) {
         return Err(wire(
@@ -100,6 +102,41 @@ pub fn parse_line(line: &str, line_no: u64) -> Result<WireLine> {
         prev_hash,
         entry,
     })
+}
+
+/// The JSON payloads of a line, as written. Deserializing a `LogEntry` keeps
+/// their values but not their spelling (see `JsonText`'s `Deserialize`), and an
+/// import must archive exactly what was exported, so they are read again raw.
+#[derive(Deserialize)]
+struct RawPayloads<'a> {
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    config: Option<RawConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawConfig<'a> {
+    #[serde(borrow, default)]
+    extra: Option<&'a RawValue>,
+}
+
+fn restore_json_text(line: &str, entry: &mut LogEntry) -> std::result::Result<(), String> {
+    let (payload, extra) = match entry {
+        LogEntry::Extension { payload, .. } => (Some(payload), None),
+        LogEntry::SessionStart { config, .. } | LogEntry::ConfigChanged { config, .. } => {
+            (None, config.extra.as_mut())
+        }
+        _ => return Ok(()),
+    };
+    let raw: RawPayloads = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let raw_extra = raw.config.and_then(|c| c.extra);
+    for (slot, raw) in [(payload, raw.payload), (extra, raw_extra)] {
+        if let (Some(slot), Some(raw)) = (slot, raw) {
+            *slot = JsonText::parse(raw.get()).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_hash(v: Value) -> std::result::Result<EntryHash, String> {

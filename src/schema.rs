@@ -459,11 +459,20 @@ impl Serialize for JsonText {
     }
 }
 
+/// Goes through a `serde_json::Value`, because every `JsonText` sits inside an
+/// internally tagged enum, which serde buffers, and a buffer cannot hand out a
+/// `RawValue`. The buffer keeps the value but not its spelling (key order,
+/// number form); [`crate::export::parse_line`] puts the original text back.
 impl<'de> Deserialize<'de> for JsonText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        Ok(JsonText(minify(raw.get())))
+        serde_json::Value::deserialize(d).map(|value| JsonText::from_value(&value))
     }
+}
+
+/// `Some` even for a JSON `null`, which is what `Some(JsonText("null"))` is
+/// written as; an absent field is `None` through `#[serde(default)]`.
+fn some_json_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<JsonText>, D::Error> {
+    JsonText::deserialize(d).map(Some)
 }
 
 /// Model request settings in force for a session.
@@ -496,7 +505,11 @@ pub struct RequestConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
     /// Anything else, as a JSON object.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_json_text"
+    )]
     pub extra: Option<JsonText>,
 }
 

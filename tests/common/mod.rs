@@ -1,0 +1,235 @@
+//! Fixtures shared by the integration tests: items of every variant, entries of
+//! every kind, with every optional field both set and unset somewhere.
+#![allow(dead_code)]
+
+use session_store::{
+    ContentPart, EntryHash, Item, ItemStatus, JsonText, LogEntry, LoggedItem, RequestConfig, Role,
+    SessionId, SessionOrigin, WorkerResult,
+};
+
+/// A timestamp in the range real logs carry.
+pub const TS: u64 = 1_764_000_000_000;
+
+/// A fixed UUID v7 session id.
+pub fn session_id() -> SessionId {
+    "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".parse().unwrap()
+}
+
+/// A hash whose 32 bytes are all `byte`.
+pub fn hash(byte: u8) -> EntryHash {
+    EntryHash([byte; 32])
+}
+
+/// An origin at the hash made of `byte`.
+pub fn origin(byte: u8) -> SessionOrigin {
+    SessionOrigin {
+        session_id: session_id(),
+        at_hash: hash(byte),
+    }
+}
+
+/// A tool call without provider state.
+pub fn call(call_id: &str) -> Item {
+    Item::ToolCall {
+        id: None,
+        call_id: call_id.into(),
+        name: "shell".into(),
+        arguments: r#"{"cmd":"ls"}"#.into(),
+        status: None,
+    }
+}
+
+/// A tool result without provider state.
+pub fn result(call_id: &str) -> Item {
+    Item::ToolResult {
+        id: None,
+        call_id: call_id.into(),
+        summary: "ok".into(),
+        content: Some("a\nb\n".into()),
+    }
+}
+
+/// A reasoning item without provider state.
+pub fn reasoning(text: &str) -> Item {
+    Item::Reasoning {
+        id: None,
+        text: text.into(),
+        summary: vec!["thought".into()],
+        encrypted_content: Some("gAAAAB\u{0}\u{7f}==".into()),
+        status: None,
+    }
+}
+
+/// Every `Item` variant and both content parts, with the ids and statuses that
+/// the log drops set, and every optional field both set and unset.
+pub fn every_item() -> Vec<Item> {
+    vec![
+        Item::Message {
+            id: Some("msg_1".into()),
+            role: Role::User,
+            content: vec![ContentPart::Text { text: "hi".into() }],
+            status: Some(ItemStatus::Completed),
+        },
+        Item::Message {
+            id: Some("msg_2".into()),
+            role: Role::Assistant,
+            content: vec![
+                ContentPart::Text {
+                    text: "part one, ".into(),
+                },
+                ContentPart::Refusal {
+                    refusal: "no".into(),
+                },
+                ContentPart::Text {
+                    text: "part two".into(),
+                },
+            ],
+            status: Some(ItemStatus::Incomplete),
+        },
+        Item::Message {
+            id: None,
+            role: Role::System,
+            content: vec![],
+            status: Some(ItemStatus::InProgress),
+        },
+        Item::ToolCall {
+            id: Some("fc_1".into()),
+            call_id: "call_1".into(),
+            name: "shell".into(),
+            // Arguments are kept as the model spelled them, spaces included.
+            arguments: "{ \"cmd\" : \"ls -la\" }".into(),
+            status: Some(ItemStatus::Completed),
+        },
+        Item::ToolResult {
+            id: Some("fco_1".into()),
+            call_id: "call_1".into(),
+            summary: "listed".into(),
+            content: Some("total 0\n".into()),
+        },
+        Item::ToolResult {
+            id: None,
+            call_id: "call_2".into(),
+            summary: String::new(),
+            content: None,
+        },
+        Item::Reasoning {
+            id: Some("rs_1".into()),
+            text: "thinking".into(),
+            summary: vec!["one".into(), "two".into()],
+            // Opaque provider state: padding, a NUL, a quote and a backslash must all survive.
+            encrypted_content: Some("gAAAAABn\u{0}\"\\/+==".into()),
+            status: Some(ItemStatus::Completed),
+        },
+        Item::Reasoning {
+            id: None,
+            text: String::new(),
+            summary: vec![],
+            encrypted_content: None,
+            status: None,
+        },
+    ]
+}
+
+/// A config with every field set, including floats and an `extra` object.
+pub fn full_config() -> RequestConfig {
+    RequestConfig {
+        model: Some("gpt-5".into()),
+        temperature: Some(0.1 + 0.2),
+        top_p: Some(-0.0),
+        max_output_tokens: Some(u64::MAX),
+        reasoning_effort: Some("high".into()),
+        extra: Some(JsonText::parse(r#"{"b": [1, 2.50, 1e2], "a": {"x": "y z"}}"#).unwrap()),
+    }
+}
+
+fn logged(items: &[Item]) -> Vec<LoggedItem> {
+    items.iter().map(LoggedItem::from).collect()
+}
+
+/// One entry of every kind, some with every optional field set and some with none.
+pub fn every_entry() -> Vec<LogEntry> {
+    let items = every_item();
+    vec![
+        LogEntry::SessionStart {
+            ts: TS,
+            system_prompt: Some("You are terse.".into()),
+            config: full_config(),
+            history: logged(&items),
+            forked_from: Some(origin(1)),
+            compacted_from: Some(origin(2)),
+        },
+        LogEntry::SessionStart {
+            ts: 0,
+            system_prompt: None,
+            config: RequestConfig::default(),
+            history: vec![],
+            forked_from: None,
+            compacted_from: None,
+        },
+        LogEntry::UserInput {
+            ts: TS + 1,
+            item: LoggedItem::from(&items[0]),
+        },
+        LogEntry::AssistantItems {
+            ts: TS + 2,
+            items: logged(&[items[6].clone(), items[1].clone(), items[3].clone()]),
+        },
+        LogEntry::ToolResults {
+            ts: TS + 3,
+            items: logged(&items[4..6]),
+        },
+        LogEntry::HookInjectedItems {
+            ts: TS + 4,
+            items: logged(&items[2..3]),
+        },
+        LogEntry::TurnEnd {
+            ts: TS + 5,
+            turn_count: 7,
+        },
+        LogEntry::RunCompleted {
+            ts: TS + 6,
+            interrupted: false,
+            result: WorkerResult {
+                text: Some("done".into()),
+                stop_reason: "end_turn".into(),
+            },
+        },
+        LogEntry::RunCompleted {
+            ts: TS + 7,
+            interrupted: true,
+            result: WorkerResult::default(),
+        },
+        LogEntry::RunErrored {
+            ts: TS + 8,
+            interrupted: true,
+            message: "provider returned 500".into(),
+        },
+        LogEntry::ConfigChanged {
+            ts: TS + 9,
+            config: RequestConfig::model("gpt-5-mini"),
+        },
+        LogEntry::LlmUsage {
+            ts: TS + 10,
+            history_len: 9,
+            input_total_tokens: 1200,
+            cache_read_tokens: 1000,
+            cache_write_tokens: 200,
+            output_tokens: u64::MAX,
+        },
+        LogEntry::Extension {
+            ts: u64::MAX,
+            domain: "history.agy".into(),
+            payload: JsonText::parse(r#"{"z": 1, "a": [true, null, "é\u00e9"], "n": -1.50e+3}"#)
+                .unwrap(),
+        },
+    ]
+}
+
+/// Archives `entry` and copies the bytes to `offset` bytes past a 16-byte boundary.
+pub fn archive_at(entry: &LogEntry, offset: usize) -> rkyv::util::AlignedVec {
+    let bytes = entry.to_archive();
+    let mut out = rkyv::util::AlignedVec::new();
+    out.extend_from_slice(&vec![0u8; offset]);
+    out.extend_from_slice(&bytes);
+    out
+}
