@@ -122,8 +122,10 @@ const FTR_CRC: usize = 124;
 
 const _: () = assert!(HDR_CRC == 80 && MARK_SLOT_0 >= HDR_CRC + 4);
 const _: () = assert!(MARK_SLOT_0 + 2 * MARK_SLOT_LEN <= SEGMENT_HEADER_LEN);
-const _: () =
-    assert!(SEGMENT_HEADER_LEN % RECORD_ALIGN == 0 && RECORD_HEADER_LEN % RECORD_ALIGN == 0);
+const _: () = assert!(
+    SEGMENT_HEADER_LEN.is_multiple_of(RECORD_ALIGN)
+        && RECORD_HEADER_LEN.is_multiple_of(RECORD_ALIGN)
+);
 const _: () = assert!(REC_FLAGS + 3 == REC_SEQ && REC_TS + 8 == RECORD_HEADER_LEN);
 
 fn u32_at(b: &[u8], at: usize) -> u32 {

@@ -250,7 +250,10 @@ impl std::fmt::Debug for Log {
     }
 }
 
-fn list_segments(dir: &Path) -> Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
+/// Segment files by first seq, and leftover preparations.
+type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
+
+fn list_segments(dir: &Path) -> Result<Listing> {
     let mut segs = Vec::new();
     let mut preps = Vec::new();
     for entry in fs::read_dir(dir).map_err(io_err("read dir", dir))? {

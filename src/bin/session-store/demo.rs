@@ -105,7 +105,11 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                     status: None,
                 },
             ];
-            let big = if rng.next() % 50 == 0 { 64 << 10 } else { 4000 };
+            let big = if rng.next().is_multiple_of(50) {
+                64 << 10
+            } else {
+                4000
+            };
             let result = Item::ToolResult {
                 id: None,
                 call_id,

@@ -1,0 +1,29 @@
+//! Arbitrary bytes through every decoder of on-disk structures.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use session_store::format::{
+    Footer, Mark, RecordHeader, SegmentHeader, FOOTER_LEN, RECORD_HEADER_LEN,
+};
+use session_store::LogEntry;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = SegmentHeader::decode(data);
+    let _ = Mark::newest(data);
+    if data.len() >= FOOTER_LEN {
+        let _ = Footer::decode(&data[..FOOTER_LEN]);
+    }
+    if let Ok(h) = RecordHeader::read(data) {
+        let end = RECORD_HEADER_LEN + h.payload_len as usize;
+        if end <= data.len() {
+            let _ = session_store::format::check_record_crc(&data[..end]);
+        }
+    }
+    // The payload decoder, on aligned copies of the input.
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(data);
+    if let Ok(entry) = LogEntry::from_archive(&aligned) {
+        let again = entry.to_archive();
+        assert_eq!(LogEntry::from_archive(&again).as_ref(), Ok(&entry));
+    }
+});
