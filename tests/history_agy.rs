@@ -11,10 +11,10 @@ use session_store::history::agy::{
     AgyTranscript,
 };
 use session_store::history::{
-    Discovery, HistoryError, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Locator,
-    NotFoundReason,
+    Discovery, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Locator, NotFoundReason,
 };
 use session_store::item::{ContentPart, Item, Role};
+use session_store::Error;
 
 // ---------------------------------------------------------------- helpers
 
@@ -335,7 +335,7 @@ fn seed_8_empty_file_malformed_lines_and_missing_file() {
     let missing = home.path().join("nope.jsonl");
     assert!(matches!(
         AgyTranscript::read(&missing),
-        Err(HistoryError::TranscriptMissing { path }) if path == missing
+        Err(Error::NotFound { what }) if what.contains(&*missing.to_string_lossy())
     ));
     let empty_file = home.path().join("empty.jsonl");
     fs::write(&empty_file, b"").unwrap();
@@ -411,7 +411,7 @@ fn seed_10_reader_is_registered_and_discovery_goes_through_the_service() {
     ));
     assert!(matches!(
         empty.read_messages("agy", &path),
-        Err(HistoryError::UnknownSource { .. })
+        Err(Error::InvalidInput { .. })
     ));
 }
 
@@ -1087,4 +1087,39 @@ proptest! {
         let tool_results = t.messages().iter().filter(|m| m.role == HistoryRole::ToolResult).count();
         prop_assert_eq!(tool_results, results.len());
     }
+}
+
+/// Import writes a session that restores to the converted items, records its
+/// provenance, and leaves unpaired calls for the ready-to-send check to report.
+#[test]
+fn import_then_restore_reports_unpaired_calls() {
+    let home = Home::new();
+    let path = home.path().join("t.jsonl");
+    let lines = [
+        json!({"step_index": 0, "source": "USER_EXPLICIT", "type": "USER_INPUT", "status": "DONE", "content": "list files"}),
+        json!({"step_index": 1, "source": "MODEL", "type": "PLANNER_RESPONSE", "status": "DONE", "content": "Looking.",
+               "tool_calls": [{"name": "list_dir", "args": {"path": "\"/tmp\""}}, {"name": "view_file", "args": {"path": "\"/a\""}}]}),
+        json!({"step_index": 2, "source": "MODEL", "type": "LIST_DIRECTORY", "status": "DONE", "content": "a b c"}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    fs::write(&path, text).unwrap();
+    let import = AgyTranscript::read(&path).unwrap().to_import();
+    let root = tempfile::tempdir().unwrap();
+    let store = session_store::Store::open(root.path()).unwrap();
+    let id = import.write_to(&store).unwrap();
+    let state = store.restore(id).unwrap();
+    let expected: Vec<_> = import
+        .items
+        .iter()
+        .map(|i| i.without_provider_state())
+        .collect();
+    assert_eq!(state.history, expected);
+    assert_eq!(state.extensions.len(), 1);
+    assert_eq!(state.extensions[0].domain, "history.agy");
+    let problems = state.check();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(matches!(
+        &problems[0],
+        session_store::Problem::CallWithoutResult { .. }
+    ));
 }

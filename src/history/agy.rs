@@ -33,7 +33,7 @@
 //!
 //! Bytes that are not UTF-8 are replaced (U+FFFD) rather than dropping the
 //! line; parsing never panics on any input. A missing transcript file is an
-//! error ([`HistoryError::TranscriptMissing`]), distinct from an empty one,
+//! error ([`Error::NotFound`]), distinct from an empty one,
 //! which reads as no messages.
 
 use std::collections::{HashSet, VecDeque};
@@ -48,8 +48,8 @@ use serde_json::{Map, Value};
 
 use super::file_uri::{file_uri_to_path, normalize_path};
 use super::{
-    CompactHistory, Discovery, HistoryError, HistoryImport, HistoryMessage, HistoryReader,
-    HistoryRole, Locator, NotFoundReason,
+    CompactHistory, Discovery, Error, HistoryImport, HistoryMessage, HistoryReader, HistoryRole,
+    Locator, NotFoundReason,
 };
 use crate::item::{ContentPart, Item, Role};
 
@@ -504,16 +504,16 @@ struct RawStep {
 impl AgyTranscript {
     /// Read and parse the transcript at `path`.
     ///
-    /// A missing file is [`HistoryError::TranscriptMissing`]; an empty file
+    /// A missing file is [`Error::NotFound`]; an empty file
     /// is a transcript with no entries.
-    pub fn read(path: &Path) -> Result<AgyTranscript, HistoryError> {
+    pub fn read(path: &Path) -> Result<AgyTranscript, Error> {
         let bytes = fs::read(path).map_err(|source| {
             if source.kind() == io::ErrorKind::NotFound {
-                HistoryError::TranscriptMissing {
-                    path: path.to_owned(),
+                Error::NotFound {
+                    what: format!("no transcript at {}", path.display()),
                 }
             } else {
-                HistoryError::Io {
+                Error::Io {
                     op: "read transcript",
                     path: path.to_owned(),
                     source,
@@ -964,11 +964,11 @@ impl HistoryReader for AgyReader {
         }
     }
 
-    fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, HistoryError> {
+    fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, Error> {
         Ok(AgyTranscript::read(path)?.messages())
     }
 
-    fn read_import(&self, path: &Path) -> Result<HistoryImport, HistoryError> {
+    fn read_import(&self, path: &Path) -> Result<HistoryImport, Error> {
         Ok(AgyTranscript::read(path)?.to_import())
     }
 }

@@ -22,7 +22,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
 use crate::item::Item;
+use crate::schema::{JsonText, RequestConfig, SessionId};
+use crate::store::Store;
 
 /// Who produced a [`HistoryMessage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -319,32 +322,21 @@ pub struct HistoryImport {
     pub provenance: serde_json::Value,
 }
 
-/// Errors from reading a transcript.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HistoryError {
-    /// The transcript file does not exist.
-    #[error("no transcript at {}", path.display())]
-    TranscriptMissing {
-        /// The path that was read.
-        path: PathBuf,
-    },
-    /// The transcript exists but could not be read.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// No reader is registered under this source name.
-    #[error("no history reader is registered for source {name:?}")]
-    UnknownSource {
-        /// The name asked for.
-        name: String,
-    },
+impl HistoryImport {
+    /// Writes the items as a new session of `store`, with the provenance as
+    /// an `Extension` entry, and returns its id. Pairings the transcript
+    /// lacks stay missing, for [`crate::RestoredState::check`] to report.
+    pub fn write_to(&self, store: &Store) -> Result<SessionId> {
+        let (id, mut head) = store.create_session(None, RequestConfig::default(), &[])?;
+        store.save_delta(id, &mut head, &self.items)?;
+        store.save_extension(
+            id,
+            &mut head,
+            self.extension_domain,
+            JsonText::from_value(&self.provenance),
+        )?;
+        Ok(id)
+    }
 }
 
 /// A reader of one agent runtime's transcripts.
@@ -361,13 +353,13 @@ pub trait HistoryReader: Send + Sync {
     fn discover(&self, home: &Path, locator: &Locator) -> Discovery;
 
     /// Read a transcript as reader-neutral messages, in order.
-    fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, HistoryError>;
+    fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, Error>;
 
     /// Read a transcript as runtime items for import.
-    fn read_import(&self, path: &Path) -> Result<HistoryImport, HistoryError>;
+    fn read_import(&self, path: &Path) -> Result<HistoryImport, Error>;
 
     /// Read a transcript and summarise it.
-    fn read_compact(&self, path: &Path) -> Result<CompactHistory, HistoryError> {
+    fn read_compact(&self, path: &Path) -> Result<CompactHistory, Error> {
         Ok(CompactHistory::from_messages(&self.read_messages(path)?))
     }
 }
@@ -438,29 +430,26 @@ impl HistoryService {
         }
     }
 
-    fn require(&self, name: &str) -> Result<&dyn HistoryReader, HistoryError> {
-        self.reader(name)
-            .ok_or_else(|| HistoryError::UnknownSource {
-                name: name.to_owned(),
-            })
+    fn require(&self, name: &str) -> Result<&dyn HistoryReader, Error> {
+        self.reader(name).ok_or_else(|| {
+            Error::invalid(format!(
+                "no history reader is registered for source {name:?}"
+            ))
+        })
     }
 
     /// Read messages through the reader named `name`.
-    pub fn read_messages(
-        &self,
-        name: &str,
-        path: &Path,
-    ) -> Result<Vec<HistoryMessage>, HistoryError> {
+    pub fn read_messages(&self, name: &str, path: &Path) -> Result<Vec<HistoryMessage>, Error> {
         self.require(name)?.read_messages(path)
     }
 
     /// Read the compact summary through the reader named `name`.
-    pub fn read_compact(&self, name: &str, path: &Path) -> Result<CompactHistory, HistoryError> {
+    pub fn read_compact(&self, name: &str, path: &Path) -> Result<CompactHistory, Error> {
         self.require(name)?.read_compact(path)
     }
 
     /// Read items for import through the reader named `name`.
-    pub fn read_import(&self, name: &str, path: &Path) -> Result<HistoryImport, HistoryError> {
+    pub fn read_import(&self, name: &str, path: &Path) -> Result<HistoryImport, Error> {
         self.require(name)?.read_import(path)
     }
 }

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use session_store::history::{Discovery, HistoryService, Locator};
-use session_store::{JsonText, RequestConfig};
 
 use crate::open_store;
 
@@ -75,14 +74,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     if a.import {
         let import = service.read_import("agy", &path)?;
         let store = open_store(root)?;
-        let (id, mut head) = store.create_session(None, RequestConfig::default(), &[])?;
-        store.save_delta(id, &mut head, &import.items)?;
-        store.save_extension(
-            id,
-            &mut head,
-            import.extension_domain,
-            JsonText::from_value(&import.provenance),
-        )?;
+        let id = import.write_to(&store)?;
         store.close()?;
         writeln!(out, "{id}")?;
     } else if a.compact {
