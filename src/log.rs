@@ -911,8 +911,22 @@ fn open_segments(
             }
             _ => {}
         }
-        let footer = seg.read_footer()?;
-        if let Some(f) = footer {
+        // The last segment's footer may be a seal that never became durable
+        // (its successor was not created yet), so it is only believed once
+        // the records agree with it.
+        let footer = match seg.read_footer() {
+            Ok(f) => f,
+            Err(_) if is_last => None,
+            Err(e) => return Err(e),
+        };
+        if !is_last {
+            let Some(f) = footer else {
+                return Err(seg.corrupt(
+                    seg.len() - FOOTER_LEN as u64,
+                    None,
+                    CorruptKind::Footer("segment before the last is not sealed".into()),
+                ));
+            };
             *seg.footer.lock() = Some(f);
             seg.map.publish(f.data_end);
             expect = Some((f.first_seq + f.record_count, f.last_hash));
@@ -921,32 +935,11 @@ fn open_segments(
             }
             report.records += f.record_count;
             segments.push(Arc::new(seg));
-            if is_last {
-                let (next_seq, head) = expect.expect("set above");
-                report.segments = segments.len();
-                return Ok(Opened {
-                    end: f.data_end,
-                    segments,
-                    next_seq,
-                    head,
-                    last_session_start,
-                    active_sealed: true,
-                    report,
-                    log_id,
-                });
-            }
             continue;
         }
-        if !is_last {
-            return Err(seg.corrupt(
-                seg.len() - FOOTER_LEN as u64,
-                None,
-                CorruptKind::Footer("segment before the last is not sealed".into()),
-            ));
-        }
-        // The active segment: scan its records.
+        // The last segment: scan its records.
         let mark = seg.read_mark();
-        let limit = seg.len() - FOOTER_LEN as u64;
+        let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
         let scan: Scan = seg.scan(
             SEGMENT_HEADER_LEN as u64,
             limit,
@@ -957,6 +950,31 @@ fn open_segments(
                 check_archives: false,
             },
         );
+        let sealed = footer.filter(|f| {
+            scan.stop.is_none()
+                && scan.end == f.data_end
+                && scan.count == f.record_count
+                && scan.last_hash == f.last_hash
+        });
+        if scan.last_session_start.is_some() {
+            last_session_start = scan.last_session_start;
+        }
+        report.records += scan.count;
+        if let Some(f) = sealed {
+            *seg.footer.lock() = Some(f);
+            segments.push(Arc::new(seg));
+            report.segments = segments.len();
+            return Ok(Opened {
+                end: f.data_end,
+                segments,
+                next_seq: scan.next_seq,
+                head: scan.last_hash,
+                last_session_start,
+                active_sealed: true,
+                report,
+                log_id,
+            });
+        }
         let durable_end = mark.map_or(SEGMENT_HEADER_LEN as u64, |m| m.durable_end);
         if let Some((offset, seq, kind)) = &scan.stop {
             let salvaged = *offset < durable_end;
@@ -972,7 +990,9 @@ fn open_segments(
             });
         }
         if writable {
-            let dirty = seg.zero_range(scan.end, limit)?;
+            // Everything after the last good record goes, footer included, so
+            // that stale bytes can never validate later.
+            let dirty = seg.zero_range(scan.end, seg.len())?;
             if dirty {
                 if report.torn_tail.is_none() {
                     report.torn_tail = Some(TornTail {
@@ -993,10 +1013,6 @@ fn open_segments(
             }
         }
         *seg.index.write() = scan.index.clone();
-        if scan.last_session_start.is_some() {
-            last_session_start = scan.last_session_start;
-        }
-        report.records += scan.count;
         segments.push(Arc::new(seg));
         report.segments = segments.len();
         return Ok(Opened {
