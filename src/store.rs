@@ -357,6 +357,15 @@ impl Store {
         entries: &[LogEntry],
     ) -> Result<()> {
         if entries.is_empty() {
+            // Nothing to write, but a stale head must still be reported.
+            let actual = self.head(id)?;
+            if actual != Some(*head) {
+                return Err(Error::HeadMismatch {
+                    session: id.to_string(),
+                    expected: Some(*head),
+                    actual,
+                });
+            }
             return Ok(());
         }
         let s = self.session(id)?;
