@@ -821,7 +821,12 @@ fn close_session(s: OpenSession) {
     };
     let ok = s.log.close().is_ok();
     if ok {
-        let _ = handle.touch(false, None);
+        // Closing is not a write: keep the time of the last one.
+        let updated_ms = catalog::read(&handle.catalog_path)
+            .ok()
+            .and_then(|r| r.head)
+            .map(|h| h.updated_ms);
+        let _ = handle.touch(false, updated_ms);
     }
 }
 
