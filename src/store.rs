@@ -233,18 +233,21 @@ impl Store {
         // The log is authoritative: rebuild the head slot from it now.
         handle.touch(true, record.head.map(|h| h.updated_ms))?;
         let budget = self.inner.opts.max_open_sessions.div_ceil(SHARDS).max(1);
-        if shard.open.len() >= budget {
-            // Evict the least recently used session that no one else holds.
-            if let Some(victim) = shard
+        // Evict the least recently used sessions that no one else holds. A
+        // loop, not one eviction: a shard that went over budget while all its
+        // sessions were in use comes back under it.
+        while shard.open.len() >= budget {
+            let Some(victim) = shard
                 .open
                 .iter()
                 .filter(|(_, s)| s.log.is_unshared())
                 .min_by_key(|(_, s)| s.tick)
                 .map(|(k, _)| *k)
-            {
-                if let Some(s) = shard.open.remove(&victim) {
-                    close_session(s);
-                }
+            else {
+                break;
+            };
+            if let Some(s) = shard.open.remove(&victim) {
+                close_session(s);
             }
         }
         shard.open.insert(
