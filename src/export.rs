@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::schema::LogEntry;
+use crate::schema::{JsonText, LogEntry, LoggedItem, RequestConfig, SessionOrigin};
 
 /// The longest line [`LineReader`] accepts, in bytes.
 pub const MAX_LINE_BYTES: usize = 512 << 20;
@@ -85,8 +85,13 @@ pub fn parse_line(line: &str, line_no: u64) -> Result<WireLine> {
             parse_hash(v).map_err(|m| wire(0, format!("prev_hash: {m}")))?,
         )),
     };
+    let kind = map
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     let input = Value::Object(map);
-    let entry = LogEntry::deserialize(&input).map_err(|e| wire(0, format!("{e}")))?;
+    let entry = entry_from_line(line, &kind).map_err(|e| wire(0, format!("{e}")))?;
     let back = serde_json::to_value(&entry).expect("LogEntry serializes to JSON");
     if let Some(path) = unknown_field(&input, &back, String::new()) {
         return Err(wire(
@@ -99,6 +104,65 @@ pub fn parse_line(line: &str, line_no: u64) -> Result<WireLine> {
         hash,
         prev_hash,
         entry,
+    })
+}
+
+/// Deserializes the entry of a wire line straight from its text.
+///
+/// `JsonText` keeps its bytes only when read directly by serde_json (as a
+/// `RawValue`); serde's buffering of an internally tagged enum cannot carry
+/// it. So the kinds that hold `JsonText` are read through untagged mirrors of
+/// their variants. Other fields of the line (`seq`, `hash`, `kind`) are ignored
+/// here; unknown ones are caught by the caller.
+fn entry_from_line(line: &str, kind: &str) -> serde_json::Result<LogEntry> {
+    #[derive(Deserialize)]
+    struct Start {
+        ts: u64,
+        system_prompt: Option<String>,
+        config: RequestConfig,
+        history: Vec<LoggedItem>,
+        forked_from: Option<SessionOrigin>,
+        compacted_from: Option<SessionOrigin>,
+    }
+    #[derive(Deserialize)]
+    struct Config {
+        ts: u64,
+        config: RequestConfig,
+    }
+    #[derive(Deserialize)]
+    struct Extension {
+        ts: u64,
+        domain: String,
+        payload: JsonText,
+    }
+    Ok(match kind {
+        "session_start" => {
+            let e: Start = serde_json::from_str(line)?;
+            LogEntry::SessionStart {
+                ts: e.ts,
+                system_prompt: e.system_prompt,
+                config: e.config,
+                history: e.history,
+                forked_from: e.forked_from,
+                compacted_from: e.compacted_from,
+            }
+        }
+        "config_changed" => {
+            let e: Config = serde_json::from_str(line)?;
+            LogEntry::ConfigChanged {
+                ts: e.ts,
+                config: e.config,
+            }
+        }
+        "extension" => {
+            let e: Extension = serde_json::from_str(line)?;
+            LogEntry::Extension {
+                ts: e.ts,
+                domain: e.domain,
+                payload: e.payload,
+            }
+        }
+        _ => serde_json::from_str(line)?,
     })
 }
 
