@@ -233,18 +233,21 @@ impl Store {
         // The log is authoritative: rebuild the head slot from it now.
         handle.touch(true, record.head.map(|h| h.updated_ms))?;
         let budget = self.inner.opts.max_open_sessions.div_ceil(SHARDS).max(1);
-        if shard.open.len() >= budget {
-            // Evict the least recently used session that no one else holds.
-            if let Some(victim) = shard
+        // Evict the least recently used sessions that no one else holds. A
+        // loop, not one eviction: a shard that went over budget while all its
+        // sessions were in use comes back under it.
+        while shard.open.len() >= budget {
+            let Some(victim) = shard
                 .open
                 .iter()
                 .filter(|(_, s)| s.log.is_unshared())
                 .min_by_key(|(_, s)| s.tick)
                 .map(|(k, _)| *k)
-            {
-                if let Some(s) = shard.open.remove(&victim) {
-                    close_session(s);
-                }
+            else {
+                break;
+            };
+            if let Some(s) = shard.open.remove(&victim) {
+                close_session(s);
             }
         }
         shard.open.insert(
@@ -357,6 +360,15 @@ impl Store {
         entries: &[LogEntry],
     ) -> Result<()> {
         if entries.is_empty() {
+            // Nothing to write, but a stale head must still be reported.
+            let actual = self.head(id)?;
+            if actual != Some(*head) {
+                return Err(Error::HeadMismatch {
+                    session: id.to_string(),
+                    expected: Some(*head),
+                    actual,
+                });
+            }
             return Ok(());
         }
         let s = self.session(id)?;
@@ -812,7 +824,12 @@ fn close_session(s: OpenSession) {
     };
     let ok = s.log.close().is_ok();
     if ok {
-        let _ = handle.touch(false, None);
+        // Closing is not a write: keep the time of the last one.
+        let updated_ms = catalog::read(&handle.catalog_path)
+            .ok()
+            .and_then(|r| r.head)
+            .map(|h| h.updated_ms);
+        let _ = handle.touch(false, updated_ms);
     }
 }
 
