@@ -15,9 +15,10 @@ use crate::{open_reader, open_store, parse_id, progress};
 #[derive(clap::Args)]
 pub struct ExportArgs {
     /// Session id (omit with --all)
+    #[arg(required_unless_present = "all")]
     id: Option<String>,
     /// Export every session, one file each, into the directory given by -o
-    #[arg(long)]
+    #[arg(long, conflicts_with = "id", requires = "output")]
     all: bool,
     /// Output file (a directory with --all) [default: stdout]
     #[arg(short, long)]
