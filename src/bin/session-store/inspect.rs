@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Result;
 use session_store::{ContentPart, Item};
 
-use crate::{open_store, parse_id};
+use crate::transfer::record_line;
+use crate::{open_reader, open_store, parse_id};
 
 #[derive(clap::Args)]
 pub struct LsArgs {
@@ -110,7 +111,7 @@ fn cut(text: &str, full: bool) -> String {
 
 pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
-    let state = store.restore(parse_id(&a.id)?)?;
+    let state = open_reader(&store, parse_id(&a.id)?)?.restore()?;
     let color = std::io::stdout().is_terminal();
     let paint = |code: &str, s: &str| {
         if color {
@@ -205,7 +206,7 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
 pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
     let id = parse_id(&a.id)?;
-    let log = store.log(id)?;
+    let log = open_reader(&store, id)?;
     let snap = log.snapshot();
     let segments = log.segment_paths();
     let report = log.recovery_report().clone();
@@ -238,7 +239,7 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
         );
         match &report.torn_tail {
             Some(t) => println!(
-                "recovery     cut torn tail at {} offset {}: {}",
+                "recovery     torn tail not yet recovered at {} offset {}: {}",
                 t.segment.display(),
                 t.offset,
                 t.reason
@@ -250,28 +251,35 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
 }
 
 pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
+    // How often -f looks for new entries. The writer is usually another
+    // process, whose commits can only be seen by re-reading the log.
+    const POLL: Duration = Duration::from_millis(100);
+    // Consecutive failed re-reads tolerated, e.g. one that met a footer being written.
+    const RETRIES: u32 = 10;
     let store = open_store(root)?;
-    let id = parse_id(&a.id)?;
-    let snap = store.snapshot(id)?;
-    let from = a
+    let mut log = open_reader(&store, parse_id(&a.id)?)?;
+    let snap = log.snapshot();
+    let mut next = a
         .from
         .unwrap_or_else(|| snap.next_seq().saturating_sub(10).max(snap.first_seq()));
-    let mut sub = store.subscribe(id, from)?;
     let mut out = std::io::stdout().lock();
+    let mut failures = 0;
     loop {
-        let wait = if a.follow {
-            Duration::from_secs(3600)
-        } else {
-            Duration::ZERO
-        };
-        match sub.next_timeout(wait) {
-            Some(r) => {
-                writeln!(out, "{}", r?.wire_line())?;
-                out.flush()?;
-            }
-            None if a.follow => continue,
-            None => break,
+        let snap = log.snapshot();
+        for rec in snap.iter_from(next) {
+            let rec = rec?;
+            writeln!(out, "{}", record_line(&rec))?;
+            next = rec.seq + 1;
+        }
+        out.flush()?;
+        if !a.follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(POLL);
+        match log.refresh() {
+            Ok(()) => failures = 0,
+            Err(_) if failures < RETRIES => failures += 1,
+            Err(e) => return Err(e.into()),
         }
     }
-    Ok(ExitCode::SUCCESS)
 }

@@ -11,9 +11,9 @@ mod verify;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
-use session_store::{SessionId, Store};
+use session_store::{Log, SessionId, Store};
 
 #[derive(Parser)]
 #[command(
@@ -74,6 +74,15 @@ fn default_root() -> PathBuf {
 pub(crate) fn open_store(root: &Option<PathBuf>) -> Result<Store> {
     let root = root.clone().unwrap_or_else(default_root);
     Store::open(&root).with_context(|| format!("opening store {}", root.display()))
+}
+
+/// Opens a session's log read-only. Reading never takes the writer lock, so it
+/// works beside a live writer (an agent runtime) and never locks one out.
+pub(crate) fn open_reader(store: &Store, id: SessionId) -> Result<Log> {
+    if !store.exists(id) {
+        bail!("not found: session {id}");
+    }
+    Ok(Log::open_read_only(store.session_dir(id))?)
 }
 
 pub(crate) fn parse_id(s: &str) -> Result<SessionId> {

@@ -7,16 +7,18 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use session_store::export::{entry_line, parse_line, LineReader};
+use session_store::log::RecordView;
 use session_store::{EntryHash, SessionId, Store};
 
-use crate::{open_store, parse_id, progress};
+use crate::{open_reader, open_store, parse_id, progress};
 
 #[derive(clap::Args)]
 pub struct ExportArgs {
     /// Session id (omit with --all)
+    #[arg(required_unless_present = "all")]
     id: Option<String>,
     /// Export every session, one file each, into the directory given by -o
-    #[arg(long)]
+    #[arg(long, conflicts_with = "id", requires = "output")]
     all: bool,
     /// Output file (a directory with --all) [default: stdout]
     #[arg(short, long)]
@@ -44,18 +46,18 @@ pub struct RmArgs {
     id: String,
 }
 
+/// One record as a wire line, without the newline.
+pub(crate) fn record_line(rec: &RecordView<'_>) -> String {
+    let prev = (rec.seq > 0).then_some(&rec.prev_hash);
+    entry_line(rec.seq, &rec.hash, prev, &rec.entry.to_entry())
+}
+
 /// Writes a session's wire form.
 pub(crate) fn write_session(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<u64> {
-    let snap = store.snapshot(id)?;
+    let snap = open_reader(store, id)?.snapshot();
     let mut n = 0;
     for rec in snap.iter() {
-        let rec = rec?;
-        let prev = (rec.seq > 0).then_some(&rec.prev_hash);
-        writeln!(
-            out,
-            "{}",
-            entry_line(rec.seq, &rec.hash, prev, &rec.entry.to_entry())
-        )?;
+        writeln!(out, "{}", record_line(&rec?))?;
         n += 1;
     }
     Ok(n)

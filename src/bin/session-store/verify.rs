@@ -11,6 +11,7 @@ use crate::{open_store, parse_id, progress};
 #[derive(clap::Args)]
 pub struct Args {
     /// Session ids
+    #[arg(required_unless_present = "all")]
     ids: Vec<String>,
     /// Verify every session
     #[arg(long, conflicts_with = "ids")]
