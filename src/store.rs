@@ -511,7 +511,7 @@ impl Store {
 
     /// Replays the session from its last `SessionStart`.
     pub fn restore(&self, id: SessionId) -> Result<RestoredState> {
-        self.session(id)?.log.restore()
+        self.reader(id)?.restore()
     }
 
     /// The session's current head.
@@ -674,7 +674,18 @@ impl Store {
 
     /// A consistent view of a session's committed records.
     pub fn snapshot(&self, id: SessionId) -> Result<Snapshot> {
-        Ok(self.session(id)?.log.snapshot())
+        Ok(self.reader(id)?.snapshot())
+    }
+
+    /// A log to read the session from: this store's writer when it has one,
+    /// otherwise the writer when it can be had, otherwise (another process
+    /// holds the session) a read-only view of what that writer has committed.
+    fn reader(&self, id: SessionId) -> Result<Log> {
+        match self.session(id) {
+            Ok(s) => Ok(s.log),
+            Err(Error::Locked { .. }) => Log::open_read_only(self.session_dir(id)),
+            Err(e) => Err(e),
+        }
     }
 
     /// The session's log.

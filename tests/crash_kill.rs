@@ -34,10 +34,23 @@ fn child(dir: &str) {
     let log = Log::open(dir, opts()).expect("child open");
     let mut i = log.next_seq();
     loop {
-        let durability = if i % 3 == 0 { Durability::Sync } else { Durability::Buffered };
-        let (seq, _) = log.append_with(&entry(i), durability).expect("child append");
+        let durability = if i % 3 == 0 {
+            Durability::Sync
+        } else {
+            Durability::Buffered
+        };
+        let (seq, _) = log
+            .append_with(&entry(i), durability)
+            .expect("child append");
         assert_eq!(seq, i);
-        println!("{seq} {}", if durability == Durability::Sync { "sync" } else { "buffered" });
+        println!(
+            "{seq} {}",
+            if durability == Durability::Sync {
+                "sync"
+            } else {
+                "buffered"
+            }
+        );
         i += 1;
     }
 }
@@ -48,8 +61,16 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         child(&dir);
         return;
     }
-    let iterations: u64 = std::env::var("CRASH_KILL_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
-    let budget = Duration::from_secs(std::env::var("CRASH_KILL_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(90));
+    let iterations: u64 = std::env::var("CRASH_KILL_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let budget = Duration::from_secs(
+        std::env::var("CRASH_KILL_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(90),
+    );
     let exe = std::env::current_exe().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log");
@@ -62,7 +83,12 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         let mut child = Command::new(&exe)
-            .args(["--exact", "sigkill_at_random_moments_loses_nothing_acknowledged", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "sigkill_at_random_moments_loses_nothing_acknowledged",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("CRASH_KILL_CHILD", &path)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -88,11 +114,16 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
         child.wait().unwrap();
         let acked = reader.join().unwrap();
         kills += 1;
-        let log = Log::open(&path, opts()).unwrap_or_else(|e| panic!("kill {kills}: reopen failed: {e}"));
+        let log =
+            Log::open(&path, opts()).unwrap_or_else(|e| panic!("kill {kills}: reopen failed: {e}"));
         let report = log.verify();
         assert_eq!(report.damage, None, "kill {kills}: log does not verify");
         if let Some(&last) = acked.last() {
-            assert!(log.next_seq() > last, "kill {kills}: acknowledged seq {last} missing (log has {})", log.next_seq());
+            assert!(
+                log.next_seq() > last,
+                "kill {kills}: acknowledged seq {last} missing (log has {})",
+                log.next_seq()
+            );
             acknowledged += acked.len() as u64;
         }
         // Spot-check content of the last acknowledged record.
@@ -101,6 +132,12 @@ fn sigkill_at_random_moments_loses_nothing_acknowledged() {
             assert_eq!(got.2, entry(last), "kill {kills}: record {last} differs");
         }
     }
-    println!("crash kill: {kills} kills, {acknowledged} acknowledged appends checked, in {:.1?}", started.elapsed());
-    assert!(kills >= iterations.min(20), "only {kills} kills ran in the time budget");
+    println!(
+        "crash kill: {kills} kills, {acknowledged} acknowledged appends checked, in {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        kills >= iterations.min(20),
+        "only {kills} kills ran in the time budget"
+    );
 }

@@ -1379,7 +1379,10 @@ fn a_subscription_sees_every_entry_once_in_order_across_rolls() {
         .collect();
     assert_eq!(seen_tuples, logged);
     for pair in seen.windows(2) {
-        assert_eq!(pair[1].prev_hash, pair[0].hash, "prev_hash links each entry");
+        assert_eq!(
+            pair[1].prev_hash, pair[0].hash,
+            "prev_hash links each entry"
+        );
     }
     assert_eq!(seen.last().unwrap().hash, head);
     assert!(
@@ -1390,7 +1393,9 @@ fn a_subscription_sees_every_entry_once_in_order_across_rolls() {
     // One more, appended after the subscriber caught up, arrives once.
     let mut head = head;
     store.save_turn_end(id, &mut head, 33).unwrap();
-    let session_store::store::SubscribedEntry { seq, hash, entry, .. } = sub.next_timeout(wait).unwrap().unwrap();
+    let session_store::store::SubscribedEntry {
+        seq, hash, entry, ..
+    } = sub.next_timeout(wait).unwrap().unwrap();
     assert_eq!((seq, hash), (total, head));
     assert!(matches!(entry, LogEntry::TurnEnd { turn_count: 33, .. }));
     assert!(sub.next_timeout(Duration::from_millis(20)).is_none());
@@ -1672,5 +1677,27 @@ fn a_forged_or_gapped_import_writes_nothing() {
     for id in ["../x", "/etc", &src.to_string().to_uppercase()] {
         let err = parse_line(&with_origin(id), 1).unwrap_err();
         assert!(matches!(err, Error::Wire { .. }), "{id}: {err}");
+    }
+}
+
+/// A session that another writer holds can still be read, restored and
+/// forked (read-only), while writing to it is refused with `Locked`.
+#[test]
+fn a_held_session_can_be_read_and_forked_but_not_written() {
+    let dir = tempdir();
+    let holder = open(dir.path());
+    let (id, mut head) = holder
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    holder.save_delta(id, &mut head, &turn(0, 100)).unwrap();
+    let other = open(dir.path());
+    let state = other.restore(id).unwrap();
+    assert_eq!(state.head, Some(head));
+    let (fork, _) = other.fork_at(id, head).unwrap();
+    assert_eq!(other.restore(fork).unwrap().history, state.history);
+    let mut stale = head;
+    match other.save_delta(id, &mut stale, &turn(1, 10)) {
+        Err(session_store::Error::Locked { .. }) => {}
+        other => panic!("expected Locked, got {other:?}"),
     }
 }

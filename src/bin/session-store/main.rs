@@ -115,6 +115,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            // `session-store ls | head`: the reader left; that is not an error.
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             // One line: the chain of causes, outermost first.
             let msg = e
