@@ -34,7 +34,7 @@ fn child(dir: &str) {
     let log = Log::open(dir, opts()).expect("child open");
     let mut i = log.next_seq();
     loop {
-        let durability = if i % 3 == 0 {
+        let durability = if i.is_multiple_of(3) {
             Durability::Sync
         } else {
             Durability::Buffered
