@@ -2,6 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use session_store::format::SegmentHeader;
 use session_store::log::{Log, LogOptions, RecoveryMode};
 
 fuzz_target!(|data: &[u8]| {
@@ -13,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().expect("tempdir");
     let chunk = rest.len().div_ceil(n).max(1);
     for (i, part) in rest.chunks(chunk).enumerate() {
-        std::fs::write(dir.path().join(format!("{:020}.seg", i as u64 * 4)), part).expect("write");
+        // Name each file after the first seq its header claims, when it has one,
+        // so that valid multi-segment inputs open.
+        let first_seq = SegmentHeader::decode(part).map_or(i as u64 * 4, |h| h.first_seq);
+        std::fs::write(dir.path().join(format!("{first_seq:020}.seg")), part).expect("write");
     }
     if let Ok(log) = Log::open_read_only(dir.path()) {
         for r in log.snapshot().iter() {

@@ -1,0 +1,109 @@
+//! Writes the seed corpora of the fuzz targets into `fuzz/corpus/`: a small
+//! real log's segment files, exported wire lines, and an agy transcript.
+//!
+//! `cargo run --example fuzz_seeds`
+
+use std::fs;
+use std::path::Path;
+
+use session_store::log::{Log, LogOptions};
+use session_store::{Item, RequestConfig, Store, StoreOptions};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let tmp = tempfile::tempdir()?;
+    let store = Store::open_with(
+        tmp.path(),
+        StoreOptions::default().log(LogOptions::default().segment_size(8192)),
+    )?;
+    let (id, mut head) = store.create_session(Some("sys"), RequestConfig::model("m"), &[])?;
+    for t in 0..6 {
+        store.save_delta(
+            id,
+            &mut head,
+            &[
+                Item::user_text(format!("question {t}")),
+                Item::Reasoning {
+                    id: None,
+                    text: String::new(),
+                    summary: vec!["thinking".into()],
+                    encrypted_content: Some("gAAAA".repeat(40)),
+                    status: None,
+                },
+                Item::ToolCall {
+                    id: None,
+                    call_id: format!("c{t}"),
+                    name: "shell".into(),
+                    arguments: r#"{"cmd":"ls"}"#.into(),
+                    status: None,
+                },
+                Item::ToolResult {
+                    id: None,
+                    call_id: format!("c{t}"),
+                    summary: "ok".into(),
+                    content: Some("x".repeat(700)),
+                },
+                Item::assistant_text("done"),
+            ],
+        )?;
+    }
+    store.save_turn_end(id, &mut head, 6)?;
+    store.close()?;
+    let log = Log::open_read_only(store.session_dir(id))?;
+    let segs = log.segment_paths();
+
+    let dir = corpus.join("open_log");
+    fs::create_dir_all(&dir)?;
+    for n in 1..=3usize.min(segs.len()) {
+        let mut bytes = vec![(n - 1) as u8];
+        for p in &segs[..n] {
+            bytes.extend(fs::read(p)?);
+        }
+        fs::write(dir.join(format!("log-{n}-segments")), bytes)?;
+    }
+
+    let dir = corpus.join("decode_record");
+    fs::create_dir_all(&dir)?;
+    let first = fs::read(&segs[0])?;
+    fs::write(dir.join("segment-header"), &first[..256])?;
+    fs::write(dir.join("first-records"), &first[256..2048])?;
+    fs::write(dir.join("footer"), &first[first.len() - 128..])?;
+    let snap = log.snapshot();
+    for (i, rec) in snap.iter().take(4).enumerate() {
+        let entry = rec?.entry.to_entry();
+        fs::write(
+            dir.join(format!("archive-{i}")),
+            entry.to_archive().as_slice(),
+        )?;
+    }
+
+    let dir = corpus.join("import_jsonl");
+    fs::create_dir_all(&dir)?;
+    let mut lines = String::new();
+    for rec in snap.iter() {
+        let rec = rec?;
+        let prev = (rec.seq > 0).then_some(&rec.prev_hash);
+        lines.push_str(&session_store::export::entry_line(
+            rec.seq,
+            &rec.hash,
+            prev,
+            &rec.entry.to_entry(),
+        ));
+        lines.push('\n');
+    }
+    fs::write(dir.join("exported-session"), &lines)?;
+
+    let dir = corpus.join("agy_transcript");
+    fs::create_dir_all(&dir)?;
+    let transcript = [
+        r#"{"step_index":0,"source":"USER_EXPLICIT","type":"USER_INPUT","status":"DONE","created_at":"2026-01-01T00:00:00Z","content":"list the files"}"#,
+        r#"{"step_index":1,"source":"MODEL","type":"PLANNER_RESPONSE","status":"DONE","content":[{"text":"Looking."}],"tool_calls":[{"name":"default_api:list_dir","args":{"path":"\"/tmp\""}},{"name":"run_command","args":{"cmd":"\"ls -l\""}}]}"#,
+        r#"{"step_index":3,"source":"MODEL","type":"RUN_COMMAND","status":"ERROR","content":"boom","exit_code":2}"#,
+        r#"{"step_index":2,"source":"MODEL","type":"LIST_DIRECTORY","status":"DONE","content":"a b c"}"#,
+        r#"{"step_index":4,"source":"SYSTEM","type":"GENERIC","status":"DONE","content":"internal"}"#,
+        r#"{"step_index":5,"source":"MODEL","type":"PLANNER_RESPONSE","status":"DONE","content":"All done."}"#,
+    ];
+    fs::write(dir.join("transcript"), transcript.join("\n"))?;
+    println!("seed corpora written under {}", corpus.display());
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Guards against a full disk turning into SIGBUS, a panic or silent loss:
+//! appends on a filled file system must fail with `Error::Io`, poison the
+//! writer, and leave a log that reopens with every acknowledged record.
+//!
+//! Needs root to mount a small tmpfs; elsewhere it prints why it is skipped.
+
+use std::path::Path;
+use std::process::Command;
+
+use session_store::log::{Durability, Log, LogOptions};
+use session_store::{Error, Item, LogEntry, LoggedItem};
+
+fn entry(i: u64) -> LogEntry {
+    LogEntry::UserInput {
+        ts: i,
+        item: LoggedItem::from(Item::user_text(format!("{i}:{}", "d".repeat(3000)))),
+    }
+}
+
+struct Mount<'a>(&'a Path);
+
+impl Drop for Mount<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0).status();
+    }
+}
+
+#[test]
+fn appends_on_a_full_disk_fail_with_io_and_recover() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if !root {
+        println!("full disk test skipped: not running as root, cannot mount a tmpfs");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let status = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
+        .arg(&mnt)
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
+        println!(
+            "full disk test skipped: mounting a tmpfs failed ({status:?}); no CAP_SYS_ADMIN here"
+        );
+        return;
+    }
+    let _guard = Mount(&mnt);
+    let opts = LogOptions::default().segment_size(64 << 10);
+    let log = Log::open(mnt.join("log"), opts.clone()).unwrap();
+    let mut acked = 0u64;
+    let err = loop {
+        match log.append_with(&entry(acked), Durability::Sync) {
+            Ok(_) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 10_000, "512 KiB never filled up");
+    };
+    match &err {
+        Error::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::StorageFull, "{err}")
+        }
+        other => panic!("expected Error::Io on a full disk, got {other:?}"),
+    }
+    assert!(acked > 10, "the disk filled after only {acked} appends");
+    assert!(matches!(log.append(&entry(acked)), Err(Error::Poisoned)));
+    drop(log);
+    // Free space, reopen: every acknowledged record is there and appends work.
+    for e in std::fs::read_dir(mnt.join("log")).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".prep") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let log = Log::open(mnt.join("log"), opts).unwrap();
+    assert_eq!(log.next_seq(), acked);
+    assert_eq!(log.verify().damage, None);
+    let entries: Vec<_> = log
+        .snapshot()
+        .entries_from(0)
+        .map(|r| r.unwrap().2)
+        .collect();
+    assert_eq!(entries.last(), Some(&entry(acked - 1)));
+    println!("full disk: {acked} appends acknowledged before ENOSPC; reopened intact");
+}
