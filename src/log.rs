@@ -24,8 +24,10 @@ use crate::segment::{
 };
 use crate::state::RestoredState;
 
-/// The default segment size: 64 MiB.
+/// The default (largest) segment size: 64 MiB.
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
+/// The default size of a log's first segment: 256 KiB.
+pub const DEFAULT_INITIAL_SEGMENT_SIZE: u64 = 256 << 10;
 const LOCK_FILE: &str = "LOCK";
 const PAGE: u64 = 4096;
 
@@ -54,8 +56,12 @@ pub enum RecoveryMode {
 /// How to open a log.
 #[derive(Clone)]
 pub struct LogOptions {
-    /// Size of new segments in bytes (rounded up to 4 KiB; at least 8 KiB).
+    /// Largest size of new segments in bytes (rounded up to 4 KiB; at least 8 KiB).
     pub segment_size: u64,
+    /// Size of a log's first segment. Each roll doubles the size up to
+    /// `segment_size`, so that the many small sessions of a store reserve
+    /// little disk while long ones get large segments.
+    pub initial_segment_size: u64,
     /// Durability of [`Log::append`].
     pub durability: Durability,
     /// What to do with damage found on open.
@@ -70,6 +76,7 @@ impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             segment_size: DEFAULT_SEGMENT_SIZE,
+            initial_segment_size: DEFAULT_INITIAL_SEGMENT_SIZE,
             durability: Durability::Buffered,
             recovery: RecoveryMode::Strict,
             prepare_ahead: true,
@@ -115,8 +122,21 @@ impl LogOptions {
         self
     }
 
-    fn segment_len(&self) -> u64 {
+    /// Sets the size of a log's first segment.
+    pub fn initial_segment_size(mut self, bytes: u64) -> Self {
+        self.initial_segment_size = bytes;
+        self
+    }
+
+    fn max_segment_len(&self) -> u64 {
         self.segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE
+    }
+
+    /// Length of the segment after one of `current` bytes (0: the first).
+    fn next_segment_len(&self, current: u64) -> u64 {
+        let max = self.max_segment_len();
+        let initial = (self.initial_segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE).min(max);
+        current.saturating_mul(2).clamp(initial, max)
     }
 }
 
@@ -320,7 +340,13 @@ impl Log {
         }
         let mut opened = if paths.is_empty() {
             let log_id = *uuid::Uuid::now_v7().as_bytes();
-            let prep = Prepared::create(dir.join("first.prep"), opts.segment_len(), &hook)?;
+            // The first segment is not prefaulted: most sessions stay small.
+            let prep = Prepared::create(
+                dir.join("first.prep"),
+                opts.next_segment_len(0),
+                false,
+                &hook,
+            )?;
             let header = SegmentHeader {
                 log_id,
                 first_seq: 0,
@@ -602,10 +628,10 @@ impl Log {
             .inner
             .dir
             .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
-        let len = self.inner.opts.segment_len();
+        let len = self.inner.opts.next_segment_len(seg.len());
         let hook = self.inner.opts.hook.clone();
         w.prepared = Some(std::thread::spawn(move || {
-            Prepared::create(path, len, &hook)
+            Prepared::create(path, len, true, &hook)
         }));
     }
 
@@ -635,7 +661,10 @@ impl Log {
             *active.footer.lock() = Some(footer);
         }
         let needed = (SEGMENT_HEADER_LEN + FOOTER_LEN + 2 * INDEX_ENTRY_LEN) as u64 + rec_len;
-        let len = inner.opts.segment_len().max(needed.div_ceil(PAGE) * PAGE);
+        let len = inner
+            .opts
+            .next_segment_len(active.len())
+            .max(needed.div_ceil(PAGE) * PAGE);
         let prepared = match w.prepared.take().map(|h| h.join()) {
             Some(Ok(Ok(p))) if p.len() >= len => Some(p),
             Some(Ok(Ok(p))) => {
@@ -653,7 +682,7 @@ impl Log {
                 let path = inner
                     .dir
                     .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
-                Prepared::create(path, len, hook)?
+                Prepared::create(path, len, false, hook)?
             }
         };
         let header = SegmentHeader {

@@ -134,8 +134,9 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Creates `path` (0600), reserves `len` bytes and prefaults its map.
-    pub(crate) fn create(path: PathBuf, len: u64, hook: &Hook) -> Result<Prepared> {
+    /// Creates `path` (0600), reserves `len` bytes and, with `prefault`,
+    /// faults its pages in writable ahead of use.
+    pub(crate) fn create(path: PathBuf, len: u64, prefault: bool, hook: &Hook) -> Result<Prepared> {
         run_hook(hook, IoOp::Allocate { path: &path, len }).map_err(io_err("fallocate", &path))?;
         let file = OpenOptions::new()
             .read(true)
@@ -149,7 +150,9 @@ impl Prepared {
             .and_then(|()| Map::new(&file, len as usize, true).map_err(io_err("mmap", &path)));
         match result {
             Ok(map) => {
-                map.prefault();
+                if prefault {
+                    map.prefault();
+                }
                 Ok(Prepared { path, file, map })
             }
             Err(e) => {

@@ -49,7 +49,7 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            log: LogOptions::default().segment_size(8 << 20),
+            log: LogOptions::default(),
             max_open_sessions: 256,
         }
     }
