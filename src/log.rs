@@ -1034,7 +1034,9 @@ fn open_segments(
                 }
                 seg.sync()?;
             }
-            if scan.end > SEGMENT_HEADER_LEN as u64 {
+            let exact =
+                mark.is_some_and(|m| m.durable_end == scan.end && m.next_seq == scan.next_seq);
+            if scan.end > SEGMENT_HEADER_LEN as u64 && !exact {
                 // Everything kept is now durable: record it so later damage is caught.
                 seg.sync()?;
                 seg.write_mark(scan.end, scan.next_seq, scan.last_hash)?;

@@ -335,8 +335,8 @@ impl Store {
         };
         // The log first, then the catalog: a session "exists" once its catalog does.
         let log = Log::open(&dir, self.inner.opts.log.clone())?;
-        log.append_batch(entries, Durability::Sync, Some(None))?;
-        drop(log);
+        log.append_batch(entries, Durability::Buffered, Some(None))?;
+        log.close()?;
         catalog::create(&dir.join(CATALOG_FILE), &identity, title.as_deref())?;
         sync_dir(&dir, &None)?;
         sync_dir(&self.inner.root.join("sessions"), &None)?;
