@@ -19,8 +19,8 @@ use crate::format::{
 };
 use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
 use crate::segment::{
-    io_err, parse_segment_name, run_hook, Hook, IoHook, IoOp, Prepared, Scan, ScanMode, Segment,
-    INDEX_STRIDE_BYTES,
+    io_err, parse_segment_name, run_hook, sync_dir, Hook, IoHook, IoOp, Prepared, Scan, ScanMode,
+    Segment, INDEX_STRIDE_BYTES,
 };
 use crate::state::RestoredState;
 
@@ -331,42 +331,52 @@ impl Log {
             Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
         }
         let hook: Hook = opts.hook.clone();
-        let (paths, preps) = list_segments(&dir)?;
+        let (_, preps) = list_segments(&dir)?;
         let mut removed = Vec::new();
         for p in preps {
             run_hook(&hook, IoOp::Remove { path: &p }).map_err(io_err("remove", &p))?;
             fs::remove_file(&p).map_err(io_err("remove", &p))?;
             removed.push(p);
         }
-        let mut opened = if paths.is_empty() {
-            let log_id = *uuid::Uuid::now_v7().as_bytes();
-            // The first segment is not prefaulted: most sessions stay small.
-            let prep = Prepared::create(
-                dir.join("first.prep"),
-                opts.next_segment_len(0),
-                false,
-                &hook,
-            )?;
-            let header = SegmentHeader {
-                log_id,
-                first_seq: 0,
-                segment_len: prep.len(),
-                start_hash: EntryHash::genesis(),
-            };
-            let seg = prep.activate(&dir, header, &hook)?;
-            Opened {
-                segments: vec![Arc::new(seg)],
-                end: SEGMENT_HEADER_LEN as u64,
-                next_seq: 0,
-                head: EntryHash::genesis(),
-                last_session_start: None,
-                active_sealed: false,
-                report: RecoveryReport::default(),
-                log_id: Some(log_id),
+        let mut salvaged: Option<TornTail> = None;
+        let mut opened = loop {
+            let (paths, _) = list_segments(&dir)?;
+            if paths.is_empty() {
+                break create_first_segment(&dir, &opts, &hook)?;
             }
-        } else {
-            open_segments(&paths, true, opts.recovery, &hook)?
+            let damage = match open_segments(&paths, true, opts.recovery, &hook) {
+                Ok(o) if opts.recovery == RecoveryMode::Salvage => match verify_opened(&o) {
+                    None => break o,
+                    Some(d) => d,
+                },
+                Ok(o) => break o,
+                Err(Error::Corrupt {
+                    segment,
+                    offset,
+                    seq,
+                    kind,
+                }) if opts.recovery == RecoveryMode::Salvage => Damage {
+                    segment,
+                    offset,
+                    seq,
+                    kind,
+                },
+                Err(e) => return Err(e),
+            };
+            // Salvage: cut the log at the first bad record and try again.
+            // Every cut removes bytes, so this ends.
+            removed.extend(cut_at(&dir, &paths, &damage, &hook)?);
+            salvaged.get_or_insert(TornTail {
+                segment: damage.segment.clone(),
+                offset: damage.offset,
+                seq: damage.seq,
+                reason: damage.kind.to_string(),
+                salvaged: true,
+            });
         };
+        if salvaged.is_some() {
+            opened.report.torn_tail = salvaged;
+        }
         opened.report.removed.splice(0..0, removed);
         Ok(Log::from_opened(dir, opts, opened, Some(lock)))
     }
@@ -873,6 +883,86 @@ impl Drop for Inner {
             }
         }
     }
+}
+
+fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
+    let log_id = *uuid::Uuid::now_v7().as_bytes();
+    // The first segment is not prefaulted: most sessions stay small.
+    let prep = Prepared::create(
+        dir.join("first.prep"),
+        opts.next_segment_len(0),
+        false,
+        hook,
+    )?;
+    let header = SegmentHeader {
+        log_id,
+        first_seq: 0,
+        segment_len: prep.len(),
+        start_hash: EntryHash::genesis(),
+    };
+    let seg = prep.activate(dir, header, hook)?;
+    Ok(Opened {
+        segments: vec![Arc::new(seg)],
+        end: SEGMENT_HEADER_LEN as u64,
+        next_seq: 0,
+        head: EntryHash::genesis(),
+        last_session_start: None,
+        active_sealed: false,
+        report: RecoveryReport::default(),
+        log_id: Some(log_id),
+    })
+}
+
+/// The full check of a freshly opened log, for salvage mode.
+fn verify_opened(o: &Opened) -> Option<Damage> {
+    let last = o.segments.last()?;
+    last.map.publish(o.end);
+    let published = Published {
+        segments: Arc::new(o.segments.clone()),
+        last_end: o.end,
+        next_seq: o.next_seq,
+        head: o.head,
+        last_session_start: o.last_session_start,
+    };
+    snapshot_of(&published).verify().damage
+}
+
+/// Cuts the log at `damage`: later segments are removed, and the damaged one
+/// is zeroed from the bad record on (removed whole if its header is bad).
+fn cut_at(
+    dir: &Path,
+    paths: &[(u64, PathBuf)],
+    damage: &Damage,
+    hook: &Hook,
+) -> Result<Vec<PathBuf>> {
+    let Some(k) = paths.iter().position(|(_, p)| *p == damage.segment) else {
+        return Err(Error::Corrupt {
+            segment: damage.segment.clone(),
+            offset: damage.offset,
+            seq: damage.seq,
+            kind: damage.kind.clone(),
+        });
+    };
+    let mut removed = Vec::new();
+    let mut remove = |p: &Path| -> Result<()> {
+        run_hook(hook, IoOp::Remove { path: p }).map_err(io_err("remove", p))?;
+        fs::remove_file(p).map_err(io_err("remove", p))?;
+        removed.push(p.to_path_buf());
+        Ok(())
+    };
+    for (_, p) in paths[k + 1..].iter().rev() {
+        remove(p)?;
+    }
+    let path = &paths[k].1;
+    match Segment::open(path, true, hook) {
+        Ok(seg) if damage.offset >= SEGMENT_HEADER_LEN as u64 => {
+            seg.zero_range(damage.offset.min(seg.len()), seg.len())?;
+            seg.sync()?;
+        }
+        _ => remove(path)?,
+    }
+    sync_dir(dir, hook)?;
+    Ok(removed)
 }
 
 fn open_segments(
