@@ -950,7 +950,16 @@ fn open_segments(
             },
         );
         let durable_end = mark.map_or(SEGMENT_HEADER_LEN as u64, |m| m.durable_end);
-        if let Some((offset, seq, kind)) = &scan.stop {
+        // Records that end (zeros) before the mark were synced and are gone:
+        // that is damage too, not a clean end.
+        let stop = scan.stop.clone().or_else(|| {
+            (scan.end < durable_end).then_some((
+                scan.end,
+                Some(scan.next_seq),
+                CorruptKind::Truncated,
+            ))
+        });
+        if let Some((offset, seq, kind)) = &stop {
             let salvaged = *offset < durable_end;
             if salvaged && mode == RecoveryMode::Strict {
                 return Err(seg.corrupt(*offset, *seq, kind.clone()));
@@ -977,8 +986,9 @@ fn open_segments(
                 }
                 seg.sync()?;
             }
-            if scan.end > SEGMENT_HEADER_LEN as u64 {
-                // Everything kept is now durable: record it so later damage is caught.
+            if scan.end > SEGMENT_HEADER_LEN as u64 || mark.is_some() {
+                // Everything kept is now durable: record it so later damage is
+                // caught (and so a mark beyond a salvage cut stops counting).
                 seg.sync()?;
                 seg.write_mark(scan.end, scan.next_seq, scan.last_hash)?;
                 seg.sync()?;

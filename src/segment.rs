@@ -263,8 +263,12 @@ impl Segment {
             return Err(corrupt(len, CorruptKind::Truncated));
         }
         let map = Map::new(&file, len as usize, writable).map_err(io_err("mmap", path))?;
-        let header = SegmentHeader::decode(&map.copy_out(0, SEGMENT_HEADER_LEN))
-            .map_err(|(o, k)| corrupt(o, k))?;
+        let header_bytes = map.copy_out(0, SEGMENT_HEADER_LEN);
+        let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
+        if header.segment_len > len {
+            // Segments are preallocated in full, so a shorter file lost its end.
+            return Err(corrupt(len, CorruptKind::Truncated));
+        }
         if header.segment_len != len {
             return Err(corrupt(
                 0,
@@ -281,7 +285,9 @@ impl Segment {
             header,
             footer: Mutex::new(None),
             index: RwLock::new(Vec::new()),
-            mark: Mutex::new(None),
+            // Continue the generations on disk: restarting at 1 would let an
+            // older mark in the other slot outrank the next one written.
+            mark: Mutex::new(Mark::newest(&header_bytes)),
             synced: Mutex::new(None),
             hook: hook.clone(),
         })
