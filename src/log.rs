@@ -127,7 +127,7 @@ pub struct TornTail {
     pub segment: PathBuf,
     /// Offset of the first bad byte.
     pub offset: u64,
-    /// The seq the cut record claimed, if its header was readable.
+    /// The seq of the first record cut (by position), if the cut is at a record.
     pub seq: Option<u64>,
     /// Why the record there was rejected.
     pub reason: String,

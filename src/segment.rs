@@ -521,9 +521,12 @@ pub(crate) fn scan_bytes(
                 hash_known = true;
             }
         }
+        // Damage is reported with the seq the record at `off` must have: the
+        // seq field of a damaged header cannot be trusted.
+        let seq = Some(next_seq);
         let Some(head) = bytes.get(off..off + RECORD_HEADER_LEN) else {
             if bytes.len() > off && bytes[off..].iter().any(|&b| b != 0) {
-                scan.stop = Some((off as u64, None, CorruptKind::Truncated));
+                scan.stop = Some((off as u64, seq, CorruptKind::Truncated));
             }
             break;
         };
@@ -533,11 +536,10 @@ pub(crate) fn scan_bytes(
         let h = match RecordHeader::read(head) {
             Ok(h) => h,
             Err(kind) => {
-                scan.stop = Some((off as u64, None, kind));
+                scan.stop = Some((off as u64, seq, kind));
                 break;
             }
         };
-        let seq = Some(h.seq);
         let body_end = off + RECORD_HEADER_LEN + h.payload_len as usize;
         let rec_end = off + h.record_len();
         if rec_end > bytes.len() {
