@@ -492,8 +492,13 @@ impl Log {
         }
         if !out.is_empty() {
             let mut p = inner.published.lock();
+            // Compare identity, not names: a roll out of an empty segment
+            // replaces it with a file of the same name.
             let rolled = p.segments.len() != w.segments.len()
-                || p.segments.last().map(|s| &s.path) != w.segments.last().map(|s| &s.path);
+                || !matches!(
+                    (p.segments.last(), w.segments.last()),
+                    (Some(a), Some(b)) if Arc::ptr_eq(a, b)
+                );
             if rolled {
                 p.segments = Arc::new(w.segments.clone());
             }
