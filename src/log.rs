@@ -674,6 +674,9 @@ impl Log {
     /// Blocks until every record appended so far is durable (one shared
     /// `fdatasync` for concurrent callers).
     pub fn sync(&self) -> Result<()> {
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
         let next = self.inner.published.lock().next_seq;
         match next {
             0 => Ok(()),
