@@ -574,6 +574,17 @@ pub(crate) fn scan_bytes(
             ));
             break;
         }
+        // The chain is not hashed below the mark, so the record that ends at
+        // it must match the mark's hash: otherwise an edit with a fixed-up
+        // CRC there would pass, and the next mark would adopt it.
+        if let Some(m) = trusted.filter(|m| rec_end as u64 == m.durable_end) {
+            let actual = format::record_link(rec);
+            if actual != m.durable_hash {
+                let expected = m.durable_hash;
+                scan.stop = Some((off as u64, seq, CorruptKind::ChainLink { expected, actual }));
+                break;
+            }
+        }
         if mode.check_archives {
             if let Err(why) = crate::schema::LogEntry::access_archive(&rec[RECORD_HEADER_LEN..]) {
                 scan.stop = Some((off as u64, seq, CorruptKind::InvalidArchive(why)));
