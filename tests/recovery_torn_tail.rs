@@ -226,6 +226,47 @@ fn marked_log(dir: &Path) -> (Vec<u8>, Vec<Span>, u64) {
     (bytes, sp, mark.durable_end)
 }
 
+/// Zeroing from every offset across the mark: records 4 and 5 lie below it
+/// (refused, or cut as salvaged), record 6 starts at it (a torn tail).
+#[test]
+fn zeroing_from_every_offset_around_the_mark() {
+    let dir = sweep_tempdir();
+    let (orig, sp, mark) = marked_log(dir.path());
+    let seg = segment_files(dir.path())[0].clone();
+    for cut in sp[4].start..=sp[6].end {
+        let mut b = orig.clone();
+        b[cut..].fill(0);
+        fs::write(&seg, &b).unwrap();
+        let kept = survivors(&orig, &sp, cut);
+        let below = (sp[kept].start as u64) < mark;
+        match Log::open(dir.path(), opts(SEG)) {
+            Err(Error::Corrupt { offset, seq, .. }) if below => {
+                assert_eq!(
+                    (offset, seq),
+                    (sp[kept].start as u64, Some(kept as u64)),
+                    "cut at {cut}"
+                );
+            }
+            Ok(log) if !below => {
+                let t = log.recovery_report().torn_tail.clone();
+                assert!(
+                    t.is_none_or(|t| !t.salvaged && t.offset == sp[kept].start as u64),
+                    "cut at {cut}"
+                );
+                assert_prefix_and_continue(dir.path(), log, kept as u64);
+                continue;
+            }
+            other => panic!("cut at {cut} (record {kept} below the mark: {below}): got {other:?}"),
+        }
+        fs::write(&seg, &b).unwrap();
+        let log = Log::open(dir.path(), opts(SEG).recovery(RecoveryMode::Salvage)).unwrap();
+        let t = log.recovery_report().torn_tail.clone().expect("reported");
+        assert!(t.salvaged, "cut at {cut}");
+        assert_eq!(t.offset, sp[kept].start as u64, "cut at {cut}");
+        assert_prefix_and_continue(dir.path(), log, kept as u64);
+    }
+}
+
 /// Damage to a record: a flipped byte, zeros from its start, zeros from inside it.
 fn damages(s: Span) -> [(&'static str, Box<dyn Fn(&mut Vec<u8>)>); 3] {
     [
