@@ -41,6 +41,17 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A built log in a fresh directory, and the path of its segment `pick(count)`.
+fn built_copy(pick: impl FnOnce(usize) -> usize) -> (tempfile::TempDir, PathBuf) {
+    let orig = tempfile::tempdir().unwrap();
+    build(orig.path());
+    let files = segment_files(orig.path());
+    let d = tempfile::tempdir().unwrap();
+    copy_dir(orig.path(), d.path());
+    let path = d.path().join(files[pick(files.len())].file_name().unwrap());
+    (d, path)
+}
+
 fn corrupt_kind(dir: &Path) -> (PathBuf, u64, CorruptKind) {
     for result in [Log::open(dir, opts(SEG)), Log::open_read_only(dir)] {
         match result {
@@ -198,12 +209,7 @@ fn an_edited_record_with_a_fixed_crc_breaks_the_next_link() {
 
 #[test]
 fn an_edited_last_record_of_a_sealed_segment_breaks_the_footer() {
-    let orig = tempfile::tempdir().unwrap();
-    build(orig.path());
-    let files = segment_files(orig.path());
-    let d = tempfile::tempdir().unwrap();
-    copy_dir(orig.path(), d.path());
-    let path = d.path().join(files[1].file_name().unwrap());
+    let (d, path) = built_copy(|_| 1);
     let n = spans(&fs::read(&path).unwrap()).len();
     forge(&path, n - 1);
     let log = Log::open(d.path(), opts(SEG)).unwrap();
@@ -220,12 +226,7 @@ fn an_edited_last_record_of_a_sealed_segment_breaks_the_footer() {
 /// the durable mark's hash is the witness.
 #[test]
 fn an_edited_last_record_below_the_mark_is_caught() {
-    let orig = tempfile::tempdir().unwrap();
-    build(orig.path());
-    let files = segment_files(orig.path());
-    let d = tempfile::tempdir().unwrap();
-    copy_dir(orig.path(), d.path());
-    let path = d.path().join(files.last().unwrap().file_name().unwrap());
+    let (d, path) = built_copy(|n| n - 1);
     let n = spans(&fs::read(&path).unwrap()).len();
     let sp = forge(&path, n - 1);
     match Log::open(d.path(), opts(SEG)) {

@@ -286,6 +286,14 @@ fn damages(s: Span) -> [(&'static str, Box<dyn Fn(&mut Vec<u8>)>); 3] {
     ]
 }
 
+/// Writes `orig` with `damage` applied to `seg`; returns what was written.
+fn write_damaged(seg: &Path, orig: &[u8], damage: &dyn Fn(&mut Vec<u8>)) -> Vec<u8> {
+    let mut b = orig.to_vec();
+    damage(&mut b);
+    fs::write(seg, &b).unwrap();
+    b
+}
+
 #[test]
 fn damage_before_the_mark_is_corrupt_unless_salvaged() {
     let dir = tempfile::tempdir().unwrap();
@@ -293,9 +301,7 @@ fn damage_before_the_mark_is_corrupt_unless_salvaged() {
     let seg = segment_files(dir.path())[0].clone();
     for k in [0usize, 3, 5] {
         for (what, damage) in damages(sp[k]) {
-            let mut b = orig.clone();
-            damage(&mut b);
-            fs::write(&seg, &b).unwrap();
+            let b = write_damaged(&seg, &orig, &damage);
             match Log::open(dir.path(), opts(SEG)) {
                 Err(Error::Corrupt {
                     segment,
@@ -327,9 +333,7 @@ fn damage_at_or_after_the_lagging_mark_is_a_torn_tail() {
     let seg = segment_files(dir.path())[0].clone();
     for k in [6usize, 7, 8] {
         for (what, damage) in damages(sp[k]) {
-            let mut b = orig.clone();
-            damage(&mut b);
-            fs::write(&seg, &b).unwrap();
+            write_damaged(&seg, &orig, &damage);
             let log = Log::open(dir.path(), opts(SEG))
                 .unwrap_or_else(|e| panic!("record {k}, {what}: {e}"));
             let t = log.recovery_report().torn_tail.clone();
@@ -380,9 +384,7 @@ fn close_and_clean_reopen_protect_every_record() {
             );
             let last = sp[n as usize - 1];
             for (what, damage) in damages(last) {
-                let mut b = orig.clone();
-                damage(&mut b);
-                fs::write(&seg, &b).unwrap();
+                write_damaged(&seg, &orig, &damage);
                 match Log::open(dir.path(), opts(SEG)) {
                     Err(Error::Corrupt { offset, seq, .. }) => {
                         assert_eq!((offset, seq), (last.start as u64, Some(n - 1)));

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{entries, entry, mark_of, opts, segment_files, spans, Countdown, OpKind};
+use common::{
+    entries, entry, files_with_ext, mark_of, opts, segment_files, spans, Countdown, OpKind,
+};
 use session_store::format::{Footer, FOOTER_LEN, INDEX_ENTRY_LEN};
 use session_store::log::{Log, LogOptions};
 use session_store::segment::{IoHook, IoOp};
@@ -25,13 +27,7 @@ fn footer_of(path: &Path) -> Option<Footer> {
 }
 
 fn prep_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "prep"))
-        .collect();
-    v.sort();
-    v
+    files_with_ext(dir, "prep")
 }
 
 /// Record lengths (header and padding included) of `entry(i, text)`, found by

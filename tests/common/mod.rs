@@ -43,15 +43,20 @@ pub fn entries(log: &Log) -> Vec<LogEntry> {
     read_all(log).into_iter().map(|(_, _, e)| e).collect()
 }
 
-/// The segment files in `dir`, in seq order.
-pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+/// The files in `dir` named `*.{ext}`, sorted.
+pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
         .collect();
     v.sort();
     v
+}
+
+/// The segment files in `dir`, in seq order.
+pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    files_with_ext(dir, "seg")
 }
 
 /// Every file in `dir` other than the lock, with its bytes.
