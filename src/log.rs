@@ -147,7 +147,7 @@ pub struct TornTail {
     pub segment: PathBuf,
     /// Offset of the first bad byte.
     pub offset: u64,
-    /// The seq the cut record claimed, if its header was readable.
+    /// The seq of the first record cut (by position), if the cut is at a record.
     pub seq: Option<u64>,
     /// Why the record there was rejected.
     pub reason: String,
@@ -536,8 +536,13 @@ impl Log {
         }
         if !out.is_empty() {
             let mut p = inner.published.lock();
+            // Compare identity, not names: a roll out of an empty segment
+            // replaces it with a file of the same name.
             let rolled = p.segments.len() != w.segments.len()
-                || p.segments.last().map(|s| &s.path) != w.segments.last().map(|s| &s.path);
+                || !matches!(
+                    (p.segments.last(), w.segments.last()),
+                    (Some(a), Some(b)) if Arc::ptr_eq(a, b)
+                );
             if rolled {
                 p.segments = Arc::new(w.segments.clone());
             }
@@ -716,6 +721,9 @@ impl Log {
     /// Blocks until every record appended so far is durable (one shared
     /// `fdatasync` for concurrent callers).
     pub fn sync(&self) -> Result<()> {
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
         let next = self.inner.published.lock().next_seq;
         match next {
             0 => Ok(()),
@@ -1095,7 +1103,16 @@ fn open_segments(
             });
         }
         let durable_end = mark.map_or(SEGMENT_HEADER_LEN as u64, |m| m.durable_end);
-        if let Some((offset, seq, kind)) = &scan.stop {
+        // Records that end (zeros) before the mark were synced and are gone:
+        // that is damage too, not a clean end.
+        let stop = scan.stop.clone().or_else(|| {
+            (scan.end < durable_end).then_some((
+                scan.end,
+                Some(scan.next_seq),
+                CorruptKind::Truncated,
+            ))
+        });
+        if let Some((offset, seq, kind)) = &stop {
             let salvaged = *offset < durable_end;
             if salvaged && mode == RecoveryMode::Strict {
                 return Err(seg.corrupt(*offset, *seq, kind.clone()));
@@ -1126,8 +1143,9 @@ fn open_segments(
             }
             let exact =
                 mark.is_some_and(|m| m.durable_end == scan.end && m.next_seq == scan.next_seq);
-            if scan.end > SEGMENT_HEADER_LEN as u64 && !exact {
-                // Everything kept is now durable: record it so later damage is caught.
+            if (scan.end > SEGMENT_HEADER_LEN as u64 || mark.is_some()) && !exact {
+                // Everything kept is now durable: record it so later damage is
+                // caught (and so a mark beyond a salvage cut stops counting).
                 seg.sync()?;
                 seg.write_mark(scan.end, scan.next_seq, scan.last_hash)?;
                 seg.sync()?;
@@ -1349,7 +1367,9 @@ impl Snapshot {
                 ));
                 return report;
             }
-            if let Some(f) = *seg.footer.lock() {
+            // A segment sealed after this snapshot was taken is checked only up to
+            // the snapshot's end; its footer describes more.
+            if let Some(f) = seg.footer.lock().filter(|f| f.data_end == *end) {
                 if f.record_count != scan.count || f.last_hash != scan.last_hash {
                     report.damage = Some(damage(
                         seg.len() - FOOTER_LEN as u64,

@@ -266,8 +266,12 @@ impl Segment {
             return Err(corrupt(len, CorruptKind::Truncated));
         }
         let map = Map::new(&file, len as usize, writable).map_err(io_err("mmap", path))?;
-        let header = SegmentHeader::decode(&map.copy_out(0, SEGMENT_HEADER_LEN))
-            .map_err(|(o, k)| corrupt(o, k))?;
+        let header_bytes = map.copy_out(0, SEGMENT_HEADER_LEN);
+        let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
+        if header.segment_len > len {
+            // Segments are preallocated in full, so a shorter file lost its end.
+            return Err(corrupt(len, CorruptKind::Truncated));
+        }
         if header.segment_len != len {
             return Err(corrupt(
                 0,
@@ -284,7 +288,9 @@ impl Segment {
             header,
             footer: Mutex::new(None),
             index: RwLock::new(Vec::new()),
-            mark: Mutex::new(None),
+            // Continue the generations on disk: restarting at 1 would let an
+            // older mark in the other slot outrank the next one written.
+            mark: Mutex::new(Mark::newest(&header_bytes)),
             synced: Mutex::new(None),
             hook: hook.clone(),
         })
@@ -518,9 +524,12 @@ pub(crate) fn scan_bytes(
                 hash_known = true;
             }
         }
+        // Damage is reported with the seq the record at `off` must have: the
+        // seq field of a damaged header cannot be trusted.
+        let seq = Some(next_seq);
         let Some(head) = bytes.get(off..off + RECORD_HEADER_LEN) else {
             if bytes.len() > off && bytes[off..].iter().any(|&b| b != 0) {
-                scan.stop = Some((off as u64, None, CorruptKind::Truncated));
+                scan.stop = Some((off as u64, seq, CorruptKind::Truncated));
             }
             break;
         };
@@ -530,11 +539,10 @@ pub(crate) fn scan_bytes(
         let h = match RecordHeader::read(head) {
             Ok(h) => h,
             Err(kind) => {
-                scan.stop = Some((off as u64, None, kind));
+                scan.stop = Some((off as u64, seq, kind));
                 break;
             }
         };
-        let seq = Some(h.seq);
         let body_end = off + RECORD_HEADER_LEN + h.payload_len as usize;
         let rec_end = off + h.record_len();
         if rec_end > bytes.len() {
@@ -568,6 +576,17 @@ pub(crate) fn scan_bytes(
                 },
             ));
             break;
+        }
+        // The chain is not hashed below the mark, so the record that ends at
+        // it must match the mark's hash: otherwise an edit with a fixed-up
+        // CRC there would pass, and the next mark would adopt it.
+        if let Some(m) = trusted.filter(|m| rec_end as u64 == m.durable_end) {
+            let actual = format::record_link(rec);
+            if actual != m.durable_hash {
+                let expected = m.durable_hash;
+                scan.stop = Some((off as u64, seq, CorruptKind::ChainLink { expected, actual }));
+                break;
+            }
         }
         if mode.check_archives {
             if let Err(why) = crate::schema::LogEntry::access_archive(&rec[RECORD_HEADER_LEN..]) {

@@ -1,0 +1,235 @@
+//! Helpers shared by the engine's integration tests: deterministic entries,
+//! byte-level access to segment files, and a countdown I/O hook.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use session_store::format::{self, Mark, RecordHeader, SEGMENT_HEADER_LEN};
+use session_store::log::{Log, LogOptions};
+use session_store::segment::{IoHook, IoOp};
+use session_store::{EntryHash, Item, LogEntry, LoggedItem};
+
+/// Entry number `i`, with a text of about `size` bytes. The same `(i, size)`
+/// always gives the same entry, so readers can recompute what they expect.
+pub fn entry(i: u64, size: usize) -> LogEntry {
+    LogEntry::UserInput {
+        ts: 1_700_000_000_000 + i,
+        item: LoggedItem::from(Item::user_text(format!("{i}:{}", "x".repeat(size)))),
+    }
+}
+
+/// Options with tiny segments and no background preparation (deterministic
+/// file sets); tests that want it turn preparation back on.
+pub fn opts(segment_size: u64) -> LogOptions {
+    let mut o = LogOptions::default().segment_size(segment_size);
+    o.prepare_ahead = false;
+    o
+}
+
+/// Every record of a log, owned.
+pub fn read_all(log: &Log) -> Vec<(u64, EntryHash, LogEntry)> {
+    log.snapshot()
+        .entries_from(0)
+        .map(|r| r.expect("records of a recovered log read back"))
+        .collect()
+}
+
+/// The entries of a log, without seqs and hashes.
+pub fn entries(log: &Log) -> Vec<LogEntry> {
+    read_all(log).into_iter().map(|(_, _, e)| e).collect()
+}
+
+/// The files in `dir` named `*.{ext}`, sorted.
+pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The segment files in `dir`, in seq order.
+pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    files_with_ext(dir, "seg")
+}
+
+/// Every file in `dir` other than the lock, with its bytes.
+pub fn save_dir(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "LOCK"))
+        .map(|p| {
+            let b = fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Puts `dir` back to a state saved by [`save_dir`]: files written since are removed.
+pub fn restore_dir(dir: &Path, saved: &[(PathBuf, Vec<u8>)]) {
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().is_some_and(|n| n != "LOCK") && !saved.iter().any(|(s, _)| *s == p) {
+            fs::remove_file(&p).unwrap();
+        }
+    }
+    for (p, b) in saved {
+        fs::write(p, b).unwrap();
+    }
+}
+
+/// Where one record lies in its segment file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Its seq.
+    pub seq: u64,
+    /// Offset of its first byte.
+    pub start: usize,
+    /// Offset just past its payload (the CRC covers up to here).
+    pub body_end: usize,
+    /// Offset just past its padding.
+    pub end: usize,
+}
+
+/// The records of a segment's bytes, read independently of the engine: from
+/// the header on, until the first thing that is not a well-formed record.
+pub fn spans(bytes: &[u8]) -> Vec<Span> {
+    let mut out = Vec::new();
+    let mut at = SEGMENT_HEADER_LEN;
+    while let Some(head) = bytes.get(at..) {
+        let Ok(h) = RecordHeader::read(head) else {
+            break;
+        };
+        let body_end = at + format::RECORD_HEADER_LEN + h.payload_len as usize;
+        if body_end > bytes.len() || format::check_record_crc(&bytes[at..body_end]).is_err() {
+            break;
+        }
+        let end = at + h.record_len();
+        out.push(Span {
+            seq: h.seq,
+            start: at,
+            body_end,
+            end,
+        });
+        at = end;
+    }
+    out
+}
+
+/// The newest valid durable mark in a segment file's header.
+pub fn mark_of(path: &Path) -> Option<Mark> {
+    let b = fs::read(path).unwrap();
+    Mark::newest(&b[..SEGMENT_HEADER_LEN])
+}
+
+/// Applies `f` to the bytes of `path` and writes them back.
+pub fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut b = fs::read(path).unwrap();
+    f(&mut b);
+    fs::write(path, b).unwrap();
+}
+
+/// Which kind of I/O operation a [`Countdown`] fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A write through the map.
+    Write,
+    /// An `fdatasync` of a segment.
+    Sync,
+    /// Creating and reserving a segment file.
+    Allocate,
+    /// A rename in the log directory.
+    Rename,
+    /// An fsync of the directory.
+    SyncDir,
+    /// Removing a file.
+    Remove,
+}
+
+impl OpKind {
+    /// The kind of `op`.
+    pub fn of(op: &IoOp<'_>) -> Option<OpKind> {
+        Some(match op {
+            IoOp::Write { .. } => OpKind::Write,
+            IoOp::Sync { .. } => OpKind::Sync,
+            IoOp::Allocate { .. } => OpKind::Allocate,
+            IoOp::Rename { .. } => OpKind::Rename,
+            IoOp::SyncDir { .. } => OpKind::SyncDir,
+            IoOp::Remove { .. } => OpKind::Remove,
+            _ => return None,
+        })
+    }
+}
+
+/// Fails the `nth` (1-based) operation of one kind, and with `sticky` every
+/// later one too (a full disk). `nth == 0` never fails: it only counts.
+pub struct Countdown {
+    kind: OpKind,
+    nth: AtomicU64,
+    sticky: bool,
+    seen: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Countdown {
+    /// A hook failing the `nth` operation of `kind`.
+    pub fn new(kind: OpKind, nth: u64, sticky: bool) -> Arc<Countdown> {
+        Arc::new(Countdown {
+            kind,
+            nth: AtomicU64::new(nth),
+            sticky,
+            seen: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    /// Operations of the kind seen so far.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::SeqCst)
+    }
+
+    /// Operations failed so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::SeqCst)
+    }
+}
+
+impl IoHook for Countdown {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if OpKind::of(op) != Some(self.kind) {
+            return Ok(());
+        }
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        let nth = self.nth.load(Ordering::SeqCst);
+        if nth != 0 && (n == nth || (self.sticky && n > nth)) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(io::Error::other(format!(
+                "injected {:?} failure #{n}",
+                self.kind
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A temporary directory on tmpfs when there is one: sweeps that reopen a log
+/// thousands of times test recovery logic, not the disk, and each reopen
+/// fsyncs.
+pub fn sweep_tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new().tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}

@@ -1,0 +1,338 @@
+//! Guards against losing or misplacing records when the log moves to a new
+//! segment: a record that fills a segment exactly, records larger than a
+//! segment, and a crash at each step of a roll.
+
+#[path = "engine/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::{
+    entries, entry, files_with_ext, mark_of, opts, segment_files, spans, Countdown, OpKind,
+};
+use session_store::format::{Footer, FOOTER_LEN, INDEX_ENTRY_LEN};
+use session_store::log::{Log, LogOptions};
+use session_store::segment::{IoHook, IoOp};
+use session_store::{Error, LogEntry};
+
+const SEG: u64 = 16 << 10;
+
+fn footer_of(path: &Path) -> Option<Footer> {
+    let b = fs::read(path).unwrap();
+    Footer::decode(&b[b.len() - FOOTER_LEN..]).unwrap()
+}
+
+fn prep_files(dir: &Path) -> Vec<PathBuf> {
+    files_with_ext(dir, "prep")
+}
+
+/// Record lengths (header and padding included) of `entry(i, text)`, found by
+/// appending to a scratch log: text size for each record length.
+fn sizes_by_record_len(i: u64, max_text: usize) -> HashMap<u64, usize> {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    let mut out = HashMap::new();
+    for text in 0..max_text {
+        let before = log.bytes();
+        log.append(&entry(i, text)).unwrap();
+        out.entry(log.bytes() - before).or_insert(text);
+    }
+    out
+}
+
+/// Fills a 16 KiB segment, then adds a record of `extra` bytes more than the
+/// room left. Returns the log, the expected entries, and the exact-fit seq.
+fn fill_to_the_limit(dir: &Path, extra: u64) -> (Log, Vec<LogEntry>, u64) {
+    let log = Log::open(dir, opts(SEG)).unwrap();
+    let mut want = Vec::new();
+    let mut i = 0;
+    // The first record is indexed, so the room ends where one more index
+    // entry and the footer still fit.
+    let limit = SEG - FOOTER_LEN as u64 - 2 * INDEX_ENTRY_LEN as u64;
+    while limit - log.bytes() - 256 > 1600 {
+        let e = entry(i, 500);
+        log.append(&e).unwrap();
+        want.push(e);
+        i += 1;
+    }
+    let room = limit - 256 - log.bytes();
+    let sizes = sizes_by_record_len(i, 1400);
+    let text = sizes[&(room + extra)];
+    let e = entry(i, text);
+    let before = log.segment_paths().len();
+    log.append(&e).unwrap();
+    want.push(e);
+    assert_eq!(log.segment_paths().len(), before + usize::from(extra > 0));
+    (log, want, i)
+}
+
+#[test]
+fn a_record_that_fills_the_segment_exactly_stays_and_the_next_rolls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mut want, exact) = fill_to_the_limit(dir.path(), 0);
+    let first = log.segment_paths()[0].clone();
+    let sp = spans(&fs::read(&first).unwrap());
+    assert_eq!(sp.last().unwrap().seq, exact);
+    assert_eq!(
+        sp.last().unwrap().end as u64,
+        SEG - FOOTER_LEN as u64 - 2 * INDEX_ENTRY_LEN as u64
+    );
+    let e = entry(exact + 1, 1);
+    log.append(&e).unwrap();
+    want.push(e);
+    let paths = log.segment_paths();
+    assert_eq!(paths.len(), 2);
+    assert_eq!(paths[1], dir.path().join(format!("{:020}.seg", exact + 1)));
+    let f = footer_of(&first).expect("sealed by the roll");
+    assert_eq!(f.record_count, exact + 1);
+    assert_eq!(f.data_end, sp.last().unwrap().end as u64);
+    assert_eq!(f.index_offset, f.data_end);
+    assert!(f.index_offset + f.index_count * INDEX_ENTRY_LEN as u64 <= SEG - FOOTER_LEN as u64);
+    assert_eq!(entries(&log), want);
+    assert_eq!(log.verify().damage, None);
+    drop(log);
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(entries(&log), want);
+    assert_eq!(log.verify().damage, None);
+}
+
+#[test]
+fn a_record_16_bytes_too_large_goes_to_the_next_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, want, seq) = fill_to_the_limit(dir.path(), 16);
+    let paths = log.segment_paths();
+    assert_eq!(paths[1], dir.path().join(format!("{seq:020}.seg")));
+    let f = footer_of(&paths[0]).expect("sealed");
+    assert_eq!(f.record_count, seq);
+    assert_eq!(entries(&log), want);
+    drop(log);
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(entries(&log), want);
+    assert_eq!(log.verify().damage, None);
+}
+
+/// Appends `sizes` (text bytes) and checks the log before and after a reopen.
+fn oversized_round_trip(options: LogOptions, sizes: &[usize]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), options.clone()).unwrap();
+    let want: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| entry(i as u64, s))
+        .collect();
+    for e in &want {
+        log.append(e).unwrap();
+    }
+    assert_eq!(entries(&log), want);
+    drop(log);
+    assert_eq!(prep_files(dir.path()), Vec::<PathBuf>::new());
+    let log = Log::open(dir.path(), options).unwrap();
+    assert_eq!(log.recovery_report().torn_tail, None);
+    assert_eq!(entries(&log), want);
+    let v = log.verify();
+    assert_eq!((v.damage, v.records), (None, sizes.len() as u64));
+    // Each big record starts a segment sized for it (small ones may follow
+    // in its slack), and every record is found directly.
+    let snap = log.snapshot();
+    for (i, &s) in sizes.iter().enumerate() {
+        let got: Vec<_> = snap
+            .iter_from(i as u64)
+            .take(1)
+            .map(|r| r.unwrap().seq)
+            .collect();
+        assert_eq!(got, vec![i as u64]);
+        if s > SEG as usize {
+            let path = dir.path().join(format!("{i:020}.seg"));
+            let len = fs::metadata(&path).unwrap().len();
+            assert!(len > s as u64 && len < s as u64 + (16 << 10), "{len}");
+        }
+    }
+    dir
+}
+
+#[test]
+fn an_oversized_record_gets_a_segment_of_its_own() {
+    oversized_round_trip(opts(SEG), &[10, 3 << 20, 10, 20]);
+}
+
+#[test]
+fn an_oversized_first_record_replaces_the_empty_segment() {
+    let dir = oversized_round_trip(opts(SEG), &[3 << 20, 10, 3000, 3000]);
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 2);
+    assert!(fs::metadata(&files[0]).unwrap().len() > 3 << 20);
+    assert_eq!(fs::metadata(&files[1]).unwrap().len(), SEG);
+}
+
+/// The replacing file, not the replaced one, is what later syncs and the
+/// closing mark reach.
+#[test]
+fn close_after_an_oversized_first_record_marks_the_new_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    log.append(&entry(0, 1 << 20)).unwrap();
+    log.close().unwrap();
+    let file = &segment_files(dir.path())[0];
+    let end = spans(&fs::read(file).unwrap())[0].end as u64;
+    assert_eq!(mark_of(file).map(|m| m.durable_end), Some(end));
+}
+
+#[test]
+fn an_oversized_record_discards_a_prepared_segment() {
+    let mut o = opts(SEG);
+    o.prepare_ahead = true;
+    // The small records pass half the segment, which starts a preparation.
+    let mut sizes = vec![600; 16];
+    sizes.extend([2 << 20, 10, 600, 600]);
+    oversized_round_trip(o, &sizes);
+}
+
+/// A record at least as large as the default segment size (64 MiB).
+#[test]
+fn a_record_larger_than_the_default_segment() {
+    let started = Instant::now();
+    oversized_round_trip(opts(SEG), &[10, (64 << 20) + 1, 10]);
+    eprintln!("64 MiB record round trip: {:.1?}", started.elapsed());
+}
+
+/// Appends until the roll is attempted, which the hook makes fail.
+fn crash_in_roll(dir: &Path, hook: Arc<dyn IoHook>) -> Vec<LogEntry> {
+    let log = Log::open(dir, opts(SEG).hook(hook)).unwrap();
+    let mut acked = Vec::new();
+    for i in 0.. {
+        let e = entry(i, 700);
+        match log.append(&e) {
+            Ok(_) => acked.push(e),
+            Err(Error::Io { .. }) => break,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(matches!(log.append(&entry(99, 1)), Err(Error::Poisoned)));
+    acked
+}
+
+/// Reopens after a crashed roll and checks: leftovers removed and reported,
+/// everything acknowledged present, appends roll on, a second reopen is clean.
+fn recover_after_roll(dir: &Path, acked: &[LogEntry], leftovers: &[PathBuf], rolled: bool) {
+    let log = Log::open(dir, opts(SEG)).unwrap();
+    let mut removed = log.recovery_report().removed.clone();
+    removed.sort();
+    assert_eq!(removed, leftovers);
+    assert_eq!(prep_files(dir), Vec::<PathBuf>::new());
+    assert_eq!(log.recovery_report().torn_tail, None);
+    assert_eq!(entries(&log), acked);
+    let n = acked.len() as u64;
+    let mut want = acked.to_vec();
+    for i in n..n + 40 {
+        let e = entry(i, 700);
+        log.append(&e).unwrap();
+        want.push(e);
+    }
+    assert_eq!(entries(&log), want);
+    assert_eq!(log.verify().damage, None);
+    if rolled {
+        let next = dir.join(format!("{n:020}.seg"));
+        assert!(
+            log.segment_paths().contains(&next),
+            "the roll resumed at seq {n}"
+        );
+    }
+    drop(log);
+    let log = Log::open(dir, opts(SEG)).unwrap();
+    assert_eq!(log.recovery_report().removed, Vec::<PathBuf>::new());
+    assert_eq!(entries(&log), want);
+    assert_eq!(log.verify().damage, None);
+}
+
+#[test]
+fn crash_before_the_new_segment_is_renamed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rename #1 created the first segment.
+    let hook = Countdown::new(OpKind::Rename, 2, false);
+    let acked = crash_in_roll(dir.path(), hook.clone());
+    assert_eq!(hook.failed(), 1);
+    let preps = prep_files(dir.path());
+    assert_eq!(preps.len(), 1, "the prepared file is left behind");
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 1);
+    assert!(footer_of(&files[0]).is_some(), "the old segment was sealed");
+    // The sealed last segment has no successor; the reopen rolls on from it.
+    recover_after_roll(dir.path(), &acked, &preps, true);
+}
+
+/// Fails the write of a rolled-to segment's header: the file exists, all zeros.
+struct FailHeaderWrite;
+
+impl IoHook for FailHeaderWrite {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        match op {
+            IoOp::Write { path, .. } if path.to_string_lossy().contains("/next-") => {
+                Err(io::Error::other("injected"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn crash_before_the_new_segment_has_a_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let acked = crash_in_roll(dir.path(), Arc::new(FailHeaderWrite));
+    let preps = prep_files(dir.path());
+    assert_eq!(preps.len(), 1);
+    assert!(fs::read(&preps[0]).unwrap().iter().all(|&b| b == 0));
+    recover_after_roll(dir.path(), &acked, &preps, true);
+}
+
+#[test]
+fn crash_after_the_rename_before_the_directory_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Countdown::new(OpKind::SyncDir, 2, false);
+    let acked = crash_in_roll(dir.path(), hook);
+    assert_eq!(prep_files(dir.path()), Vec::<PathBuf>::new());
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 2, "the new, empty segment is in place");
+    assert_eq!(
+        files[1],
+        dir.path().join(format!("{:020}.seg", acked.len()))
+    );
+    recover_after_roll(dir.path(), &acked, &[], true);
+}
+
+#[test]
+fn stray_preparations_are_removed_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    let acked: Vec<_> = (0..5).map(|i| entry(i, 100)).collect();
+    for e in &acked {
+        log.append(e).unwrap();
+    }
+    drop(log);
+    // A background preparation and a half-made first segment, as a crash leaves them.
+    let stray = vec![
+        dir.path().join("first.prep"),
+        dir.path().join("next-5-1.prep"),
+    ];
+    fs::write(&stray[0], vec![0u8; SEG as usize]).unwrap();
+    fs::write(&stray[1], vec![0u8; 100]).unwrap();
+    recover_after_roll(dir.path(), &acked, &stray, false);
+}
+
+#[test]
+fn crash_while_creating_the_first_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Countdown::new(OpKind::Rename, 1, false);
+    assert!(matches!(
+        Log::open(dir.path(), opts(SEG).hook(hook)),
+        Err(Error::Io { .. })
+    ));
+    let preps = prep_files(dir.path());
+    assert_eq!(preps.len(), 1);
+    assert_eq!(segment_files(dir.path()), Vec::<PathBuf>::new());
+    recover_after_roll(dir.path(), &[], &preps, true);
+}
