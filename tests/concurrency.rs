@@ -57,7 +57,7 @@ fn read_pass(log: &Log, round: u64) -> Vec<(u64, EntryHash, EntryHash)> {
     if let Some(p) = prev {
         assert_eq!(snap.head(), Some((next - 1, p)));
     }
-    if round % 16 == 0 {
+    if round.is_multiple_of(16) {
         let v = snap.verify();
         assert_eq!((v.damage, v.records), (None, next));
     }
