@@ -1006,7 +1006,12 @@ fn open_segments(
             Some(_) => {}
         }
         match expect {
-            None if h.first_seq == 0 && h.start_hash != EntryHash::genesis() => {
+            // Logs start at seq 0 and never lose their head: a first segment
+            // that starts later means segments were deleted.
+            None if h.first_seq != 0 => {
+                return Err(seg.corrupt(0, None, CorruptKind::MissingSegment));
+            }
+            None if h.start_hash != EntryHash::genesis() => {
                 return Err(seg.corrupt(
                     0,
                     None,
@@ -1310,6 +1315,10 @@ impl Snapshot {
                 kind,
             };
             let h = seg.header;
+            if h.log_id != self.segs[0].0.header.log_id {
+                report.damage = Some(damage(0, None, CorruptKind::ForeignLog));
+                return report;
+            }
             let (next_seq, hash) = expect.unwrap_or((
                 h.first_seq,
                 if h.first_seq == 0 {

@@ -387,15 +387,17 @@ impl Segment {
             rec[RECORD_HEADER_LEN..body].copy_from_slice(payload);
             rec[body..].fill(0);
             let hash = format::seal_record(&mut rec[..body]);
-            run_hook(
-                &self.hook,
-                IoOp::Write {
-                    path: &self.path,
-                    offset,
-                    data: rec,
-                },
-            )
-            .map(|()| hash)
+            let written = IoOp::Write {
+                path: &self.path,
+                offset,
+                data: rec,
+            };
+            let result = run_hook(&self.hook, written);
+            if result.is_err() {
+                // A failed write leaves nothing behind that could validate.
+                rec.fill(0);
+            }
+            result.map(|()| hash)
         });
         let hash = hash.map_err(io_err("write", &self.path))?;
         Ok((hash, offset + len as u64))
