@@ -509,6 +509,9 @@ impl Log {
         let Some(writer) = &inner.writer else {
             return Err(Error::invalid("log was opened read-only"));
         };
+        for entry in entries {
+            entry.check()?;
+        }
         let mut w = writer.lock();
         if inner.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);

@@ -917,6 +917,27 @@ impl LogEntry {
         }
     }
 
+    /// Checks what the log cannot keep faithfully: non-finite floats (the
+    /// JSON wire form has no spelling for them, so they would not survive an
+    /// export).
+    pub fn check(&self) -> Result<()> {
+        let config = match self {
+            LogEntry::SessionStart { config, .. } | LogEntry::ConfigChanged { config, .. } => {
+                config
+            }
+            _ => return Ok(()),
+        };
+        for (name, v) in [("temperature", config.temperature), ("top_p", config.top_p)] {
+            if v.is_some_and(|v| !v.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "{} entry: config.{name} is not a finite number",
+                    self.kind().name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Archives the entry. The same entry always yields the same bytes.
     pub fn to_archive(&self) -> rkyv::util::AlignedVec {
         // Archiving into memory fails only on allocation failure, which aborts anyway.

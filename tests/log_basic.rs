@@ -90,3 +90,25 @@ fn second_writer_is_locked_out() {
         other => panic!("expected Locked, got {other:?}"),
     }
 }
+
+#[test]
+fn non_finite_floats_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let bad = LogEntry::ConfigChanged {
+        ts: 1,
+        config: session_store::RequestConfig {
+            top_p: Some(f64::NAN),
+            ..Default::default()
+        },
+    };
+    let good = entry(0, 10);
+    match log.append_batch(&[good, bad], Durability::Buffered, None) {
+        Err(session_store::Error::InvalidInput { what }) => {
+            assert!(what.contains("top_p"), "{what}")
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    assert_eq!(log.next_seq(), 0, "nothing of the batch was written");
+    log.append(&entry(0, 10)).unwrap();
+}

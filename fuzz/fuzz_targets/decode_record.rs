@@ -22,8 +22,11 @@ fuzz_target!(|data: &[u8]| {
     // The payload decoder, on aligned copies of the input.
     let mut aligned = rkyv::util::AlignedVec::<16>::new();
     aligned.extend_from_slice(data);
+    // What validates re-archives to a stable form (compared as bytes: a NaN
+    // is not equal to itself, but its bytes are).
     if let Ok(entry) = LogEntry::from_archive(&aligned) {
         let again = entry.to_archive();
-        assert_eq!(LogEntry::from_archive(&again).as_ref(), Ok(&entry));
+        let back = LogEntry::from_archive(&again).expect("our own archive validates");
+        assert_eq!(back.to_archive().as_slice(), again.as_slice());
     }
 });
