@@ -325,10 +325,19 @@ impl Log {
             .mode(0o600)
             .open(&lock_path)
             .map_err(io_err("open", &lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: lock_path }),
-            Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
+        // A reader probing for a live writer (`Store::list`) holds a shared
+        // lock for a moment; only a lock still held after a few tries is a writer.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if tries < 5 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: lock_path }),
+                Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
+            }
         }
         let hook: Hook = opts.hook.clone();
         let (_, preps) = list_segments(&dir)?;
