@@ -1,0 +1,118 @@
+//! Guards the on-disk format against silent change: a log written by format
+//! v1 is committed under `tests/fixtures/v1/`, and today's code must open it,
+//! verify it, and read back exactly the entries and head hash it was written
+//! with. A format change must either keep reading it or say why not.
+//!
+//! `REGENERATE_FIXTURES=1 cargo test --test fixtures_v1` rewrites it (only for
+//! a deliberate format version bump).
+
+use std::path::PathBuf;
+
+use session_store::log::{Log, LogOptions};
+use session_store::{
+    group_delta, Item, JsonText, LogEntry, LoggedItem, RequestConfig, WorkerResult,
+};
+
+/// The head hash the fixture was written with.
+const HEAD_V1: &str = "220f834dd548b16f61b2f83dfee0f065966b7d244f04217a26a8cac87adac428";
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
+}
+
+fn entries() -> Vec<LogEntry> {
+    let ts = 1_764_000_000_000;
+    let mut out = vec![LogEntry::SessionStart {
+        ts,
+        system_prompt: Some("You are a careful coding agent.".into()),
+        config: RequestConfig {
+            model: Some("gpt-5".into()),
+            temperature: Some(0.25),
+            extra: Some(
+                JsonText::parse(r#"{"store": false, "n": 12345678901234567890123}"#).unwrap(),
+            ),
+            ..RequestConfig::default()
+        },
+        history: vec![LoggedItem::from(Item::system_text(
+            "project: session-store",
+        ))],
+        forked_from: None,
+        compacted_from: None,
+    }];
+    for t in 0..12u64 {
+        let items = vec![
+            Item::user_text(format!("turn {t}: what is in src/?")),
+            Item::Reasoning {
+                id: Some("rs_dropped".into()),
+                text: String::new(),
+                summary: vec![format!("look at the tree, turn {t}")],
+                encrypted_content: Some(format!("gAAAAB{}", "Zm9v".repeat(200 + t as usize))),
+                status: None,
+            },
+            Item::ToolCall {
+                id: None,
+                call_id: format!("call_{t}"),
+                name: "shell".into(),
+                arguments: r#"{"cmd":"ls src"}"#.into(),
+                status: None,
+            },
+            Item::ToolResult {
+                id: None,
+                call_id: format!("call_{t}"),
+                summary: "exit 0".into(),
+                content: Some("lib.rs\nlog.rs\n".repeat(40)),
+            },
+            Item::assistant_text(format!("src/ holds the crate, turn {t}.")),
+        ];
+        out.extend(group_delta(&items, ts + t * 1000));
+        out.push(LogEntry::TurnEnd {
+            ts: ts + t * 1000 + 1,
+            turn_count: t + 1,
+        });
+    }
+    out.push(LogEntry::RunCompleted {
+        ts: ts + 99_000,
+        interrupted: false,
+        result: WorkerResult {
+            text: Some("done".into()),
+            stop_reason: "end_turn".into(),
+        },
+    });
+    out
+}
+
+#[test]
+fn the_committed_v1_log_still_reads_and_verifies() {
+    let dir = fixture_dir();
+    if std::env::var("REGENERATE_FIXTURES").is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+        let opts = LogOptions {
+            prepare_ahead: false,
+            ..LogOptions::default().segment_size(16 << 10)
+        };
+        let log = Log::open(&dir, opts).unwrap();
+        for e in entries() {
+            log.append(&e).unwrap();
+        }
+        let head = log.head().unwrap().1;
+        log.close().unwrap();
+        let _ = std::fs::remove_file(dir.join("LOCK"));
+        println!("new head: {head}");
+        return;
+    }
+    let log = Log::open_read_only(&dir).expect("the v1 fixture opens");
+    assert!(
+        log.segment_paths().len() >= 3,
+        "the fixture spans several segments"
+    );
+    let report = log.verify();
+    assert_eq!(report.damage, None);
+    assert_eq!(report.torn_tail, None);
+    let got: Vec<LogEntry> = log
+        .snapshot()
+        .entries_from(0)
+        .map(|r| r.unwrap().2)
+        .collect();
+    assert_eq!(got, entries());
+    assert_eq!(log.head().unwrap().1.to_string(), HEAD_V1);
+}
