@@ -1123,3 +1123,89 @@ fn import_then_restore_reports_unpaired_calls() {
         session_store::Problem::CallWithoutResult { .. }
     ));
 }
+
+/// The `history agy` command: JSON lines, the compact summary, import, the
+/// readable form, and "nothing found" (nothing on stdout, one reason line on
+/// stderr, exit 0).
+#[test]
+fn cli_history_agy() {
+    let home = Home::new();
+    home.write_transcript(
+        "conv-cli",
+        &[
+            user(0, "run the tests"),
+            planner(1, "Running them.", &["run_command"]),
+            exec(2, "RUN_COMMAND", "ok 12 passed"),
+            planner(3, "All green.", &[]),
+        ],
+    );
+    home.write_db(true, &[("conv-cli", json!(["file:///work/proj/"]), 5)]);
+    let root = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("session-store")
+            .unwrap()
+            .arg("--root")
+            .arg(root.path())
+            .args(["history", "agy", "--home"])
+            .arg(home.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (
+            out.status.code(),
+            String::from_utf8(out.stdout).unwrap(),
+            stderr,
+        )
+    };
+
+    let (code, stdout, _) = run(&["--session", "conv-cli", "--json"]);
+    assert_eq!(code, Some(0));
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[0]["role"], "user");
+    assert_eq!(lines[0]["tool_name"], Value::Null);
+    assert_eq!(lines[0]["is_error"], false);
+    assert_eq!(lines[2]["role"], "tool_result");
+    assert_eq!(lines[2]["tool_name"], "run_command");
+    assert!(lines[2]["ref"].as_str().unwrap().contains("#step=2"));
+
+    let (code, stdout, _) = run(&["--cwd", "/work/proj", "--compact"]);
+    assert_eq!(code, Some(0));
+    let compact: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(compact["message_count"], 4);
+    assert_eq!(compact["last_assistant_message"]["text"], "All green.");
+
+    let (code, stdout, _) = run(&["--cwd", "/work/proj"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("run the tests") && stdout.contains("run_command"),
+        "{stdout}"
+    );
+
+    let (code, stdout, _) = run(&["--session", "conv-cli", "--import"]);
+    assert_eq!(code, Some(0));
+    let id: session_store::SessionId = stdout.trim().parse().unwrap();
+    let store = session_store::Store::open(root.path()).unwrap();
+    let state = store.restore(id).unwrap();
+    assert_eq!(
+        state.history.len(),
+        5,
+        "user, assistant, call, result, assistant"
+    );
+    assert!(state.check().is_empty(), "{:?}", state.check());
+    drop(store);
+
+    // Fail closed: a child directory of the workspace matches nothing.
+    let (code, stdout, stderr) = run(&["--cwd", "/work/proj/sub", "--verbose"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let (code, stdout, stderr) = run(&["--session", "../escape"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.is_empty() && stderr.lines().count() == 1, "{stderr}");
+}
