@@ -949,8 +949,25 @@ impl LogEntry {
     ///
     /// `bytes` must start at a 16-byte aligned address; misalignment is reported
     /// as an error, never undefined behaviour.
+    ///
+    /// Beyond bytecheck, the JSON text of an extension payload or a config's
+    /// `extra` must be valid JSON, so that everything read can be exported.
     pub fn access_archive(bytes: &[u8]) -> std::result::Result<&ArchivedLogEntry, String> {
-        rkyv::access::<ArchivedLogEntry, rkyv::rancor::Error>(bytes).map_err(|e| e.to_string())
+        let archived = rkyv::access::<ArchivedLogEntry, rkyv::rancor::Error>(bytes)
+            .map_err(|e| e.to_string())?;
+        let json = match archived {
+            ArchivedLogEntry::Extension { payload, .. } => Some(payload.as_str()),
+            ArchivedLogEntry::SessionStart { config, .. }
+            | ArchivedLogEntry::ConfigChanged { config, .. } => {
+                config.extra.as_ref().map(|e| e.as_str())
+            }
+            _ => None,
+        };
+        if let Some(text) = json {
+            serde_json::from_str::<serde::de::IgnoredAny>(text)
+                .map_err(|e| format!("JSON payload is not valid JSON: {e}"))?;
+        }
+        Ok(archived)
     }
 
     /// Validates and deserializes archived bytes.
@@ -1043,4 +1060,29 @@ pub fn group_delta(items: &[Item], ts: u64) -> Vec<LogEntry> {
     }
     flush(&mut run, &mut out);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_archive_whose_json_payload_is_not_json_is_rejected() {
+        // Only a forger (who re-computes the CRC) can store such bytes; reading
+        // them must still fail cleanly rather than panic at export.
+        let entry = LogEntry::Extension {
+            ts: 1,
+            domain: "x".into(),
+            payload: JsonText("{not json".into()),
+        };
+        let bytes = entry.to_archive();
+        let err = LogEntry::access_archive(&bytes).unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+        let ok = LogEntry::Extension {
+            ts: 1,
+            domain: "x".into(),
+            payload: JsonText::parse(r#"{"a": [1, 2]}"#).unwrap(),
+        };
+        assert!(LogEntry::access_archive(&ok.to_archive()).is_ok());
+    }
 }
