@@ -905,6 +905,38 @@ impl Drop for Inner {
     }
 }
 
+/// Whether a segment with header `h` may follow a segment that ended with
+/// `expect` (next seq, last hash), `None` meaning it is the first: it must name
+/// the log's id, and continue the seq and the chain (a log starts at seq 0 and
+/// never drops its head, so a later first seq means deleted segments).
+fn continues(
+    h: &SegmentHeader,
+    log_id: &[u8; 16],
+    expect: Option<(u64, EntryHash)>,
+) -> Result<(), CorruptKind> {
+    if h.log_id != *log_id {
+        return Err(CorruptKind::ForeignLog);
+    }
+    let (seq, hash) = match expect {
+        None if h.first_seq != 0 => return Err(CorruptKind::MissingSegment),
+        None => (0, EntryHash::genesis()),
+        Some(e) => e,
+    };
+    if h.first_seq != seq {
+        return Err(CorruptKind::SeqGap {
+            expected: seq,
+            found: h.first_seq,
+        });
+    }
+    if h.start_hash != hash {
+        return Err(CorruptKind::ChainLink {
+            expected: hash,
+            actual: h.start_hash,
+        });
+    }
+    Ok(())
+}
+
 fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
     let log_id = *uuid::Uuid::now_v7().as_bytes();
     // The first segment is not prefaulted: most sessions stay small.
@@ -1010,51 +1042,8 @@ fn open_segments(
                 )),
             ));
         }
-        match log_id {
-            None => log_id = Some(h.log_id),
-            Some(id) if id != h.log_id => {
-                return Err(seg.corrupt(0, None, CorruptKind::ForeignLog))
-            }
-            Some(_) => {}
-        }
-        match expect {
-            // Logs start at seq 0 and never lose their head: a first segment
-            // that starts later means segments were deleted.
-            None if h.first_seq != 0 => {
-                return Err(seg.corrupt(0, None, CorruptKind::MissingSegment));
-            }
-            None if h.start_hash != EntryHash::genesis() => {
-                return Err(seg.corrupt(
-                    0,
-                    None,
-                    CorruptKind::ChainLink {
-                        expected: EntryHash::genesis(),
-                        actual: h.start_hash,
-                    },
-                ))
-            }
-            Some((seq, _)) if seq != h.first_seq => {
-                return Err(seg.corrupt(
-                    0,
-                    None,
-                    CorruptKind::SeqGap {
-                        expected: seq,
-                        found: h.first_seq,
-                    },
-                ))
-            }
-            Some((_, hash)) if hash != h.start_hash => {
-                return Err(seg.corrupt(
-                    0,
-                    None,
-                    CorruptKind::ChainLink {
-                        expected: hash,
-                        actual: h.start_hash,
-                    },
-                ))
-            }
-            _ => {}
-        }
+        let first_id = *log_id.get_or_insert(h.log_id);
+        continues(&h, &first_id, expect).map_err(|kind| seg.corrupt(0, None, kind))?;
         // The last segment's footer may be a seal that never became durable
         // (its successor was not created yet), so it is only believed once
         // the records agree with it.
@@ -1327,40 +1316,11 @@ impl Snapshot {
                 kind,
             };
             let h = seg.header;
-            if h.log_id != self.segs[0].0.header.log_id {
-                report.damage = Some(damage(0, None, CorruptKind::ForeignLog));
+            if let Err(kind) = continues(&h, &self.segs[0].0.header.log_id, expect) {
+                report.damage = Some(damage(0, None, kind));
                 return report;
             }
-            let (next_seq, hash) = expect.unwrap_or((
-                h.first_seq,
-                if h.first_seq == 0 {
-                    EntryHash::genesis()
-                } else {
-                    h.start_hash
-                },
-            ));
-            if h.first_seq != next_seq {
-                report.damage = Some(damage(
-                    0,
-                    None,
-                    CorruptKind::SeqGap {
-                        expected: next_seq,
-                        found: h.first_seq,
-                    },
-                ));
-                return report;
-            }
-            if h.start_hash != hash {
-                report.damage = Some(damage(
-                    0,
-                    None,
-                    CorruptKind::ChainLink {
-                        expected: hash,
-                        actual: h.start_hash,
-                    },
-                ));
-                return report;
-            }
+            let (next_seq, hash) = expect.unwrap_or((0, EntryHash::genesis()));
             let scan = seg.scan(
                 SEGMENT_HEADER_LEN as u64,
                 *end,

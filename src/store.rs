@@ -577,17 +577,28 @@ impl Store {
         }
         let at_hash =
             at_hash.ok_or_else(|| Error::not_found(format!("seq {seq} in session {id}")))?;
+        let origin = SessionOrigin {
+            session_id: id,
+            at_hash,
+        };
+        self.start_from_state(&state, Some(origin), None)
+    }
+
+    /// Creates a session whose `SessionStart` carries `state`'s history.
+    fn start_from_state(
+        &self,
+        state: &RestoredState,
+        forked_from: Option<SessionOrigin>,
+        compacted_from: Option<SessionOrigin>,
+    ) -> Result<(SessionId, EntryHash)> {
         let new_id = SessionId::new_v7();
         let entry = LogEntry::SessionStart {
             ts: now_ms(),
             system_prompt: state.system_prompt.clone(),
             config: state.config.clone(),
             history: state.history.iter().map(LoggedItem::from).collect(),
-            forked_from: Some(SessionOrigin {
-                session_id: id,
-                at_hash,
-            }),
-            compacted_from: None,
+            forked_from,
+            compacted_from,
         };
         let head = self.create_with_entries(new_id, &[entry])?;
         Ok((new_id, head))
@@ -600,20 +611,11 @@ impl Store {
         source: SessionId,
         source_head: EntryHash,
     ) -> Result<(SessionId, EntryHash)> {
-        let new_id = SessionId::new_v7();
-        let entry = LogEntry::SessionStart {
-            ts: now_ms(),
-            system_prompt: state.system_prompt.clone(),
-            config: state.config.clone(),
-            history: state.history.iter().map(LoggedItem::from).collect(),
-            forked_from: None,
-            compacted_from: Some(SessionOrigin {
-                session_id: source,
-                at_hash: source_head,
-            }),
+        let origin = SessionOrigin {
+            session_id: source,
+            at_hash: source_head,
         };
-        let head = self.create_with_entries(new_id, &[entry])?;
-        Ok((new_id, head))
+        self.start_from_state(state, None, Some(origin))
     }
 
     /// Creates a new session from wire-form lines, checking any `seq`, `hash`
