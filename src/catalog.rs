@@ -173,7 +173,19 @@ pub(crate) fn write_title(file: &File, path: &Path, title: &str) -> Result<()> {
 
 /// Reads a whole catalog file; damaged parts read as `None`.
 pub(crate) fn read(path: &Path) -> Result<CatalogRecord> {
-    let bytes = std::fs::read(path).map_err(io_err("read", path))?;
+    // One open, one pread, one close: listing reads thousands of these.
+    let file = File::open(path).map_err(io_err("open", path))?;
+    let mut bytes = vec![0u8; CATALOG_LEN];
+    let mut filled = 0;
+    while filled < CATALOG_LEN {
+        match file.read_at(&mut bytes[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+    }
+    bytes.truncate(filled);
     let part = |at: u64, len: usize| {
         bytes
             .get(at as usize..(at as usize + len).min(bytes.len()))
