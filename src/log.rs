@@ -29,6 +29,8 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 /// The default size of a log's first segment: 256 KiB.
 pub const DEFAULT_INITIAL_SEGMENT_SIZE: u64 = 256 << 10;
 const LOCK_FILE: &str = "LOCK";
+/// Writeback of appended bytes is started every this many bytes.
+const WRITEBACK_CHUNK: u64 = 4 << 20;
 const PAGE: u64 = 4096;
 
 /// When an append counts as done.
@@ -66,7 +68,7 @@ pub struct LogOptions {
     pub durability: Durability,
     /// What to do with damage found on open.
     pub recovery: RecoveryMode,
-    /// Prepare (allocate and prefault) the next segment in the background.
+    /// Prepare (create, allocate and map) the next segment in the background.
     pub prepare_ahead: bool,
     /// The fault seam, for tests.
     pub hook: Option<Arc<dyn IoHook>>,
@@ -234,7 +236,10 @@ struct Writer {
     active_sealed: bool,
     prepared: Option<JoinHandle<Result<Prepared>>>,
     prep_counter: u64,
-    scratch: rkyv::util::AlignedVec,
+    /// Reused buffer for encoding a batch.
+    batch: rkyv::util::AlignedVec,
+    /// Offset from which writeback has not been started.
+    writeback_from: u64,
 }
 
 #[derive(Default)]
@@ -431,7 +436,8 @@ impl Log {
                 active_sealed: o.active_sealed,
                 prepared: None,
                 prep_counter: 0,
-                scratch: rkyv::util::AlignedVec::new(),
+                batch: rkyv::util::AlignedVec::new(),
+                writeback_from: o.end,
             })
         });
         Log {
@@ -536,17 +542,10 @@ impl Log {
             }
         }
         let mut out = Vec::with_capacity(entries.len());
-        let mut result = Ok(());
-        for entry in entries {
-            match self.append_locked(&mut w, entry) {
-                Ok(r) => out.push(r),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        if !out.is_empty() {
+        let result = self.write_entries(&mut w, entries, &mut out);
+        // Publish only a batch written whole; after a failure the writer is
+        // poisoned and readers keep the last good view.
+        if result.is_ok() && !out.is_empty() {
             let mut p = inner.published.lock();
             // Compare identity, not names: a roll out of an empty segment
             // replaces it with a file of the same name.
@@ -580,66 +579,97 @@ impl Log {
         Ok(out)
     }
 
-    fn append_locked(&self, w: &mut Writer, entry: &LogEntry) -> Result<(u64, EntryHash)> {
-        let mut scratch = std::mem::take(&mut w.scratch);
-        scratch.clear();
-        let scratch = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(entry, scratch)
-            .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
-        let payload_len = scratch.len();
-        let result = self.write_payload(w, entry, &scratch, payload_len);
-        w.scratch = scratch;
-        result
-    }
-
-    fn write_payload(
+    /// Encodes the entries into one buffer, record after record, and writes
+    /// it with as few `pwrite`s as the segment boundaries allow. Records are
+    /// position-independent, so a record that does not fit is written to the
+    /// next segment unchanged.
+    fn write_entries(
         &self,
         w: &mut Writer,
-        entry: &LogEntry,
-        payload: &[u8],
-        payload_len: usize,
-    ) -> Result<(u64, EntryHash)> {
-        if payload_len == 0 || payload_len > MAX_PAYLOAD_LEN {
-            return Err(Error::invalid(format!(
-                "entry of {payload_len} bytes is too large"
-            )));
+        entries: &[LogEntry],
+        out: &mut Vec<(u64, EntryHash)>,
+    ) -> Result<()> {
+        let mut buf = std::mem::take(&mut w.batch);
+        buf.clear();
+        // `buf[flushed..]` is not written yet; it goes to the active segment at `at`.
+        let mut flushed = 0usize;
+        let mut at = w.end;
+        for entry in entries {
+            let rec_start = buf.len();
+            buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN]);
+            // The record starts 16-byte aligned, so the payload archives
+            // exactly as it would at offset 0.
+            buf = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(entry, buf)
+                .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
+            let payload_len = buf.len() - rec_start - RECORD_HEADER_LEN;
+            if payload_len == 0 || payload_len > MAX_PAYLOAD_LEN {
+                return Err(Error::invalid(format!(
+                    "entry of {payload_len} bytes is too large"
+                )));
+            }
+            buf.resize(rec_start + format::record_len(payload_len), 0);
+            let rec_len = (buf.len() - rec_start) as u64;
+            let mut offset = at + (rec_start - flushed) as u64;
+            let fits =
+                !w.active_sealed && w.segments.last().is_some_and(|s| s.fits(offset, rec_len));
+            if !fits {
+                self.flush(w, &buf[flushed..rec_start], at)?;
+                flushed = rec_start;
+                self.roll(w, rec_len)?;
+                at = w.end;
+                offset = at;
+            }
+            let header = RecordHeader {
+                prev_hash: w.head,
+                payload_len: payload_len as u32,
+                kind: entry.kind() as u8,
+                seq: w.next_seq,
+                ts: entry.ts(),
+            };
+            header.write(&mut buf[rec_start..rec_start + RECORD_HEADER_LEN]);
+            let hash = format::seal_record(
+                &mut buf[rec_start..rec_start + RECORD_HEADER_LEN + payload_len],
+            );
+            if w.last_indexed
+                .is_none_or(|last| offset - last >= INDEX_STRIDE_BYTES)
+            {
+                let seg = w.segments.last().expect("a log always has a segment");
+                seg.index.write().push(IndexEntry {
+                    seq: header.seq,
+                    offset,
+                });
+                w.last_indexed = Some(offset);
+            }
+            out.push((header.seq, hash));
+            w.head = hash;
+            w.next_seq += 1;
+            if entry.kind() == EntryKind::SessionStart {
+                w.last_session_start = Some(header.seq);
+            }
         }
-        let rec_len = format::record_len(payload_len) as u64;
-        let fits = !w.active_sealed && w.segments.last().is_some_and(|s| s.fits(w.end, rec_len));
-        if !fits {
-            self.roll(w, rec_len)?;
+        self.flush(w, &buf[flushed..], at)?;
+        w.batch = buf;
+        Ok(())
+    }
+
+    /// Writes encoded records at `at` in the active segment and makes them
+    /// readable through its map (not yet published to snapshots).
+    fn flush(&self, w: &mut Writer, bytes: &[u8], at: u64) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
         }
-        let seg = w
-            .segments
-            .last()
-            .expect("a log always has a segment")
-            .clone();
-        let header = RecordHeader {
-            prev_hash: w.head,
-            payload_len: payload_len as u32,
-            kind: entry.kind() as u8,
-            seq: w.next_seq,
-            ts: entry.ts(),
-        };
-        let offset = w.end;
-        let (hash, end) = seg.write_record(offset, &header, payload)?;
-        if w.last_indexed
-            .is_none_or(|at| offset - at >= INDEX_STRIDE_BYTES)
-        {
-            seg.index.write().push(IndexEntry {
-                seq: header.seq,
-                offset,
-            });
-            w.last_indexed = Some(offset);
-        }
+        let seg = w.segments.last().expect("a log always has a segment");
+        seg.write_at(at, bytes)?;
+        let end = at + bytes.len() as u64;
         seg.map.publish(end);
-        let seq = w.next_seq;
         w.end = end;
-        w.head = hash;
-        w.next_seq += 1;
-        if entry.kind() == EntryKind::SessionStart {
-            w.last_session_start = Some(seq);
+        // Start writeback early, so that the seal's fdatasync at the next
+        // roll (and a Sync commit) finds little left to write.
+        if end - w.writeback_from >= WRITEBACK_CHUNK {
+            seg.start_writeback(w.writeback_from, end);
+            w.writeback_from = end;
         }
-        Ok((seq, hash))
+        Ok(())
     }
 
     fn maybe_prepare(&self, w: &mut Writer) {
@@ -658,7 +688,7 @@ impl Log {
         let len = self.inner.opts.next_segment_len(seg.len());
         let hook = self.inner.opts.hook.clone();
         w.prepared = Some(std::thread::spawn(move || {
-            Prepared::create(path, len, true, &hook)
+            Prepared::create(path, len, &hook)
         }));
     }
 
@@ -709,7 +739,7 @@ impl Log {
                 let path = inner
                     .dir
                     .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
-                Prepared::create(path, len, false, hook)?
+                Prepared::create(path, len, hook)?
             }
         };
         let header = SegmentHeader {
@@ -725,6 +755,7 @@ impl Log {
         }
         w.segments.push(Arc::new(seg));
         w.end = SEGMENT_HEADER_LEN as u64;
+        w.writeback_from = w.end;
         w.last_indexed = None;
         w.active_sealed = false;
         Ok(())
@@ -939,13 +970,7 @@ fn continues(
 
 fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
     let log_id = *uuid::Uuid::now_v7().as_bytes();
-    // The first segment is not prefaulted: most sessions stay small.
-    let prep = Prepared::create(
-        dir.join("first.prep"),
-        opts.next_segment_len(0),
-        false,
-        hook,
-    )?;
+    let prep = Prepared::create(dir.join("first.prep"), opts.next_segment_len(0), hook)?;
     let header = SegmentHeader {
         log_id,
         first_seq: 0,

@@ -1,8 +1,8 @@
-//! One segment file: create (preallocated and prefaulted), map, append, seal, scan.
+//! One segment file: create (preallocated), map, append (pwrite), seal, scan.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ pub enum IoOp<'a> {
         /// Bytes reserved.
         len: u64,
     },
-    /// Bytes are written at an offset (through the map).
+    /// Bytes are written at an offset (`pwrite`).
     Write {
         /// The file.
         path: &'a Path,
@@ -126,7 +126,7 @@ pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
         .map_err(io_err("fsync dir", dir))
 }
 
-/// A freshly allocated, prefaulted file waiting to become the next segment.
+/// A freshly allocated file waiting to become the next segment.
 pub(crate) struct Prepared {
     path: PathBuf,
     file: File,
@@ -134,9 +134,8 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Creates `path` (0600), reserves `len` bytes and, with `prefault`,
-    /// faults its pages in writable ahead of use.
-    pub(crate) fn create(path: PathBuf, len: u64, prefault: bool, hook: &Hook) -> Result<Prepared> {
+    /// Creates `path` (0600), reserves `len` bytes of disk and maps it.
+    pub(crate) fn create(path: PathBuf, len: u64, hook: &Hook) -> Result<Prepared> {
         run_hook(hook, IoOp::Allocate { path: &path, len }).map_err(io_err("fallocate", &path))?;
         let file = OpenOptions::new()
             .read(true)
@@ -147,14 +146,9 @@ impl Prepared {
             .map_err(io_err("create", &path))?;
         let result = mmap::fallocate(&file, len)
             .map_err(io_err("fallocate", &path))
-            .and_then(|()| Map::new(&file, len as usize, true).map_err(io_err("mmap", &path)));
+            .and_then(|()| Map::new(&file, len as usize).map_err(io_err("mmap", &path)));
         match result {
-            Ok(map) => {
-                if prefault {
-                    map.prefault();
-                }
-                Ok(Prepared { path, file, map })
-            }
+            Ok(map) => Ok(Prepared { path, file, map }),
             Err(e) => {
                 let _ = fs::remove_file(&path);
                 Err(e)
@@ -185,7 +179,8 @@ impl Prepared {
             },
         )
         .map_err(io_err("write", &path))?;
-        map.with_mut(0, SEGMENT_HEADER_LEN, |b| b.copy_from_slice(&bytes));
+        file.write_all_at(&bytes, 0)
+            .map_err(io_err("write", &path))?;
         run_hook(hook, IoOp::Sync { path: &path }).map_err(io_err("fdatasync", &path))?;
         file.sync_data().map_err(io_err("fdatasync", &path))?;
         let final_path = dir.join(segment_name(header.first_seq));
@@ -265,7 +260,7 @@ impl Segment {
         if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 || len > isize::MAX as u64 {
             return Err(corrupt(len, CorruptKind::Truncated));
         }
-        let map = Map::new(&file, len as usize, writable).map_err(io_err("mmap", path))?;
+        let map = Map::new(&file, len as usize).map_err(io_err("mmap", path))?;
         let header_bytes = map.copy_out(0, SEGMENT_HEADER_LEN);
         let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
         if header.segment_len > len {
@@ -371,38 +366,6 @@ impl Segment {
         })
     }
 
-    /// Writes one record at `offset` (at or above committed) and returns its
-    /// chain hash. Nothing is published.
-    pub(crate) fn write_record(
-        &self,
-        offset: u64,
-        header: &RecordHeader,
-        payload: &[u8],
-    ) -> Result<(EntryHash, u64)> {
-        let len = header.record_len();
-        let start = offset as usize;
-        let hash = self.map.with_mut(start, start + len, |rec| {
-            let body = RECORD_HEADER_LEN + payload.len();
-            header.write(&mut rec[..RECORD_HEADER_LEN]);
-            rec[RECORD_HEADER_LEN..body].copy_from_slice(payload);
-            rec[body..].fill(0);
-            let hash = format::seal_record(&mut rec[..body]);
-            let written = IoOp::Write {
-                path: &self.path,
-                offset,
-                data: rec,
-            };
-            let result = run_hook(&self.hook, written);
-            if result.is_err() {
-                // A failed write leaves nothing behind that could validate.
-                rec.fill(0);
-            }
-            result.map(|()| hash)
-        });
-        let hash = hash.map_err(io_err("write", &self.path))?;
-        Ok((hash, offset + len as u64))
-    }
-
     /// Writes bytes at `offset` (header area, or at or above committed).
     pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         run_hook(
@@ -414,10 +377,24 @@ impl Segment {
             },
         )
         .map_err(io_err("write", &self.path))?;
-        let start = offset as usize;
-        self.map
-            .with_mut(start, start + data.len(), |b| b.copy_from_slice(data));
-        Ok(())
+        let end = offset + data.len() as u64;
+        assert!(
+            end <= SEGMENT_HEADER_LEN as u64 || offset >= self.map.committed(),
+            "write {offset}..{end} into the committed area"
+        );
+        assert!(
+            end <= self.len(),
+            "write {offset}..{end} beyond the segment"
+        );
+        self.file
+            .write_all_at(data, offset)
+            .map_err(io_err("write", &self.path))
+    }
+
+    /// Starts writeback of `from..to` without waiting for it (a hint; errors
+    /// surface at the next `fdatasync`).
+    pub(crate) fn start_writeback(&self, from: u64, to: u64) {
+        mmap::start_writeback(&self.file, from, to);
     }
 
     /// `fdatasync`: makes every write to this file durable.
