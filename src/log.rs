@@ -307,6 +307,22 @@ struct Opened {
     log_id: Option<[u8; 16]>,
 }
 
+impl Opened {
+    /// Makes the recovered records readable and returns the view to publish.
+    fn publish(&self) -> Published {
+        if let Some(last) = self.segments.last() {
+            last.map.publish(self.end);
+        }
+        Published {
+            segments: Arc::new(self.segments.clone()),
+            last_end: self.end,
+            next_seq: self.next_seq,
+            head: self.head,
+            last_session_start: self.last_session_start,
+        }
+    }
+}
+
 impl Log {
     /// Opens (or creates) the log in `dir` for writing, recovering it.
     ///
@@ -411,16 +427,7 @@ impl Log {
     }
 
     fn from_opened(dir: PathBuf, opts: LogOptions, o: Opened, lock: Option<File>) -> Log {
-        if let Some(last) = o.segments.last() {
-            last.map.publish(o.end);
-        }
-        let published = Published {
-            segments: Arc::new(o.segments.clone()),
-            last_end: o.end,
-            next_seq: o.next_seq,
-            head: o.head,
-            last_session_start: o.last_session_start,
-        };
+        let published = o.publish();
         let last_indexed = o
             .segments
             .last()
@@ -992,16 +999,7 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
 
 /// The full check of a freshly opened log, for salvage mode.
 fn verify_opened(o: &Opened) -> Option<Damage> {
-    let last = o.segments.last()?;
-    last.map.publish(o.end);
-    let published = Published {
-        segments: Arc::new(o.segments.clone()),
-        last_end: o.end,
-        next_seq: o.next_seq,
-        head: o.head,
-        last_session_start: o.last_session_start,
-    };
-    snapshot_of(&published).verify().damage
+    snapshot_of(&o.publish()).verify().damage
 }
 
 /// Cuts the log at `damage`: later segments are removed, and the damaged one
