@@ -9,17 +9,26 @@
 //! ```
 //!
 //! The head slot is rewritten (pwrite, page cache) with every store write and
-//! flagged dirty while a writer has the session open; a clean close clears
-//! the flag. A dirty slot whose session no writer holds is stale after a
-//! crash, and the store rebuilds it from the log.
+//! flagged dirty while a writer has the session open; the first dirty write
+//! of a writer is synced before the log changes, and a clean close (after the
+//! log is synced) clears the flag. A dirty slot whose session no writer holds
+//! is stale after a crash, and the store rebuilds it from the log.
+//!
+//! Beside the per-session files, the store keeps a listing cache
+//! ([`ListCache`], `list.cache` in the root): a copy of every catalog in
+//! fixed slots, so that `list` reads one file instead of one per session.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::schema::SessionOrigin;
+use crate::schema::{SessionId, SessionOrigin};
 use crate::segment::io_err;
 
 const HEAD_MAGIC: [u8; 4] = *b"SSCH";
@@ -213,4 +222,326 @@ pub(crate) fn excerpt(text: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// A session's catalog, open for updates: its own file (authoritative) and
+/// its slot in the store's listing cache (a copy that `list` reads in one go).
+pub(crate) struct SessionCatalog {
+    id: SessionId,
+    path: PathBuf,
+    file: File,
+    state: Mutex<CatalogState>,
+    cache: Option<(Arc<ListCache>, u32)>,
+}
+
+struct CatalogState {
+    title: Option<String>,
+    identity: Identity,
+    head: HeadSlot,
+}
+
+impl SessionCatalog {
+    /// Opens a session's catalog file, and takes a slot in `cache`.
+    pub(crate) fn open(
+        id: SessionId,
+        path: PathBuf,
+        cache: Option<&Arc<ListCache>>,
+    ) -> Result<SessionCatalog> {
+        let record = read(&path)?;
+        let file = open(&path)?;
+        let identity = record.identity.unwrap_or(Identity {
+            created_ms: id.created_ms().unwrap_or(0),
+            forked_from: None,
+            compacted_from: None,
+        });
+        Ok(SessionCatalog {
+            id,
+            path,
+            file,
+            state: Mutex::new(CatalogState {
+                title: record.title,
+                identity,
+                head: record.head.unwrap_or_default(),
+            }),
+            cache: cache.map(|c| (c.clone(), c.slot_for(id))),
+        })
+    }
+
+    /// Whether a title is recorded.
+    pub(crate) fn has_title(&self) -> bool {
+        self.state.lock().title.is_some()
+    }
+
+    /// The time of the last write, as recorded.
+    pub(crate) fn updated_ms(&self) -> u64 {
+        self.state.lock().head.updated_ms
+    }
+
+    /// Records the title (the next `set_head` copies it to the cache).
+    pub(crate) fn set_title(&self, title: &str) -> Result<()> {
+        write_title(&self.file, &self.path, title)?;
+        self.state.lock().title = Some(excerpt(title));
+        Ok(())
+    }
+
+    /// Marks the session dirty in the cache and the file, durably, before a
+    /// writer changes its log: after a power loss, neither may still say
+    /// "clean" about an older state.
+    pub(crate) fn begin_writing(&self, head: HeadSlot) -> Result<()> {
+        debug_assert!(head.dirty);
+        self.set_head(head)?;
+        if let Some((cache, _)) = &self.cache {
+            cache.sync()?;
+        }
+        self.file
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.path))
+    }
+
+    /// Rewrites the head slot in the file and the cache. The cache is never
+    /// cleaner than the file: a dirty head goes to the cache first, a clean
+    /// one to the file first, so a crash between the two writes leaves the
+    /// cache dirty and `list` asks the file (or the log).
+    pub(crate) fn set_head(&self, head: HeadSlot) -> Result<()> {
+        let mut state = self.state.lock();
+        state.head = head;
+        if head.dirty {
+            self.write_cache(&state)?;
+            write_head(&self.file, &self.path, &head)
+        } else {
+            write_head(&self.file, &self.path, &head)?;
+            self.write_cache(&state)
+        }
+    }
+
+    fn write_cache(&self, state: &CatalogState) -> Result<()> {
+        let Some((cache, slot)) = &self.cache else {
+            return Ok(());
+        };
+        let entry = CachedSession {
+            id: self.id,
+            head: state.head,
+            title: state.title.clone(),
+            identity: state.identity.clone(),
+        };
+        cache.write(*slot, &entry)
+    }
+
+    /// Frees the cache slot (the session is being deleted).
+    pub(crate) fn forget(&self) -> Result<()> {
+        match &self.cache {
+            Some((cache, slot)) => cache.clear(self.id, *slot),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What the listing cache holds of one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CachedSession {
+    pub(crate) id: SessionId,
+    pub(crate) head: HeadSlot,
+    pub(crate) title: Option<String>,
+    pub(crate) identity: Identity,
+}
+
+/// The store's listing cache file: fixed slots, one per session.
+///
+/// ```text
+/// list.cache, 640 B a slot, 0600
+///   0 magic "SSLC"   4 crc u32 (of 8..640)   8 session id [16]
+///  24 head slot (the catalog's 80 B head encoding)
+/// 104 created_ms u64   112 has_forked u8   113 has_compacted u8   114 reserved [6]
+/// 120 forked_from id [16] + hash [32]      168 compacted_from id [16] + hash [32]
+/// 216 title len u16    218 title (UTF-8, at most 422 B)
+/// ```
+///
+/// It is a copy, never the truth: a slot that is missing, damaged, names
+/// another session or is dirty without a live writer sends `list` to the
+/// session's own catalog file.
+pub(crate) struct ListCache {
+    path: PathBuf,
+    file: File,
+    table: Mutex<SlotTable>,
+}
+
+#[derive(Default)]
+struct SlotTable {
+    by_id: HashMap<SessionId, u32>,
+    free: Vec<u32>,
+    next: u32,
+}
+
+const CACHE_MAGIC: [u8; 4] = *b"SSLC";
+const CACHE_SLOT_LEN: usize = 640;
+const CACHE_TITLE_MAX: usize = CACHE_SLOT_LEN - 218;
+/// The listing cache's file name, in the store root.
+pub(crate) const LIST_CACHE_FILE: &str = "list.cache";
+
+impl CachedSession {
+    fn encode(&self) -> [u8; CACHE_SLOT_LEN] {
+        let mut b = [0u8; CACHE_SLOT_LEN];
+        b[..4].copy_from_slice(&CACHE_MAGIC);
+        b[8..24].copy_from_slice(&self.id.0);
+        b[24..24 + HEAD_LEN].copy_from_slice(&self.head.encode());
+        b[104..112].copy_from_slice(&self.identity.created_ms.to_le_bytes());
+        for (flag_at, at, origin) in [
+            (112, 120, &self.identity.forked_from),
+            (113, 168, &self.identity.compacted_from),
+        ] {
+            if let Some(o) = origin {
+                b[flag_at] = 1;
+                b[at..at + 16].copy_from_slice(&o.session_id.0);
+                b[at + 16..at + 48].copy_from_slice(o.at_hash.as_bytes());
+            }
+        }
+        if let Some(t) = &self.title {
+            let t = &t.as_bytes()[..t.len().min(CACHE_TITLE_MAX)];
+            b[216..218].copy_from_slice(&(t.len() as u16).to_le_bytes());
+            b[218..218 + t.len()].copy_from_slice(t);
+        }
+        let crc = crc32fast::hash(&b[8..]);
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<CachedSession> {
+        if b.len() < CACHE_SLOT_LEN || b[..4] != CACHE_MAGIC {
+            return None;
+        }
+        if crc32fast::hash(&b[8..CACHE_SLOT_LEN]) != u32::from_le_bytes(b[4..8].try_into().ok()?) {
+            return None;
+        }
+        let origin = |flag_at: usize, at: usize| -> Option<SessionOrigin> {
+            (b[flag_at] == 1).then(|| SessionOrigin {
+                session_id: SessionId(b[at..at + 16].try_into().expect("16 bytes")),
+                at_hash: EntryHash(b[at + 16..at + 48].try_into().expect("32 bytes")),
+            })
+        };
+        let title_len = usize::from(u16::from_le_bytes(b[216..218].try_into().ok()?));
+        let title = match title_len {
+            0 => None,
+            n if n <= CACHE_TITLE_MAX => {
+                Some(std::str::from_utf8(&b[218..218 + n]).ok()?.to_owned())
+            }
+            _ => return None,
+        };
+        Some(CachedSession {
+            id: SessionId(b[8..24].try_into().ok()?),
+            head: HeadSlot::decode(&b[24..24 + HEAD_LEN])?,
+            title,
+            identity: Identity {
+                created_ms: u64::from_le_bytes(b[104..112].try_into().ok()?),
+                forked_from: origin(112, 120),
+                compacted_from: origin(113, 168),
+            },
+        })
+    }
+}
+
+impl ListCache {
+    /// Opens (or creates) the cache in `root` and learns which slots are taken.
+    pub(crate) fn open(root: &Path) -> Result<ListCache> {
+        let path = root.join(LIST_CACHE_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("open", &path))?;
+        let mut table = SlotTable::default();
+        for (slot, entry) in ListCache::read_slots(&path)? {
+            match entry {
+                Some(e) if !table.by_id.contains_key(&e.id) => {
+                    table.by_id.insert(e.id, slot);
+                }
+                _ => table.free.push(slot),
+            }
+            table.next = table.next.max(slot + 1);
+        }
+        Ok(ListCache {
+            path,
+            file,
+            table: Mutex::new(table),
+        })
+    }
+
+    fn read_slots(path: &Path) -> Result<Vec<(u32, Option<CachedSession>)>> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        Ok(bytes
+            .chunks_exact(CACHE_SLOT_LEN)
+            .enumerate()
+            .map(|(i, b)| (i as u32, CachedSession::decode(b)))
+            .collect())
+    }
+
+    /// Every session the cache file describes, read in one go.
+    pub(crate) fn read_all(root: &Path) -> Result<HashMap<SessionId, CachedSession>> {
+        let mut out = HashMap::new();
+        let mut twice = Vec::new();
+        for e in ListCache::read_slots(&root.join(LIST_CACHE_FILE))?
+            .into_iter()
+            .filter_map(|(_, e)| e)
+        {
+            let id = e.id;
+            if out.insert(id, e).is_some() {
+                twice.push(id);
+            }
+        }
+        // Two slots naming one session (two processes raced): trust neither.
+        for id in twice {
+            out.remove(&id);
+        }
+        Ok(out)
+    }
+
+    fn slot_for(&self, id: SessionId) -> u32 {
+        let mut t = self.table.lock();
+        if let Some(&slot) = t.by_id.get(&id) {
+            return slot;
+        }
+        let slot = t.free.pop().unwrap_or_else(|| {
+            t.next += 1;
+            t.next - 1
+        });
+        t.by_id.insert(id, slot);
+        slot
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.path))
+    }
+
+    /// Writes `entry` into the session's slot, taking one if it has none.
+    pub(crate) fn put(&self, entry: &CachedSession) -> Result<()> {
+        self.write(self.slot_for(entry.id), entry)
+    }
+
+    fn write(&self, slot: u32, entry: &CachedSession) -> Result<()> {
+        self.file
+            .write_all_at(&entry.encode(), u64::from(slot) * CACHE_SLOT_LEN as u64)
+            .map_err(io_err("write", &self.path))
+    }
+
+    fn clear(&self, id: SessionId, slot: u32) -> Result<()> {
+        self.file
+            .write_all_at(
+                &[0u8; CACHE_SLOT_LEN],
+                u64::from(slot) * CACHE_SLOT_LEN as u64,
+            )
+            .map_err(io_err("write", &self.path))?;
+        let mut t = self.table.lock();
+        if t.by_id.remove(&id).is_some() {
+            t.free.push(slot);
+        }
+        Ok(())
+    }
 }

@@ -14,7 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::catalog::{self, HeadSlot, Identity, CATALOG_FILE};
+use crate::catalog::{
+    self, CachedSession, HeadSlot, Identity, ListCache, SessionCatalog, CATALOG_FILE,
+};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::WireLine;
@@ -105,9 +107,7 @@ pub struct ListFilter {
 
 struct OpenSession {
     log: Log,
-    catalog: Arc<File>,
-    catalog_path: PathBuf,
-    title_known: Arc<Mutex<bool>>,
+    catalog: Arc<SessionCatalog>,
     tick: u64,
 }
 
@@ -121,6 +121,7 @@ struct Inner {
     root: PathBuf,
     opts: StoreOptions,
     shards: Vec<Mutex<Shard>>,
+    cache: Arc<ListCache>,
 }
 
 /// A store of sessions. `Send + Sync`; clones are cheap and share everything.
@@ -134,9 +135,7 @@ pub struct Store {
 pub struct SessionHandle {
     id: SessionId,
     log: Log,
-    catalog: Arc<File>,
-    catalog_path: PathBuf,
-    title_known: Arc<Mutex<bool>>,
+    catalog: Arc<SessionCatalog>,
 }
 
 impl std::fmt::Debug for Store {
@@ -172,8 +171,10 @@ impl Store {
                 let _ = fs::remove_dir_all(e.path());
             }
         }
+        let cache = Arc::new(ListCache::open(&root)?);
         Ok(Store {
             inner: Arc::new(Inner {
+                cache,
                 root,
                 opts,
                 shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -211,8 +212,6 @@ impl Store {
                 id,
                 log: s.log.clone(),
                 catalog: s.catalog.clone(),
-                catalog_path: s.catalog_path.clone(),
-                title_known: s.title_known.clone(),
             });
         }
         let dir = self.session_dir(id);
@@ -221,17 +220,19 @@ impl Store {
             return Err(Error::not_found(format!("session {id}")));
         }
         let log = Log::open(&dir, self.inner.opts.log.clone())?;
-        let record = catalog::read(&catalog_path)?;
-        let catalog = Arc::new(catalog::open(&catalog_path)?);
+        let catalog = Arc::new(SessionCatalog::open(
+            id,
+            catalog_path,
+            Some(&self.inner.cache),
+        )?);
         let handle = SessionHandle {
             id,
             log: log.clone(),
             catalog: catalog.clone(),
-            catalog_path: catalog_path.clone(),
-            title_known: Arc::new(Mutex::new(record.title.is_some())),
         };
         // The log is authoritative: rebuild the head slot from it now.
-        handle.touch(true, record.head.map(|h| h.updated_ms))?;
+        let updated_ms = Some(catalog.updated_ms()).filter(|&ms| ms > 0);
+        catalog.begin_writing(handle.head_slot(true, updated_ms))?;
         let budget = self.inner.opts.max_open_sessions.div_ceil(SHARDS).max(1);
         // Evict the least recently used sessions that no one else holds. A
         // loop, not one eviction: a shard that went over budget while all its
@@ -250,16 +251,7 @@ impl Store {
                 close_session(s);
             }
         }
-        shard.open.insert(
-            id,
-            OpenSession {
-                log,
-                catalog,
-                catalog_path,
-                title_known: handle.title_known.clone(),
-                tick,
-            },
-        );
+        shard.open.insert(id, OpenSession { log, catalog, tick });
         Ok(handle)
     }
 
@@ -388,10 +380,9 @@ impl Store {
         if let Some(&(_, h)) = written.last() {
             *head = h;
         }
-        if !*s.title_known.lock() {
+        if !s.catalog.has_title() {
             if let Some(t) = entries.iter().flat_map(|e| e.items()).find_map(user_text) {
-                catalog::write_title(&s.catalog, &s.catalog_path, &t)?;
-                *s.title_known.lock() = true;
+                s.catalog.set_title(&t)?;
             }
         }
         s.touch(true, None)
@@ -706,9 +697,8 @@ impl Store {
         if !dir.join(CATALOG_FILE).exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        if let Some(s) = self.shard(id).lock().open.remove(&id) {
-            drop(s);
-        }
+        let open = self.shard(id).lock().open.remove(&id);
+        drop(open);
         // Take the writer lock so no other process is writing it.
         let log = Log::open(
             &dir,
@@ -726,6 +716,9 @@ impl Store {
         sync_dir(&self.inner.root.join("sessions"), &None)?;
         sync_dir(&self.inner.root.join("trash"), &None)?;
         drop(log);
+        // The listing cache is a copy: forgetting the slot after the durable
+        // rename is enough (a stale slot names a directory that is gone).
+        SessionCatalog::open(id, trash.join(CATALOG_FILE), Some(&self.inner.cache))?.forget()?;
         fs::remove_dir_all(&trash).map_err(io_err("remove", &trash))
     }
 
@@ -737,6 +730,9 @@ impl Store {
     /// Sessions matching `filter`, newest first.
     pub fn list_filtered(&self, filter: &ListFilter) -> Result<Vec<SessionInfo>> {
         let sessions = self.inner.root.join("sessions");
+        // Membership from the directory, contents from the listing cache in
+        // one read; the catalog files only where the cache cannot be trusted.
+        let cached = ListCache::read_all(&self.inner.root)?;
         let mut out = Vec::new();
         for entry in fs::read_dir(&sessions).map_err(io_err("read dir", &sessions))? {
             let entry = entry.map_err(io_err("read dir", &sessions))?;
@@ -747,7 +743,16 @@ impl Store {
             else {
                 continue;
             };
-            let Some(info) = self.info(id)? else { continue };
+            let trusted = cached
+                .get(&id)
+                .filter(|c| !c.head.dirty || self.is_open_here(id) || self.writer_elsewhere(id));
+            let info = match trusted {
+                Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
+                None => match self.info(id)? {
+                    Some(info) => info,
+                    None => continue,
+                },
+            };
             if filter.updated_since_ms.is_some_and(|t| info.updated_ms < t)
                 || filter
                     .forked_from
@@ -791,18 +796,28 @@ impl Store {
                 .session(id)?
                 .head_slot(true, record.head.map(|h| h.updated_ms)),
         };
-        let entries = head.next_seq - head.first_seq;
-        Ok(Some(SessionInfo {
-            id,
-            created_ms: identity.created_ms,
-            updated_ms: head.updated_ms,
-            title: record.title,
-            entries,
-            bytes: head.bytes,
-            head: (entries > 0).then_some(head.head),
-            forked_from: identity.forked_from,
-            compacted_from: identity.compacted_from,
-        }))
+        if !head.dirty {
+            self.backfill_cache(CachedSession {
+                id,
+                head,
+                title: record.title.clone(),
+                identity: identity.clone(),
+            });
+        }
+        Ok(Some(session_info(id, &identity, &head, record.title)))
+    }
+
+    /// Copies a clean catalog into the listing cache, so the next `list`
+    /// need not open the file. Only while holding the session's writer lock
+    /// for a moment, so no writer's dirty slot is overwritten with a clean,
+    /// older one. Best effort: the cache is only a copy.
+    fn backfill_cache(&self, entry: CachedSession) {
+        let Ok(lock) = File::open(self.session_dir(entry.id).join("LOCK")) else {
+            return;
+        };
+        if lock.try_lock().is_ok() {
+            let _ = self.inner.cache.put(&entry);
+        }
     }
 
     fn is_open_here(&self, id: SessionId) -> bool {
@@ -827,22 +842,36 @@ impl Store {
     }
 }
 
+fn session_info(
+    id: SessionId,
+    identity: &Identity,
+    head: &HeadSlot,
+    title: Option<String>,
+) -> SessionInfo {
+    let entries = head.next_seq - head.first_seq;
+    SessionInfo {
+        id,
+        created_ms: identity.created_ms,
+        updated_ms: head.updated_ms,
+        title,
+        entries,
+        bytes: head.bytes,
+        head: (entries > 0).then_some(head.head),
+        forked_from: identity.forked_from,
+        compacted_from: identity.compacted_from,
+    }
+}
+
 fn close_session(s: OpenSession) {
     let handle = SessionHandle {
         id: SessionId([0; 16]),
         log: s.log.clone(),
         catalog: s.catalog,
-        catalog_path: s.catalog_path,
-        title_known: s.title_known,
     };
-    let ok = s.log.close().is_ok();
-    if ok {
+    if s.log.close().is_ok() {
         // Closing is not a write: keep the time of the last one.
-        let updated_ms = catalog::read(&handle.catalog_path)
-            .ok()
-            .and_then(|r| r.head)
-            .map(|h| h.updated_ms);
-        let _ = handle.touch(false, updated_ms);
+        let updated_ms = handle.catalog.updated_ms();
+        let _ = handle.touch(false, Some(updated_ms));
     }
 }
 
@@ -902,11 +931,7 @@ impl SessionHandle {
     }
 
     fn touch(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
-        catalog::write_head(
-            &self.catalog,
-            &self.catalog_path,
-            &self.head_slot(dirty, updated_ms),
-        )
+        self.catalog.set_head(self.head_slot(dirty, updated_ms))
     }
 }
 

@@ -1701,3 +1701,57 @@ fn a_held_session_can_be_read_and_forked_but_not_written() {
         other => panic!("expected Locked, got {other:?}"),
     }
 }
+
+/// The listing cache is a copy: deleted, damaged or stale, `list` still shows
+/// what the catalogs and logs hold.
+#[test]
+fn list_is_right_whatever_state_the_listing_cache_is_in() {
+    let dir = tempdir();
+    let expected = {
+        let store = open(dir.path());
+        for n in 0..5 {
+            let (id, mut head) = store
+                .create_session(None, RequestConfig::default(), &[])
+                .unwrap();
+            store.save_delta(id, &mut head, &turn(n, 10 * n)).unwrap();
+        }
+        let list = store.list().unwrap();
+        store.close().unwrap();
+        list
+    };
+    let cache = dir.path().join("list.cache");
+    let check = |what: &str| {
+        let store = open(dir.path());
+        assert_eq!(store.list().unwrap(), expected, "{what}");
+        // A second listing (the cache backfilled) agrees too.
+        assert_eq!(store.list().unwrap(), expected, "{what}, again");
+    };
+    check("intact");
+    let original = std::fs::read(&cache).unwrap();
+    assert!(original.len() >= 5 * 640, "one slot per session");
+
+    std::fs::remove_file(&cache).unwrap();
+    check("cache deleted");
+
+    let mut damaged = original.clone();
+    for slot in 0..5 {
+        damaged[slot * 640 + 30] ^= 0xff;
+    }
+    std::fs::write(&cache, &damaged).unwrap();
+    check("every slot damaged");
+
+    // A crash leaves the cache as it was while a writer held the session:
+    // dirty, and behind. Nobody holds it now, so list must not trust it.
+    let store = open(dir.path());
+    let id = expected[0].id;
+    let mut head = expected[0].head.unwrap();
+    store.save_delta(id, &mut head, &turn(9, 5)).unwrap();
+    let while_open = std::fs::read(&cache).unwrap();
+    store.save_delta(id, &mut head, &turn(10, 5)).unwrap();
+    store.close().unwrap();
+    std::fs::write(&cache, &while_open).unwrap();
+    let store = open(dir.path());
+    let listed = store.list().unwrap();
+    let fresh = listed.iter().find(|s| s.id == id).unwrap();
+    assert_eq!(fresh.head, Some(head), "a stale dirty slot was trusted");
+}
