@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let n = usize::from(n % 3) + 1;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = scratch_dir();
     let chunk = rest.len().div_ceil(n).max(1);
     for (i, part) in rest.chunks(chunk).enumerate() {
         // Name each file after the first seq its header claims, when it has one,
@@ -40,3 +40,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// A scratch directory on tmpfs where there is one: fsyncs there cost
+/// nothing, so the fuzzer runs far more inputs per second.
+fn scratch_dir() -> tempfile::TempDir {
+    match std::path::Path::new("/dev/shm").is_dir() {
+        true => tempfile::tempdir_in("/dev/shm").expect("tempdir"),
+        false => tempfile::tempdir().expect("tempdir"),
+    }
+}
