@@ -3,6 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "scratch.rs"]
+mod scratch;
 use session_store::export::{entry_line, parse_line, LineReader};
 use session_store::EntryHash;
 
@@ -24,18 +27,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if !parsed.is_empty() {
-        let dir = scratch_dir();
+        let dir = scratch::dir();
         if let Ok(store) = session_store::Store::open(dir.path()) {
             let _ = store.import(&parsed);
         }
     }
 });
-
-/// A scratch directory on tmpfs where there is one: fsyncs there cost
-/// nothing, so the fuzzer runs far more inputs per second.
-fn scratch_dir() -> tempfile::TempDir {
-    match std::path::Path::new("/dev/shm").is_dir() {
-        true => tempfile::tempdir_in("/dev/shm").expect("tempdir"),
-        false => tempfile::tempdir().expect("tempdir"),
-    }
-}

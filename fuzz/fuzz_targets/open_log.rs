@@ -2,6 +2,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "scratch.rs"]
+mod scratch;
 use session_store::format::SegmentHeader;
 use session_store::log::{Log, LogOptions, RecoveryMode};
 
@@ -11,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let n = usize::from(n % 3) + 1;
-    let dir = scratch_dir();
+    let dir = scratch::dir();
     let chunk = rest.len().div_ceil(n).max(1);
     for (i, part) in rest.chunks(chunk).enumerate() {
         // Name each file after the first seq its header claims, when it has one,
@@ -40,12 +43,3 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
-
-/// A scratch directory on tmpfs where there is one: fsyncs there cost
-/// nothing, so the fuzzer runs far more inputs per second.
-fn scratch_dir() -> tempfile::TempDir {
-    match std::path::Path::new("/dev/shm").is_dir() {
-        true => tempfile::tempdir_in("/dev/shm").expect("tempdir"),
-        false => tempfile::tempdir().expect("tempdir"),
-    }
-}
