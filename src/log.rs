@@ -1104,6 +1104,7 @@ fn open_segments(
             ScanMode {
                 trusted: mark.filter(|m| m.next_seq >= h.first_seq),
                 check_archives: false,
+                crc_below_mark: writable,
             },
         );
         let sealed = footer.filter(|f| {
@@ -1352,6 +1353,7 @@ impl Snapshot {
                 ScanMode {
                     trusted: None,
                     check_archives: true,
+                    crc_below_mark: true,
                 },
             );
             report.records += scan.count;

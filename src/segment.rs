@@ -240,6 +240,10 @@ pub(crate) struct ScanMode {
     pub(crate) trusted: Option<Mark>,
     /// Also validate every payload as an archive.
     pub(crate) check_archives: bool,
+    /// Check CRCs below the mark too. A writer does (it must tell damage
+    /// before the mark from a torn tail); a read-only open leaves them to the
+    /// iterator, which checks every record it yields, and to `verify`.
+    pub(crate) crc_below_mark: bool,
 }
 
 impl Segment {
@@ -529,9 +533,12 @@ pub(crate) fn scan_bytes(
             break;
         }
         let rec = &bytes[off..body_end];
-        if let Err(kind) = format::check_record_crc(rec) {
-            scan.stop = Some((off as u64, seq, kind));
-            break;
+        let in_trusted = trusted.is_some_and(|m| (off as u64) < m.durable_end);
+        if mode.crc_below_mark || !in_trusted {
+            if let Err(kind) = format::check_record_crc(rec) {
+                scan.stop = Some((off as u64, seq, kind));
+                break;
+            }
         }
         if h.seq != next_seq {
             scan.stop = Some((
@@ -544,7 +551,6 @@ pub(crate) fn scan_bytes(
             ));
             break;
         }
-        let in_trusted = trusted.is_some_and(|m| (off as u64) < m.durable_end);
         if hash_known && h.prev_hash != hash {
             scan.stop = Some((
                 off as u64,
