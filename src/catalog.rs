@@ -368,7 +368,7 @@ pub(crate) struct ListCache {
 #[derive(Default)]
 struct SlotTable {
     by_id: HashMap<SessionId, u32>,
-    free: Vec<u32>,
+    taken: std::collections::HashSet<u32>,
     next: u32,
 }
 
@@ -453,11 +453,11 @@ impl ListCache {
             .map_err(io_err("open", &path))?;
         let mut table = SlotTable::default();
         for (slot, entry) in ListCache::read_slots(&path)? {
-            match entry {
-                Some(e) if !table.by_id.contains_key(&e.id) => {
+            if let Some(e) = entry {
+                if !table.by_id.contains_key(&e.id) {
                     table.by_id.insert(e.id, slot);
+                    table.taken.insert(slot);
                 }
-                _ => table.free.push(slot),
             }
             table.next = table.next.max(slot + 1);
         }
@@ -501,16 +501,69 @@ impl ListCache {
         Ok(out)
     }
 
+    /// The session's slot. For a session this process has not placed, the
+    /// cache file is re-read under its lock (other processes place sessions
+    /// too) and every placement found there is learnt; a session still
+    /// unplaced gets a new slot at the end.
     fn slot_for(&self, id: SessionId) -> u32 {
-        let mut t = self.table.lock();
-        if let Some(&slot) = t.by_id.get(&id) {
+        if let Some(&slot) = self.table.lock().by_id.get(&id) {
             return slot;
         }
-        let slot = t.free.pop().unwrap_or_else(|| {
-            t.next += 1;
-            t.next - 1
-        });
-        t.by_id.insert(id, slot);
+        self.place(id, true)
+    }
+
+    /// Places a session known to be new (just created): no re-read needed.
+    pub(crate) fn place_new(&self, id: SessionId) {
+        self.place(id, false);
+    }
+
+    /// Chooses a slot under the cache file's lock and claims it on disk
+    /// (a dirty placeholder) before unlocking, so that no two processes take
+    /// one slot and no session gets two.
+    fn place(&self, id: SessionId, learn: bool) -> u32 {
+        let mut t = self.table.lock();
+        let locked = self.file.lock().is_ok();
+        if learn {
+            for (slot, e) in ListCache::read_slots(&self.path).unwrap_or_default() {
+                if let Some(e) = e {
+                    if !t.by_id.contains_key(&e.id) && t.taken.insert(slot) {
+                        t.by_id.insert(e.id, slot);
+                    }
+                }
+                t.next = t.next.max(slot + 1);
+            }
+        }
+        let slot = match t.by_id.get(&id) {
+            Some(&slot) => slot,
+            None => {
+                let on_disk = self
+                    .file
+                    .metadata()
+                    .map_or(0, |m| m.len() / CACHE_SLOT_LEN as u64);
+                let slot = (on_disk as u32).max(t.next);
+                let claim = CachedSession {
+                    id,
+                    head: HeadSlot {
+                        dirty: true,
+                        ..HeadSlot::default()
+                    },
+                    title: None,
+                    identity: Identity {
+                        created_ms: 0,
+                        forked_from: None,
+                        compacted_from: None,
+                    },
+                };
+                let _ = self.write(slot, &claim);
+                t.next = slot + 1;
+                t.by_id.insert(id, slot);
+                t.taken.insert(slot);
+                slot
+            }
+        };
+        if locked {
+            let _ = self.file.unlock();
+        }
         slot
     }
 
@@ -540,7 +593,7 @@ impl ListCache {
             .map_err(io_err("write", &self.path))?;
         let mut t = self.table.lock();
         if t.by_id.remove(&id).is_some() {
-            t.free.push(slot);
+            t.taken.remove(&slot);
         }
         Ok(())
     }

@@ -840,8 +840,11 @@ impl Log {
         self.sync()?;
         let p = self.inner.published.lock().clone();
         let seg = p.segments.last().expect("a log always has a segment");
-        if seg.footer.lock().is_none() {
-            seg.write_mark(p.last_end, p.next_seq, p.head)?;
+        // The mark names only what an fdatasync covered: another clone may
+        // have appended since `sync` returned.
+        let synced = *seg.synced.lock();
+        if let (None, Some((end, next_seq, hash))) = (*seg.footer.lock(), synced) {
+            seg.write_mark(end, next_seq, hash)?;
             seg.sync()?;
         }
         Ok(())
@@ -1118,6 +1121,11 @@ fn open_segments(
         }
         report.records += scan.count;
         if let Some(f) = sealed {
+            if writable {
+                // The seal may be in the page cache only (a process killed
+                // mid-roll): make it durable before a successor can exist.
+                seg.sync()?;
+            }
             *seg.footer.lock() = Some(f);
             segments.push(Arc::new(seg));
             report.segments = segments.len();

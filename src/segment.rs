@@ -585,7 +585,7 @@ pub(crate) fn scan_bytes(
             hash = format::record_link(rec);
             hash_known = true;
         }
-        last_start = Some(off);
+        last_start = Some((off, body_end));
         if h.kind == EntryKind::SessionStart as u8 {
             scan.last_session_start = Some(h.seq);
         }
@@ -604,10 +604,9 @@ pub(crate) fn scan_bytes(
     }
     scan.last_hash = match (hash_known, last_start) {
         (true, _) | (false, None) => hash,
-        (false, Some(at)) => {
-            let h = RecordHeader::read(&bytes[at..]).expect("checked above");
-            format::record_link(&bytes[at..at + RECORD_HEADER_LEN + h.payload_len as usize])
-        }
+        // The bounds from the first pass: the bytes are not re-parsed, since
+        // another process's writer may be changing bytes beyond its commit.
+        (false, Some((at, body_end))) => format::record_link(&bytes[at..body_end]),
     };
     scan
 }

@@ -255,11 +255,25 @@ impl Store {
         Ok(handle)
     }
 
-    /// Closes every open session cleanly (sync, exact durable marks, clean catalog).
+    /// Closes every open session that no other handle uses cleanly (sync,
+    /// exact durable marks, clean catalog); the others stay open.
     pub fn close(&self) -> Result<()> {
         for shard in &self.inner.shards {
-            let open: Vec<_> = shard.lock().open.drain().collect();
-            for (_, s) in open {
+            // A session another handle still uses stays open: marking it
+            // clean while it can still be written would mislead `list`.
+            let open: Vec<_> = {
+                let mut shard = shard.lock();
+                let ids: Vec<SessionId> = shard
+                    .open
+                    .iter()
+                    .filter(|(_, s)| s.log.is_unshared())
+                    .map(|(id, _)| *id)
+                    .collect();
+                ids.into_iter()
+                    .filter_map(|id| shard.open.remove(&id))
+                    .collect()
+            };
+            for s in open {
                 close_session(s);
             }
         }
@@ -330,6 +344,7 @@ impl Store {
         log.append_batch(entries, Durability::Buffered, Some(None))?;
         log.close()?;
         catalog::create(&dir.join(CATALOG_FILE), &identity, title.as_deref())?;
+        self.inner.cache.place_new(id);
         sync_dir(&dir, &None)?;
         sync_dir(&self.inner.root.join("sessions"), &None)?;
         let handle = self.session(id)?;

@@ -1755,3 +1755,58 @@ fn list_is_right_whatever_state_the_listing_cache_is_in() {
     let fresh = listed.iter().find(|s| s.id == id).unwrap();
     assert_eq!(fresh.head, Some(head), "a stale dirty slot was trusted");
 }
+
+/// Two stores on one root (as two processes would be) place sessions in the
+/// listing cache without taking each other's slots or giving one session two
+/// slots, so `list` never shows an old state of a session as clean.
+#[test]
+fn two_stores_on_one_root_keep_the_listing_cache_honest() {
+    let dir = tempdir();
+    let a = open(dir.path());
+    let b = open(dir.path());
+    let (y, _) = b
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let (x, mut x_head) = a
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    a.close().unwrap();
+    // B writes X, which A placed.
+    b.save_delta(x, &mut x_head, &turn(1, 10)).unwrap();
+    b.close().unwrap();
+    let (z, _) = a
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    a.close().unwrap();
+    drop((a, b));
+    let listed = open(dir.path()).list().unwrap();
+    let ids: Vec<_> = listed.iter().map(|s| s.id).collect();
+    for id in [x, y, z] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    let x_info = listed.iter().find(|s| s.id == x).unwrap();
+    assert_eq!(x_info.head, Some(x_head), "list shows an old state of X");
+    assert_eq!(x_info.entries, 1 + 4);
+}
+
+/// `Store::close` leaves open a session another handle still uses: marking
+/// it clean while it can still be written would mislead `list`.
+#[test]
+fn close_keeps_sessions_in_use_open() {
+    let dir = tempdir();
+    let store = open(dir.path());
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let held = store.log(id).unwrap();
+    store.close().unwrap();
+    store.save_delta(id, &mut head, &turn(0, 10)).unwrap();
+    drop(held);
+    let info = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id == id)
+        .unwrap();
+    assert_eq!(info.head, Some(head));
+}
