@@ -454,8 +454,8 @@ impl ListCache {
         let mut table = SlotTable::default();
         for (slot, entry) in ListCache::read_slots(&path)? {
             if let Some(e) = entry {
-                if !table.by_id.contains_key(&e.id) {
-                    table.by_id.insert(e.id, slot);
+                if let std::collections::hash_map::Entry::Vacant(v) = table.by_id.entry(e.id) {
+                    v.insert(slot);
                     table.taken.insert(slot);
                 }
             }
