@@ -112,3 +112,80 @@ fn non_finite_floats_are_refused_before_anything_is_written() {
     assert_eq!(log.next_seq(), 0, "nothing of the batch was written");
     log.append(&entry(0, 10)).unwrap();
 }
+
+/// A process killed after a roll wrote the seal but before its fdatasync
+/// leaves a sealed last segment that is only in the page cache; the next
+/// writer must make it durable before it builds a successor on it.
+#[test]
+fn a_seal_left_unsynced_is_synced_on_reopen() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use session_store::segment::{IoHook, IoOp};
+
+    #[derive(Default)]
+    struct Hook {
+        fail_syncs: AtomicBool,
+        seal_written: AtomicBool,
+        syncs: AtomicUsize,
+    }
+    impl IoHook for Hook {
+        fn before(&self, op: &IoOp<'_>) -> std::io::Result<()> {
+            match op {
+                // The footer is the last write of a seal: after it, fail the sync.
+                IoOp::Write { offset, data, .. } if data.len() == 128 && *offset > 0 => {
+                    self.seal_written.store(true, Ordering::SeqCst);
+                }
+                IoOp::Sync { .. } => {
+                    self.syncs.fetch_add(1, Ordering::SeqCst);
+                    if self.fail_syncs.load(Ordering::SeqCst)
+                        && self.seal_written.load(Ordering::SeqCst)
+                    {
+                        return Err(std::io::Error::other(
+                            "injected: killed before the seal's sync",
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(Hook::default());
+    hook.fail_syncs.store(true, Ordering::SeqCst);
+    let opts = || LogOptions {
+        prepare_ahead: false,
+        ..LogOptions::default().segment_size(8 << 10)
+    };
+    let log = Log::open(dir.path(), opts().hook(hook.clone())).unwrap();
+    let mut acked = 0;
+    while log.append(&entry(acked, 500)).is_ok() {
+        acked += 1;
+    }
+    drop(log);
+    assert!(hook.seal_written.load(Ordering::SeqCst));
+    assert_eq!(
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".seg"))
+            .count(),
+        1
+    );
+
+    let reopen = Arc::new(Hook::default());
+    let log = Log::open(dir.path(), opts().hook(reopen.clone())).unwrap();
+    assert_eq!(log.next_seq(), acked);
+    assert!(
+        reopen.syncs.load(Ordering::SeqCst) >= 1,
+        "the sealed segment was not synced on open"
+    );
+    log.append(&entry(acked, 500)).unwrap();
+    assert_eq!(log.verify().damage, None);
+}
