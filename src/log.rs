@@ -922,11 +922,7 @@ impl Log {
 
     /// Total bytes of record data committed.
     pub fn bytes(&self) -> u64 {
-        self.snapshot()
-            .segs
-            .iter()
-            .map(|(_, end)| end - SEGMENT_HEADER_LEN as u64)
-            .sum()
+        self.snapshot().bytes()
     }
 }
 
@@ -1275,6 +1271,14 @@ impl Snapshot {
     /// Seq of the last `SessionStart`.
     pub fn last_session_start(&self) -> Option<u64> {
         self.last_session_start
+    }
+
+    /// Bytes of record data in the snapshot.
+    pub fn bytes(&self) -> u64 {
+        self.segs
+            .iter()
+            .map(|(_, end)| end - SEGMENT_HEADER_LEN as u64)
+            .sum()
     }
 
     /// Records, in order, from the first.

@@ -938,7 +938,7 @@ impl SessionHandle {
         HeadSlot {
             dirty,
             next_seq: snap.next_seq(),
-            bytes: self.log.bytes(),
+            bytes: snap.bytes(),
             updated_ms: updated_ms.unwrap_or_else(now_ms),
             first_seq: snap.first_seq(),
             head: snap.head().map(|(_, h)| h).unwrap_or_default(),

@@ -609,10 +609,9 @@ fn newest_match_wins_by_last_modified_then_by_mtime() {
     );
 }
 
-#[test]
-fn index_rows_cannot_escape_brain() {
-    let home = Home::new();
-    // A transcript that a traversing conversation id would reach.
+/// A transcript outside `brain/` that a traversing conversation id (`../x`)
+/// would reach.
+fn write_escaped_transcript(home: &Home) {
     let escaped = home
         .path()
         .join(".gemini/antigravity-cli/x/.system_generated/logs");
@@ -622,6 +621,12 @@ fn index_rows_cannot_escape_brain() {
         jsonl(&[user(0, "escaped")]),
     )
     .unwrap();
+}
+
+#[test]
+fn index_rows_cannot_escape_brain() {
+    let home = Home::new();
+    write_escaped_transcript(&home);
     home.write_db(true, &[("../x", json!(["file:///w"]), 1)]);
     assert!(matches!(
         reason(discover_by_cwd(home.path(), Some(Path::new("/w")))),
@@ -632,15 +637,7 @@ fn index_rows_cannot_escape_brain() {
 #[test]
 fn path_traversing_session_ids_find_nothing() {
     let home = Home::new();
-    let escaped = home
-        .path()
-        .join(".gemini/antigravity-cli/x/.system_generated/logs");
-    fs::create_dir_all(&escaped).unwrap();
-    fs::write(
-        escaped.join("transcript.jsonl"),
-        jsonl(&[user(0, "escaped")]),
-    )
-    .unwrap();
+    write_escaped_transcript(&home);
     let long = "a".repeat(10_000);
     for id in ["../x", "..", ".", "", "a/b", "x\0", "/etc", long.as_str()] {
         assert!(transcript_path(home.path(), id).is_none(), "{id:?}");

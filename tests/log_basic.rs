@@ -189,3 +189,33 @@ fn a_seal_left_unsynced_is_synced_on_reopen() {
     log.append(&entry(acked, 500)).unwrap();
     assert_eq!(log.verify().damage, None);
 }
+
+/// A read-only handle sees the prefix committed when it opened, and more
+/// only after `refresh`, across a roll.
+#[test]
+fn read_only_handles_see_new_records_after_refresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Log::open(dir.path(), LogOptions::default().segment_size(8 << 10)).unwrap();
+    for i in 0..3 {
+        writer.append(&entry(i, 100)).unwrap();
+    }
+    let mut reader = Log::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.next_seq(), 3);
+    for i in 3..40 {
+        writer.append(&entry(i, 700)).unwrap();
+    }
+    assert_eq!(
+        reader.next_seq(),
+        3,
+        "a read-only handle does not move by itself"
+    );
+    reader.refresh().unwrap();
+    assert_eq!(reader.next_seq(), 40);
+    assert_eq!(reader.head(), writer.head());
+    let got: Vec<_> = reader
+        .snapshot()
+        .entries_from(38)
+        .map(|r| r.unwrap().2)
+        .collect();
+    assert_eq!(got, vec![entry(38, 700), entry(39, 700)]);
+}
