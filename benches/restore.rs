@@ -16,7 +16,7 @@ mod common;
 
 fn restore(c: &mut Criterion) {
     let mut cases = vec![("10MB", common::small_log())];
-    let large_cached = common::data_dir().join("restore-1g-v1/COMPLETE").exists();
+    let large_cached = common::data_dir().join("restore-1g-v2/COMPLETE").exists();
     if large_cached || std::env::var_os("BENCH_LARGE").is_some_and(|v| v == "1") {
         cases.push(("1GB", common::large_log()));
     } else {

@@ -133,6 +133,8 @@ pub enum CorruptKind {
     Footer(String),
     /// A segment is missing from the sequence.
     MissingSegment,
+    /// The active segment's durable mark disagrees with its records.
+    Mark(String),
 }
 
 impl fmt::Display for CorruptKind {
@@ -157,6 +159,7 @@ impl fmt::Display for CorruptKind {
             CorruptKind::ForeignLog => write!(f, "segment belongs to another log"),
             CorruptKind::Footer(why) => write!(f, "bad footer ({why})"),
             CorruptKind::MissingSegment => write!(f, "missing segment"),
+            CorruptKind::Mark(why) => write!(f, "durable mark: {why}"),
         }
     }
 }

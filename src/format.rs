@@ -10,7 +10,7 @@
 //!
 //! Segment header (256 B)
 //!   0  magic        [u8; 8]  "SSLOGSEG"
-//!   8  version      u32      1
+//!   8  version      u32      2 (1 is still read; see "Versions" below)
 //!  12  flags        u32      0
 //!  16  log_id       [u8; 16]
 //!  32  first_seq    u64
@@ -23,12 +23,13 @@
 //! 224  reserved     [u8; 32] zeros
 //!
 //! Durable mark slot (64 B), written alternately by group commits
-//!   0  generation   u64
-//!   8  durable_end  u64      records below this offset were fdatasync'ed
-//!  16  next_seq     u64      seq of the record that starts at durable_end
-//!  24  durable_hash [u8; 32] hash of the record just below durable_end
-//!  56  crc          u32      CRC32 of bytes 0..56
-//!  60  reserved     u32
+//!   0  generation    u64
+//!   8  durable_end   u64      records below this offset were fdatasync'ed
+//!  16  next_seq      u64      seq of the record that starts at durable_end
+//!  24  durable_hash  [u8; 32] hash of the record just below durable_end
+//!  56  session_start u32      offset / 16 of the last SessionStart record in
+//!                             this segment below durable_end; 0 if none
+//!  60  crc           u32      CRC32 of bytes 0..60
 //!
 //! Record (64 B header + payload, padded with zeros to a multiple of 16)
 //!   0  magic        u32      "SREC"
@@ -60,12 +61,19 @@
 //! 100  reserved            [u8; 24]
 //! 124  footer_crc          u32     CRC32 of bytes 0..124
 //! ```
+//!
+//! Versions: a version 1 segment differs only in its mark slot, which has no
+//! `session_start` field and keeps its CRC32 (of bytes 0..56) at 56, with 60..64
+//! reserved. Readers take both; a writer continues a version 1 segment with
+//! version 1 marks, and every segment it creates is version 2.
 
 use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
-/// Current format version.
-pub const FORMAT_VERSION: u32 = 1;
+/// Current format version: every new segment is written with it.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version still read.
+pub const OLDEST_VERSION: u32 = 1;
 
 /// Segment header magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"SSLOGSEG";
@@ -87,7 +95,9 @@ const HDR_CRC: usize = HDR_START_HASH + 32;
 pub const MARK_SLOT_0: usize = 96;
 /// Length of one mark slot.
 pub const MARK_SLOT_LEN: usize = 64;
-const MARK_CRC: usize = 56;
+const MARK_SESSION_START: usize = 56;
+const MARK_CRC_V1: usize = 56;
+const MARK_CRC: usize = 60;
 
 /// Length of a record header; the payload starts here.
 pub const RECORD_HEADER_LEN: usize = 64;
@@ -157,6 +167,8 @@ pub fn record_len(payload_len: usize) -> usize {
 /// The fixed part of a segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// Format version ([`FORMAT_VERSION`] for every segment written now).
+    pub version: u32,
     /// The log this segment belongs to.
     pub log_id: [u8; 16],
     /// Seq of the segment's first record.
@@ -172,7 +184,7 @@ impl SegmentHeader {
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[..8].copy_from_slice(&SEGMENT_MAGIC);
-        b[HDR_VERSION..HDR_VERSION + 4].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[HDR_VERSION..HDR_VERSION + 4].copy_from_slice(&self.version.to_le_bytes());
         b[HDR_LOG_ID..HDR_LOG_ID + 16].copy_from_slice(&self.log_id);
         b[HDR_FIRST_SEQ..HDR_FIRST_SEQ + 8].copy_from_slice(&self.first_seq.to_le_bytes());
         b[HDR_SEGMENT_LEN..HDR_SEGMENT_LEN + 8].copy_from_slice(&self.segment_len.to_le_bytes());
@@ -202,10 +214,11 @@ impl SegmentHeader {
             ));
         }
         let version = u32_at(b, HDR_VERSION);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err((HDR_VERSION as u64, CorruptKind::Version { found: version }));
         }
         Ok(SegmentHeader {
+            version,
             log_id: b[HDR_LOG_ID..HDR_LOG_ID + 16].try_into().expect("16 bytes"),
             first_seq: u64_at(b, HDR_FIRST_SEQ),
             segment_len: u64_at(b, HDR_SEGMENT_LEN),
@@ -225,18 +238,29 @@ pub struct Mark {
     pub next_seq: u64,
     /// Hash of the record just below `durable_end` (the start hash if none).
     pub durable_hash: EntryHash,
+    /// Offset of the last `SessionStart` record of this segment below
+    /// `durable_end`, if any. Always `None` in a version 1 mark, and in a
+    /// version 2 mark whose record lies beyond what the field can hold.
+    pub session_start: Option<u64>,
 }
 
 impl Mark {
-    /// The slot bytes.
-    pub fn encode(&self) -> [u8; MARK_SLOT_LEN] {
+    /// The slot bytes, laid out for a segment of format `version`.
+    pub fn encode(&self, version: u32) -> [u8; MARK_SLOT_LEN] {
         let mut b = [0u8; MARK_SLOT_LEN];
         b[..8].copy_from_slice(&self.generation.to_le_bytes());
         b[8..16].copy_from_slice(&self.durable_end.to_le_bytes());
         b[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
         b[24..56].copy_from_slice(self.durable_hash.as_bytes());
-        let c = crc(&b[..MARK_CRC]);
-        b[MARK_CRC..MARK_CRC + 4].copy_from_slice(&c.to_le_bytes());
+        let crc_at = if version == 1 {
+            MARK_CRC_V1
+        } else {
+            let slot = self.session_start.and_then(session_start_slot).unwrap_or(0);
+            b[MARK_SESSION_START..MARK_SESSION_START + 4].copy_from_slice(&slot.to_le_bytes());
+            MARK_CRC
+        };
+        let c = crc(&b[..crc_at]);
+        b[crc_at..crc_at + 4].copy_from_slice(&c.to_le_bytes());
         b
     }
 
@@ -245,23 +269,41 @@ impl Mark {
         MARK_SLOT_0 + (generation % 2) as usize * MARK_SLOT_LEN
     }
 
-    /// The newest valid mark in a header, if any.
+    /// The newest valid mark in a header (of the version the header names),
+    /// if any.
     pub fn newest(header: &[u8]) -> Option<Mark> {
+        let version = header
+            .get(HDR_VERSION..HDR_VERSION + 4)
+            .map(|_| u32_at(header, HDR_VERSION))?;
         (0..2)
             .filter_map(|i| {
                 let at = MARK_SLOT_0 + i * MARK_SLOT_LEN;
                 let b = header.get(at..at + MARK_SLOT_LEN)?;
-                (u32_at(b, MARK_CRC) == crc(&b[..MARK_CRC]) && b.iter().any(|&x| x != 0)).then(
-                    || Mark {
-                        generation: u64_at(b, 0),
-                        durable_end: u64_at(b, 8),
-                        next_seq: u64_at(b, 16),
-                        durable_hash: hash_at(b, 24),
+                let crc_at = if version == 1 { MARK_CRC_V1 } else { MARK_CRC };
+                let valid = u32_at(b, crc_at) == crc(&b[..crc_at]) && b.iter().any(|&x| x != 0);
+                valid.then(|| Mark {
+                    generation: u64_at(b, 0),
+                    durable_end: u64_at(b, 8),
+                    next_seq: u64_at(b, 16),
+                    durable_hash: hash_at(b, 24),
+                    session_start: match u32_at(b, MARK_SESSION_START) {
+                        0 => None,
+                        _ if version == 1 => None,
+                        slot => Some(u64::from(slot) * RECORD_ALIGN as u64),
                     },
-                )
+                })
             })
             .max_by_key(|m| m.generation)
     }
+}
+
+/// A record offset as the mark's `session_start` field holds it: in units of
+/// [`RECORD_ALIGN`], never 0 (that is the header). `None` if it does not fit.
+fn session_start_slot(offset: u64) -> Option<u32> {
+    if offset < SEGMENT_HEADER_LEN as u64 || !offset.is_multiple_of(RECORD_ALIGN as u64) {
+        return None;
+    }
+    u32::try_from(offset / RECORD_ALIGN as u64).ok()
 }
 
 /// The fields of a record header.
@@ -491,6 +533,7 @@ mod tests {
 
     fn header() -> SegmentHeader {
         SegmentHeader {
+            version: FORMAT_VERSION,
             log_id: [7; 16],
             first_seq: 42,
             segment_len: 1 << 20,
@@ -512,23 +555,77 @@ mod tests {
     }
 
     #[test]
-    fn marks_pick_newest_valid_slot() {
-        let mut hdr = header().encode();
-        assert_eq!(Mark::newest(&hdr), None);
-        for g in 1..=3u64 {
-            let m = Mark {
-                generation: g,
-                durable_end: g * 100,
-                next_seq: g,
-                durable_hash: EntryHash([g as u8; 32]),
-            };
-            let at = Mark::slot_offset(g);
-            hdr[at..at + MARK_SLOT_LEN].copy_from_slice(&m.encode());
+    fn marks_pick_newest_valid_slot_in_both_versions() {
+        for version in [OLDEST_VERSION, FORMAT_VERSION] {
+            let mut hdr = SegmentHeader {
+                version,
+                ..header()
+            }
+            .encode();
+            assert_eq!(Mark::newest(&hdr), None);
+            for g in 1..=3u64 {
+                let m = Mark {
+                    generation: g,
+                    durable_end: g * 100,
+                    next_seq: g,
+                    durable_hash: EntryHash([g as u8; 32]),
+                    session_start: Some(256 + 16 * g),
+                };
+                let at = Mark::slot_offset(g);
+                hdr[at..at + MARK_SLOT_LEN].copy_from_slice(&m.encode(version));
+            }
+            let newest = Mark::newest(&hdr).unwrap();
+            assert_eq!(newest.durable_end, 300);
+            // Version 1 has no field for it.
+            let expect = (version >= 2).then_some(256 + 48);
+            assert_eq!(newest.session_start, expect, "version {version}");
+            // A torn newest slot falls back to the older one, whichever byte
+            // the tear hit (the session-start field included).
+            for byte in [9, MARK_SESSION_START + 1] {
+                let mut torn = hdr;
+                torn[Mark::slot_offset(3) + byte] ^= 0xff;
+                assert_eq!(Mark::newest(&torn).unwrap().durable_end, 200, "byte {byte}");
+            }
         }
-        assert_eq!(Mark::newest(&hdr).unwrap().durable_end, 300);
-        // A torn newest slot falls back to the older one.
-        hdr[Mark::slot_offset(3) + 9] ^= 0xff;
-        assert_eq!(Mark::newest(&hdr).unwrap().durable_end, 200);
+    }
+
+    #[test]
+    fn a_session_start_offset_the_slot_cannot_hold_is_left_out() {
+        let m = |session_start| Mark {
+            generation: 1,
+            durable_end: 1 << 40,
+            next_seq: 1,
+            durable_hash: EntryHash([1; 32]),
+            session_start,
+        };
+        let mut hdr = header().encode();
+        for (offset, kept) in [
+            (SEGMENT_HEADER_LEN as u64, true),
+            ((u64::from(u32::MAX)) * 16, true),
+            ((u64::from(u32::MAX) + 1) * 16, false),
+            (0, false),
+            (300, false),
+        ] {
+            let at = Mark::slot_offset(1);
+            hdr[at..at + MARK_SLOT_LEN].copy_from_slice(&m(Some(offset)).encode(FORMAT_VERSION));
+            let got = Mark::newest(&hdr).unwrap().session_start;
+            assert_eq!(got, kept.then_some(offset), "offset {offset}");
+        }
+    }
+
+    #[test]
+    fn versions_outside_the_read_range_are_refused() {
+        for version in [0, FORMAT_VERSION + 1] {
+            let b = SegmentHeader {
+                version,
+                ..header()
+            }
+            .encode();
+            assert_eq!(
+                SegmentHeader::decode(&b),
+                Err((HDR_VERSION as u64, CorruptKind::Version { found: version }))
+            );
+        }
     }
 
     #[test]

@@ -14,13 +14,13 @@ use parking_lot::{Condvar, Mutex};
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{
-    self, Footer, IndexEntry, RecordHeader, SegmentHeader, FOOTER_LEN, INDEX_ENTRY_LEN,
-    MAX_PAYLOAD_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    self, Footer, IndexEntry, Mark, RecordHeader, SegmentHeader, FOOTER_LEN, FORMAT_VERSION,
+    INDEX_ENTRY_LEN, MAX_PAYLOAD_LEN, RECORD_ALIGN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
 use crate::segment::{
-    io_err, parse_segment_name, run_hook, sync_dir, Hook, IoHook, IoOp, Prepared, Scan, ScanMode,
-    Segment, INDEX_STRIDE_BYTES,
+    io_err, parse_segment_name, run_hook, sync_dir, Hook, IoHook, IoOp, Point, Prepared, Scan,
+    ScanMode, Segment, INDEX_STRIDE_BYTES,
 };
 use crate::state::RestoredState;
 
@@ -224,6 +224,8 @@ struct Published {
     next_seq: u64,
     head: EntryHash,
     last_session_start: Option<u64>,
+    /// Offset of the last `SessionStart` in the active segment, for its marks.
+    session_start_offset: Option<u64>,
 }
 
 struct Writer {
@@ -232,6 +234,8 @@ struct Writer {
     next_seq: u64,
     head: EntryHash,
     last_session_start: Option<u64>,
+    /// Offset of the last `SessionStart` in the active segment.
+    session_start_offset: Option<u64>,
     last_indexed: Option<u64>,
     active_sealed: bool,
     prepared: Option<JoinHandle<Result<Prepared>>>,
@@ -302,6 +306,7 @@ struct Opened {
     next_seq: u64,
     head: EntryHash,
     last_session_start: Option<u64>,
+    session_start_offset: Option<u64>,
     active_sealed: bool,
     report: RecoveryReport,
     log_id: Option<[u8; 16]>,
@@ -319,6 +324,7 @@ impl Opened {
             next_seq: self.next_seq,
             head: self.head,
             last_session_start: self.last_session_start,
+            session_start_offset: self.session_start_offset,
         }
     }
 }
@@ -439,6 +445,7 @@ impl Log {
                 next_seq: o.next_seq,
                 head: o.head,
                 last_session_start: o.last_session_start,
+                session_start_offset: o.session_start_offset,
                 last_indexed,
                 active_sealed: o.active_sealed,
                 prepared: None,
@@ -568,6 +575,7 @@ impl Log {
             p.next_seq = w.next_seq;
             p.head = w.head;
             p.last_session_start = w.last_session_start;
+            p.session_start_offset = w.session_start_offset;
             drop(p);
             inner.committed.notify_all();
         }
@@ -652,6 +660,7 @@ impl Log {
             w.next_seq += 1;
             if entry.kind() == EntryKind::SessionStart {
                 w.last_session_start = Some(header.seq);
+                w.session_start_offset = Some(offset);
             }
         }
         self.flush(w, &buf[flushed..], at)?;
@@ -750,6 +759,7 @@ impl Log {
             }
         };
         let header = SegmentHeader {
+            version: FORMAT_VERSION,
             log_id: inner.log_id,
             first_seq: w.next_seq,
             segment_len: prepared.len(),
@@ -764,6 +774,7 @@ impl Log {
         w.end = SEGMENT_HEADER_LEN as u64;
         w.writeback_from = w.end;
         w.last_indexed = None;
+        w.session_start_offset = None;
         w.active_sealed = false;
         Ok(())
     }
@@ -821,13 +832,13 @@ impl Log {
         let seg = p.segments.last().expect("a log always has a segment");
         let previous = *seg.mark.lock();
         let last_synced = *seg.synced.lock();
-        if let Some((end, next_seq, hash)) = last_synced {
-            if previous.is_none_or(|m| m.durable_end != end) {
-                seg.write_mark(end, next_seq, hash)?;
+        if let Some(at) = last_synced {
+            if previous.is_none_or(|m| m.durable_end != at.end) {
+                seg.write_mark(at)?;
             }
         }
         seg.sync()?;
-        *seg.synced.lock() = Some((p.last_end, p.next_seq, p.head));
+        *seg.synced.lock() = Some(p.point());
         Ok(p.next_seq)
     }
 
@@ -843,8 +854,8 @@ impl Log {
         // The mark names only what an fdatasync covered: another clone may
         // have appended since `sync` returned.
         let synced = *seg.synced.lock();
-        if let (None, Some((end, next_seq, hash))) = (*seg.footer.lock(), synced) {
-            seg.write_mark(end, next_seq, hash)?;
+        if let (None, Some(at)) = (*seg.footer.lock(), synced) {
+            seg.write_mark(at)?;
             seg.sync()?;
         }
         Ok(())
@@ -978,6 +989,7 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
     let log_id = *uuid::Uuid::now_v7().as_bytes();
     let prep = Prepared::create(dir.join("first.prep"), opts.next_segment_len(0), hook)?;
     let header = SegmentHeader {
+        version: FORMAT_VERSION,
         log_id,
         first_seq: 0,
         segment_len: prep.len(),
@@ -990,6 +1002,7 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
         next_seq: 0,
         head: EntryHash::genesis(),
         last_session_start: None,
+        session_start_offset: None,
         active_sealed: false,
         report: RecoveryReport::default(),
         log_id: Some(log_id),
@@ -1069,7 +1082,8 @@ fn open_segments(
         // The last segment's footer may be a seal that never became durable
         // (its successor was not created yet), so it is only believed once
         // the records agree with it.
-        let footer = match seg.read_footer() {
+        // A reader defers the indexes of sealed segments to their first use.
+        let footer = match seg.read_footer(writable || is_last) {
             Ok(f) => f,
             Err(_) if is_last => None,
             Err(e) => return Err(e),
@@ -1092,28 +1106,56 @@ fn open_segments(
             segments.push(Arc::new(seg));
             continue;
         }
-        // The last segment: scan its records.
+        // The last segment: scan its records. A read-only open starts at a
+        // version 2 mark, which says where the last SessionStart below it is;
+        // a writer scans them all, since it must tell damage below the mark
+        // from a torn tail.
         let mark = seg.read_mark();
         let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
-        let scan: Scan = seg.scan(
-            SEGMENT_HEADER_LEN as u64,
-            limit,
-            h.first_seq,
-            h.start_hash,
-            ScanMode {
-                trusted: mark.filter(|m| m.next_seq >= h.first_seq),
-                check_archives: false,
-                crc_below_mark: writable,
-            },
-        );
+        let skip = mark
+            .filter(|_| !writable)
+            .and_then(|m| mark_to_start_at(&seg, m, limit));
+        let scan: Scan = match skip {
+            Some((m, session_start)) => {
+                let mut tail = seg.scan(
+                    m.durable_end,
+                    limit,
+                    m.next_seq,
+                    m.durable_hash,
+                    ScanMode {
+                        trusted: None,
+                        check_archives: false,
+                        crc_below_mark: false,
+                    },
+                );
+                tail.count += m.next_seq - h.first_seq;
+                if let Some((seq, offset)) = session_start {
+                    tail.index.insert(0, IndexEntry { seq, offset });
+                    tail.last_session_start = tail.last_session_start.or(session_start);
+                }
+                tail
+            }
+            None => seg.scan(
+                SEGMENT_HEADER_LEN as u64,
+                limit,
+                h.first_seq,
+                h.start_hash,
+                ScanMode {
+                    trusted: mark.filter(|m| m.next_seq >= h.first_seq),
+                    check_archives: false,
+                    crc_below_mark: writable,
+                },
+            ),
+        };
+        let session_start_offset = scan.last_session_start.map(|(_, offset)| offset);
         let sealed = footer.filter(|f| {
             scan.stop.is_none()
                 && scan.end == f.data_end
                 && scan.count == f.record_count
                 && scan.last_hash == f.last_hash
         });
-        if scan.last_session_start.is_some() {
-            last_session_start = scan.last_session_start;
+        if let Some((seq, _)) = scan.last_session_start {
+            last_session_start = Some(seq);
         }
         report.records += scan.count;
         if let Some(f) = sealed {
@@ -1131,6 +1173,7 @@ fn open_segments(
                 next_seq: scan.next_seq,
                 head: scan.last_hash,
                 last_session_start,
+                session_start_offset,
                 active_sealed: true,
                 report,
                 log_id,
@@ -1175,13 +1218,22 @@ fn open_segments(
                 }
                 seg.sync()?;
             }
-            let exact =
-                mark.is_some_and(|m| m.durable_end == scan.end && m.next_seq == scan.next_seq);
+            let point = Point {
+                end: scan.end,
+                next_seq: scan.next_seq,
+                hash: scan.last_hash,
+                session_start: session_start_offset,
+            };
+            let exact = mark.is_some_and(|m| {
+                m.durable_end == point.end
+                    && m.next_seq == point.next_seq
+                    && (h.version == 1 || m.session_start == point.session_start)
+            });
             if (scan.end > SEGMENT_HEADER_LEN as u64 || mark.is_some()) && !exact {
                 // Everything kept is now durable: record it so later damage is
                 // caught (and so a mark beyond a salvage cut stops counting).
                 seg.sync()?;
-                seg.write_mark(scan.end, scan.next_seq, scan.last_hash)?;
+                seg.write_mark(point)?;
                 seg.sync()?;
             }
         }
@@ -1194,12 +1246,65 @@ fn open_segments(
             next_seq: scan.next_seq,
             head: scan.last_hash,
             last_session_start,
+            session_start_offset,
             active_sealed: false,
             report,
             log_id,
         });
     }
     unreachable!("open_segments is called with at least one path")
+}
+
+/// Whether a read-only open may start its scan of the last segment at mark
+/// `m` rather than at the first record, and if so, the seq and offset of the
+/// last `SessionStart` the mark names. Only a version 2 mark qualifies, and
+/// only one consistent with the segment: its end inside the record area, on
+/// a record boundary, with a seq no lower than the segment's first, and its
+/// `SessionStart` pointer (if any) naming a whole `SessionStart` record
+/// below the end. Anything else falls back to the full scan, which decides.
+///
+/// The records skipped are neither CRC-checked nor chained here: the
+/// iterator checks the CRC of every record it yields, and `verify` checks
+/// everything, exactly as for the records below a mark of a full scan.
+fn mark_to_start_at(seg: &Segment, m: Mark, limit: u64) -> Option<(Mark, Option<(u64, u64)>)> {
+    let h = seg.header;
+    let header_end = SEGMENT_HEADER_LEN as u64;
+    let consistent = h.version >= 2
+        && (header_end..=limit).contains(&m.durable_end)
+        && m.durable_end.is_multiple_of(RECORD_ALIGN as u64)
+        && m.next_seq >= h.first_seq
+        && (m.durable_end == header_end) == (m.next_seq == h.first_seq)
+        && (m.next_seq > h.first_seq || m.durable_hash == h.start_hash);
+    if !consistent {
+        return None;
+    }
+    let Some(offset) = m.session_start else {
+        return Some((m, None));
+    };
+    if offset < header_end || offset + RECORD_HEADER_LEN as u64 > m.durable_end {
+        return None;
+    }
+    let rec = seg
+        .map
+        .with_view(offset as usize, m.durable_end as usize, |b| {
+            RecordHeader::read(b).ok()
+        })?;
+    let whole = offset + rec.record_len() as u64 <= m.durable_end;
+    let named =
+        rec.kind == EntryKind::SessionStart as u8 && (h.first_seq..m.next_seq).contains(&rec.seq);
+    (whole && named).then_some((m, Some((rec.seq, offset))))
+}
+
+impl Published {
+    /// The committed end of the active segment, as a mark would record it.
+    fn point(&self) -> Point {
+        Point {
+            end: self.last_end,
+            next_seq: self.next_seq,
+            hash: self.head,
+            session_start: self.session_start_offset,
+        }
+    }
 }
 
 fn snapshot_of(p: &Published) -> Snapshot {
@@ -1293,8 +1398,12 @@ impl Snapshot {
             .segs
             .partition_point(|(s, _)| s.header.first_seq <= seq)
             .saturating_sub(1);
+        let mut error = None;
         let (offset, at_seq) = match self.segs.get(seg) {
             Some((s, _)) => {
+                if let Err(e) = s.ensure_index() {
+                    error = Some(e);
+                }
                 let index = s.index.read();
                 let i = index.partition_point(|e| e.seq <= seq);
                 match i.checked_sub(1).map(|i| index[i]) {
@@ -1311,6 +1420,7 @@ impl Snapshot {
             seq: at_seq,
             skip_to: seq,
             done: seq >= self.next_seq,
+            error,
         }
     }
 
@@ -1344,6 +1454,7 @@ impl Snapshot {
             ..VerifyReport::default()
         };
         let mut expect: Option<(u64, EntryHash)> = None;
+        let mut last_session_start = None;
         for (seg, end) in &self.segs {
             let damage = |offset, seq, kind| Damage {
                 segment: seg.path.clone(),
@@ -1354,6 +1465,19 @@ impl Snapshot {
             let h = seg.header;
             if let Err(kind) = continues(&h, &self.segs[0].0.header.log_id, expect) {
                 report.damage = Some(damage(0, None, kind));
+                return report;
+            }
+            if let Err(e) = seg.ensure_index() {
+                report.damage = Some(match e {
+                    Error::Corrupt {
+                        offset, seq, kind, ..
+                    } => damage(offset, seq, kind),
+                    other => damage(
+                        seg.len() - FOOTER_LEN as u64,
+                        None,
+                        CorruptKind::Footer(format!("index unreadable: {other}")),
+                    ),
+                });
                 return report;
             }
             let (next_seq, hash) = expect.unwrap_or((0, EntryHash::genesis()));
@@ -1385,22 +1509,72 @@ impl Snapshot {
                 ));
                 return report;
             }
+            if let Some((seq, _)) = scan.last_session_start {
+                last_session_start = Some(seq);
+            }
             // A segment sealed after this snapshot was taken is checked only up to
             // the snapshot's end; its footer describes more.
-            if let Some(f) = seg.footer.lock().filter(|f| f.data_end == *end) {
-                if f.record_count != scan.count || f.last_hash != scan.last_hash {
-                    report.damage = Some(damage(
-                        seg.len() - FOOTER_LEN as u64,
-                        None,
-                        CorruptKind::Footer("count or last hash disagrees with the records".into()),
-                    ));
+            let footer = *seg.footer.lock();
+            if let Some(f) = footer.filter(|f| f.data_end == *end) {
+                let why = if f.record_count != scan.count || f.last_hash != scan.last_hash {
+                    Some("count or last hash disagrees with the records")
+                } else if f.last_session_start != last_session_start {
+                    Some("last SessionStart disagrees with the records")
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    let at = seg.len() - FOOTER_LEN as u64;
+                    report.damage = Some(damage(at, None, CorruptKind::Footer(why.into())));
                     return report;
                 }
+            } else if let Some((at, why)) = mark_disagrees(seg, &scan, *end) {
+                report.damage = Some(damage(at, None, CorruptKind::Mark(why)));
+                return report;
             }
             expect = Some((scan.next_seq, scan.last_hash));
         }
         report
     }
+}
+
+/// Whether the durable mark of an unsealed segment, which a read-only open
+/// believes, names the wrong last `SessionStart` below it, given the full
+/// `scan` of the segment's records up to `end`: where and why if so. A mark
+/// beyond `end` (a writer moved on) or in version 1 is not checked.
+fn mark_disagrees(seg: &Segment, scan: &Scan, end: u64) -> Option<(u64, String)> {
+    let h = seg.header;
+    let m = seg
+        .read_mark()
+        .filter(|m| h.version >= 2 && m.durable_end <= end)?;
+    let below = |(_, offset): &(u64, u64)| *offset < m.durable_end;
+    let actual = match scan.last_session_start {
+        Some(ss) if below(&ss) => Some(ss.1),
+        None => None,
+        // The last one is above the mark: look for one below it.
+        Some(_) => seg
+            .scan(
+                SEGMENT_HEADER_LEN as u64,
+                m.durable_end,
+                h.first_seq,
+                h.start_hash,
+                ScanMode {
+                    trusted: None,
+                    check_archives: false,
+                    crc_below_mark: true,
+                },
+            )
+            .last_session_start
+            .filter(below)
+            .map(|(_, offset)| offset),
+    };
+    (m.session_start != actual).then(|| {
+        let why = format!(
+            "names the last SessionStart at {:?}, the records at {actual:?}",
+            m.session_start
+        );
+        (Mark::slot_offset(m.generation) as u64, why)
+    })
 }
 
 /// Iterator over a [`Snapshot`]'s records.
@@ -1411,12 +1585,18 @@ pub struct Iter<'a> {
     seq: u64,
     skip_to: u64,
     done: bool,
+    /// An error found while seeking, yielded first.
+    error: Option<Error>,
 }
 
 impl<'a> Iterator for Iter<'a> {
     type Item = Result<RecordView<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
         loop {
             if self.done {
                 return None;

@@ -7,7 +7,7 @@
 //!   `committed` offset, which only grows; no write ever targets bytes below
 //!   it (the writer appends above it, and rewrites only the header's mark
 //!   slots, which no slice covers).
-//! - Views of bytes that are not committed (`with_view`, `copy_out`) are taken
+//! - Views of bytes that are not committed (`with_view`) are taken
 //!   only while no writer of this process runs: during open, under the
 //!   writer lock, before anything is published.
 //!
@@ -92,12 +92,6 @@ impl Map {
         // SAFETY: the range lies inside the mapping and below `committed`,
         // which only grows; no write ever targets bytes below it.
         unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) }
-    }
-
-    /// A copy of bytes anywhere in the map (headers, footers). Called only
-    /// while no writer of this process runs (module rules).
-    pub(crate) fn copy_out(&self, start: usize, end: usize) -> Vec<u8> {
-        self.with_view(start, end, <[u8]>::to_vec)
     }
 
     /// Runs `f` on a view of `start..end`, which may lie beyond the committed

@@ -116,3 +116,68 @@ fn the_committed_v1_log_still_reads_and_verifies() {
     assert_eq!(got, entries());
     assert_eq!(log.head().unwrap().1.to_string(), HEAD_V1);
 }
+
+/// A writer continues a version 1 log: its active segment keeps version 1
+/// marks, the segments it rolls to are version 2, and readers take the mix.
+#[test]
+fn a_v1_log_is_continued_and_rolled_into_v2_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixture_dir()).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let version = |p: &std::path::Path| {
+        let b = std::fs::read(p).unwrap();
+        u32::from_le_bytes(b[8..12].try_into().unwrap())
+    };
+    let segments = || {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = segments();
+    assert!(before.iter().all(|p| version(p) == 1));
+    let opts = LogOptions {
+        prepare_ahead: false,
+        ..LogOptions::default().segment_size(16 << 10)
+    };
+    let mut expected = entries();
+    let log = Log::open(dir.path(), opts.clone()).unwrap();
+    let more = entries();
+    // One commit, which leaves a version 1 mark in the old active segment.
+    log.append_with(&more[1], session_store::Durability::Sync)
+        .unwrap();
+    log.sync().unwrap();
+    expected.push(more[1].clone());
+    let mark =
+        session_store::format::Mark::newest(&std::fs::read(before.last().unwrap()).unwrap()[..256])
+            .expect("a version 1 mark");
+    assert_eq!(
+        mark.session_start, None,
+        "version 1 marks have no such field"
+    );
+    for e in &more {
+        log.append(e).unwrap();
+        expected.push(e.clone());
+    }
+    log.close().unwrap();
+    let after = segments();
+    assert!(after.len() > before.len(), "the appends rolled");
+    assert_eq!(version(&after[before.len() - 1]), 1);
+    assert!(after[before.len()..].iter().all(|p| version(p) == 2));
+
+    let reader = Log::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.verify().damage, None);
+    let got: Vec<LogEntry> = reader
+        .snapshot()
+        .entries_from(0)
+        .map(|r| r.unwrap().2)
+        .collect();
+    assert_eq!(got, expected);
+    let restored = reader.restore().unwrap();
+    assert_eq!(restored.history.len(), 1 + 12 * 5);
+}

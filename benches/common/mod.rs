@@ -374,14 +374,14 @@ pub fn write_restore_log(dir: &Path, older_bytes: u64) -> u64 {
 
 /// The 1 GB restore/RSS fixture, cached.
 pub fn large_log() -> PathBuf {
-    cached("restore-1g-v1", |d| {
+    cached("restore-1g-v2", |d| {
         write_restore_log(d, 1 << 30);
     })
 }
 
 /// The 10 MB restore fixture, cached.
 pub fn small_log() -> PathBuf {
-    cached("restore-10m-v1", |d| {
+    cached("restore-10m-v2", |d| {
         write_restore_log(d, 10 << 20);
     })
 }
@@ -441,7 +441,7 @@ pub fn list_store_options() -> StoreOptions {
 
 /// 10k sessions, each with a title, cached.
 pub fn list_fixture() -> std::path::PathBuf {
-    cached("list-10k-v1", |root| {
+    cached("list-10k-v2", |root| {
         let store = Store::open_with(root, list_store_options()).expect("store");
         let mut rng = Rng::new(5);
         for i in 0..LIST_SESSIONS {

@@ -1,0 +1,282 @@
+//! Guards the read-only open's shortcuts: it starts its scan of the last
+//! segment at a version 2 durable mark (which names the last `SessionStart`
+//! below it), and it reads a sealed segment's index only when a reader first
+//! seeks into that segment. Each shortcut must give exactly what a full scan
+//! gives, fall back when the mark cannot be believed, and leave damage in what
+//! it skipped to the iterator and to `verify`.
+
+#[path = "engine/mod.rs"]
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::{edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir};
+use session_store::format::{self, Footer, Mark, FOOTER_LEN, MARK_SLOT_LEN, SEGMENT_HEADER_LEN};
+use session_store::log::{Durability, Log};
+use session_store::{CorruptKind, Error, LogEntry, LoggedItem, RequestConfig};
+
+const SEG: u64 = 16 << 10;
+
+fn start(i: u64) -> LogEntry {
+    LogEntry::SessionStart {
+        ts: 1_700_000_000_000 + i,
+        system_prompt: Some(format!("restart {i}")),
+        config: RequestConfig::default(),
+        history: vec![LoggedItem::from(session_store::Item::user_text(format!(
+            "carried over by {i}"
+        )))],
+        forked_from: None,
+        compacted_from: None,
+    }
+}
+
+/// A log with sealed segments, a `SessionStart` below the active segment's
+/// mark, and `tail` more entries appended after the last sync (above it).
+/// Returns the writer, still open.
+fn build(dir: &Path, tail: &[LogEntry]) -> Log {
+    let log = Log::open(dir, opts(SEG)).unwrap();
+    let mut i = 0;
+    while segment_files(dir).len() < 3 {
+        log.append(&entry(i, 300)).unwrap();
+        i += 1;
+    }
+    log.append(&start(i)).unwrap();
+    for j in 1..6 {
+        log.append_with(&entry(i + j, 200), Durability::Sync)
+            .unwrap();
+    }
+    for e in tail {
+        log.append(e).unwrap();
+    }
+    log
+}
+
+/// The first seq of a segment file, from its name.
+fn first_seq_of(path: &Path) -> u64 {
+    path.file_stem().unwrap().to_str().unwrap().parse().unwrap()
+}
+
+/// A forged change to a mark, and what it is.
+type Forgery = (&'static str, Box<dyn Fn(&mut Mark)>);
+
+/// What a reader must see: compared between the shortcut and a full scan.
+fn view(log: &Log) -> (Option<u64>, u64, Option<u64>, usize, String) {
+    let snap = log.snapshot();
+    let restored = log.restore().unwrap();
+    (
+        snap.last_session_start(),
+        snap.next_seq(),
+        log.recovery_report().torn_tail.as_ref().map(|t| t.offset),
+        restored.history.len(),
+        format!("{:?}", log.head()),
+    )
+}
+
+#[test]
+fn a_read_only_open_from_the_mark_sees_what_the_writer_sees() {
+    for tail in [
+        vec![],
+        vec![entry(900, 50)],
+        vec![start(901), entry(902, 40)],
+    ] {
+        let dir = sweep_tempdir();
+        let writer = build(dir.path(), &tail);
+        let active = segment_files(dir.path()).pop().unwrap();
+        let mark = mark_of(&active).expect("synced commits leave a mark");
+        assert!(
+            mark.session_start.is_some(),
+            "the mark names the SessionStart"
+        );
+        let reader = Log::open_read_only(dir.path()).unwrap();
+        assert_eq!(view(&reader), view(&writer), "tail {tail:?}");
+        assert_eq!(read_all(&reader), read_all(&writer));
+        // Seeking below the SessionStart in the active segment still works:
+        // the reader's index there is only partial.
+        let first = reader.snapshot().iter().next().unwrap().unwrap().seq;
+        let active_first = first_seq_of(&active);
+        let snap = reader.snapshot();
+        let from = snap.iter_from(active_first).next().unwrap().unwrap();
+        assert_eq!((first, from.seq), (0, active_first));
+        assert_eq!(reader.verify().damage, None);
+        writer.close().unwrap();
+    }
+}
+
+/// Rewrites the newest mark of `path` with `f` applied, with a valid CRC.
+fn forge_mark(path: &Path, f: impl FnOnce(&mut Mark)) {
+    let mut m = mark_of(path).unwrap();
+    f(&mut m);
+    edit(path, |b| {
+        let at = Mark::slot_offset(m.generation);
+        b[at..at + MARK_SLOT_LEN].copy_from_slice(&m.encode(format::FORMAT_VERSION));
+    });
+}
+
+#[test]
+fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
+    let dir = sweep_tempdir();
+    let writer = build(dir.path(), &[]);
+    let expected = view(&writer);
+    let records = read_all(&writer);
+    writer.close().unwrap();
+    let active = segment_files(dir.path()).pop().unwrap();
+    let original = fs::read(&active).unwrap();
+    let good = mark_of(&active).unwrap();
+    let forgeries: Vec<Forgery> = vec![
+        // Points at an ordinary record, not a SessionStart.
+        (
+            "not a SessionStart",
+            Box::new(|m| m.session_start = Some(SEGMENT_HEADER_LEN as u64)),
+        ),
+        (
+            "pointer into the record",
+            Box::new(|m| m.session_start = m.session_start.map(|o| o + 16)),
+        ),
+        (
+            "pointer past the end",
+            Box::new(|m| m.session_start = Some(m.durable_end)),
+        ),
+        ("end inside the header", Box::new(|m| m.durable_end = 128)),
+        ("seq before the segment", Box::new(|m| m.next_seq = 0)),
+    ];
+    for (what, f) in &forgeries {
+        forge_mark(&active, f);
+        assert_ne!(mark_of(&active), Some(good), "{what}: the forgery took");
+        let reader = Log::open_read_only(dir.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(view(&reader), expected, "{what}");
+        assert_eq!(read_all(&reader), records, "{what}");
+        fs::write(&active, &original).unwrap();
+    }
+    // A mark that claims more durable bytes than there are records is what
+    // a lost synced write looks like: the full scan refuses it, as before.
+    for (what, end) in [
+        ("end past the file", 1 << 40),
+        ("misaligned end", good.durable_end + 8),
+    ] {
+        forge_mark(&active, |m| m.durable_end = end);
+        match Log::open_read_only(dir.path()) {
+            Err(Error::Corrupt { segment, .. }) => assert_eq!(segment, active, "{what}"),
+            other => panic!("{what}: expected Corrupt, got {other:?}"),
+        }
+        fs::write(&active, &original).unwrap();
+    }
+    // A mark that says "no SessionStart here" cannot be told from the truth
+    // without the scan it saves; `verify` compares it with the records.
+    forge_mark(&active, |m| m.session_start = None);
+    let reader = Log::open_read_only(dir.path()).unwrap();
+    let d = reader.verify().damage.expect("verify checks the mark");
+    let slot = Mark::slot_offset(mark_of(&active).unwrap().generation) as u64;
+    assert_eq!((d.segment, d.offset), (active.clone(), slot));
+    assert!(matches!(d.kind, CorruptKind::Mark(_)), "{:?}", d.kind);
+    // The writer's open rewrites it from its full scan.
+    Log::open(dir.path(), opts(SEG)).unwrap().close().unwrap();
+    assert_eq!(mark_of(&active).unwrap().session_start, good.session_start);
+    assert_eq!(
+        Log::open_read_only(dir.path()).unwrap().verify().damage,
+        None
+    );
+}
+
+#[test]
+fn verify_checks_the_footers_last_session_start() {
+    let dir = sweep_tempdir();
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    log.append(&start(0)).unwrap();
+    let mut i = 1;
+    while segment_files(dir.path()).len() < 3 {
+        log.append(&entry(i, 300)).unwrap();
+        i += 1;
+    }
+    log.close().unwrap();
+    let sealed = segment_files(dir.path()).remove(1);
+    edit(&sealed, |b| {
+        let at = b.len() - FOOTER_LEN;
+        let mut f = Footer::decode(&b[at..]).unwrap().unwrap();
+        assert_eq!(f.last_session_start, Some(0));
+        f.last_session_start = None;
+        b[at..].copy_from_slice(&f.encode());
+    });
+    let d = Log::open_read_only(dir.path())
+        .unwrap()
+        .verify()
+        .damage
+        .unwrap();
+    assert_eq!(d.segment, sealed);
+    assert!(matches!(d.kind, CorruptKind::Footer(_)), "{:?}", d.kind);
+}
+
+#[test]
+fn a_damaged_record_below_the_mark_is_reported_when_read() {
+    let dir = sweep_tempdir();
+    let writer = build(dir.path(), &[]);
+    let ss = writer.snapshot().last_session_start().unwrap();
+    writer.close().unwrap();
+    let active = segment_files(dir.path()).pop().unwrap();
+    let bytes = fs::read(&active).unwrap();
+    let spans = common::spans(&bytes);
+    let victim = spans.iter().find(|s| s.seq == ss + 2).unwrap();
+    edit(&active, |b| b[victim.start + 70] ^= 0x01);
+    // The open trusts the mark and skips the record; reading it fails, at it.
+    let reader = Log::open_read_only(dir.path()).unwrap();
+    match reader.restore() {
+        Err(Error::Corrupt {
+            segment,
+            offset,
+            seq,
+            ..
+        }) => {
+            assert_eq!(
+                (segment, offset, seq),
+                (active.clone(), victim.start as u64, Some(ss + 2))
+            )
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let d = reader.verify().damage.expect("verify finds it");
+    assert_eq!((d.segment, d.offset), (active, victim.start as u64));
+}
+
+#[test]
+fn a_sealed_segments_index_is_checked_when_first_used() {
+    let dir = sweep_tempdir();
+    let writer = build(dir.path(), &[]);
+    writer.close().unwrap();
+    let sealed = segment_files(dir.path()).remove(1);
+    let len = fs::metadata(&sealed).unwrap().len() as usize;
+    let bytes = fs::read(&sealed).unwrap();
+    let footer = Footer::decode(&bytes[len - FOOTER_LEN..]).unwrap().unwrap();
+    assert!(footer.index_count > 0);
+    let first = first_seq_of(&sealed);
+    edit(&sealed, |b| b[footer.index_offset as usize + 3] ^= 0x40);
+
+    // A reader opens without reading it...
+    let reader = Log::open_read_only(dir.path()).unwrap();
+    assert!(reader.restore().is_ok(), "the live history is elsewhere");
+    // ...and meets it when it seeks there, and in verify, at the index.
+    let err = reader
+        .snapshot()
+        .iter_from(first + 1)
+        .next()
+        .unwrap()
+        .unwrap_err();
+    match err {
+        Error::Corrupt {
+            segment, offset, ..
+        } => {
+            assert_eq!((segment, offset), (sealed.clone(), footer.index_offset))
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+    let d = reader.verify().damage.expect("verify checks every index");
+    assert_eq!((d.segment, d.offset), (sealed.clone(), footer.index_offset));
+    // A writer still refuses at open.
+    match Log::open(dir.path(), opts(SEG)) {
+        Err(Error::Corrupt {
+            segment, offset, ..
+        }) => {
+            assert_eq!((segment, offset), (sealed, footer.index_offset))
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
