@@ -262,6 +262,9 @@ struct Inner {
     sync: Mutex<SyncState>,
     synced: Condvar,
     poisoned: AtomicBool,
+    /// Set by the first `Sync` commit or `sync` call: from then on, segments
+    /// are prepared zero-filled (see `segment::zero_fill`).
+    syncs: AtomicBool,
     report: RecoveryReport,
     _lock: Option<File>,
 }
@@ -433,6 +436,7 @@ impl Log {
     }
 
     fn from_opened(dir: PathBuf, opts: LogOptions, o: Opened, lock: Option<File>) -> Log {
+        let syncs = opts.durability == Durability::Sync;
         let published = o.publish();
         let last_indexed = o
             .segments
@@ -468,6 +472,7 @@ impl Log {
                 }),
                 synced: Condvar::new(),
                 poisoned: AtomicBool::new(false),
+                syncs: AtomicBool::new(syncs),
                 report: o.report,
                 _lock: lock,
             }),
@@ -703,8 +708,9 @@ impl Log {
             .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
         let len = self.inner.opts.next_segment_len(seg.len());
         let hook = self.inner.opts.hook.clone();
+        let zero = self.inner.syncs.load(Ordering::Relaxed);
         w.prepared = Some(std::thread::spawn(move || {
-            Prepared::create(path, len, &hook)
+            Prepared::create(path, len, zero, &hook)
         }));
     }
 
@@ -755,7 +761,7 @@ impl Log {
                 let path = inner
                     .dir
                     .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
-                Prepared::create(path, len, hook)?
+                Prepared::create(path, len, inner.syncs.load(Ordering::Relaxed), hook)?
             }
         };
         let header = SegmentHeader {
@@ -794,6 +800,7 @@ impl Log {
 
     fn wait_durable(&self, seq: u64) -> Result<()> {
         let inner = &*self.inner;
+        inner.syncs.store(true, Ordering::Relaxed);
         let mut s = inner.sync.lock();
         loop {
             if inner.poisoned.load(Ordering::Acquire) {
@@ -987,7 +994,8 @@ fn continues(
 
 fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
     let log_id = *uuid::Uuid::now_v7().as_bytes();
-    let prep = Prepared::create(dir.join("first.prep"), opts.next_segment_len(0), hook)?;
+    let zero = opts.durability == Durability::Sync;
+    let prep = Prepared::create(dir.join("first.prep"), opts.next_segment_len(0), zero, hook)?;
     let header = SegmentHeader {
         version: FORMAT_VERSION,
         log_id,

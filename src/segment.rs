@@ -162,7 +162,8 @@ pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
 /// Over blocks already written, an `fdatasync` is a data write and a cache
 /// flush, measured three times faster here (DESIGN.md, "fsync points"). The
 /// zeros go out when the file is prepared, which for every segment but a
-/// log's first happens on a background thread ahead of the roll.
+/// log's first happens on a background thread ahead of the roll. Only logs
+/// that sync pay for them: they double what a buffered writer sends to disk.
 fn zero_fill(file: &File, len: u64) -> io::Result<()> {
     const CHUNK: usize = 1 << 20;
     let zeros = vec![0u8; CHUNK.min(len as usize)];
@@ -183,8 +184,9 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Creates `path` (0600), reserves `len` bytes of disk and maps it.
-    pub(crate) fn create(path: PathBuf, len: u64, hook: &Hook) -> Result<Prepared> {
+    /// Creates `path` (0600), reserves `len` bytes of disk and maps it; with
+    /// `zero`, also writes zeros over it and syncs them (see [`zero_fill`]).
+    pub(crate) fn create(path: PathBuf, len: u64, zero: bool, hook: &Hook) -> Result<Prepared> {
         run_hook(hook, IoOp::Allocate { path: &path, len }).map_err(io_err("fallocate", &path))?;
         let file = OpenOptions::new()
             .read(true)
@@ -194,7 +196,7 @@ impl Prepared {
             .open(&path)
             .map_err(io_err("create", &path))?;
         let result = mmap::fallocate(&file, len)
-            .and_then(|()| zero_fill(&file, len))
+            .and_then(|()| if zero { zero_fill(&file, len) } else { Ok(()) })
             .map_err(io_err("fallocate", &path))
             .and_then(|()| Map::new(&file, len as usize).map_err(io_err("mmap", &path)));
         match result {
