@@ -1,6 +1,8 @@
 //! Guards against a damaged byte anywhere in a log going unnoticed, being
 //! blamed on the wrong place, being cut silently, or panicking the opener: a
-//! sweep flips every byte of every segment file of a small log.
+//! sweep flips every byte of every segment file of a small log, and opens it
+//! both as a reader (which trusts the durable mark and defers sealed indexes)
+//! and as a writer.
 
 #[path = "engine/mod.rs"]
 mod common;
@@ -12,15 +14,25 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{entry, opts, segment_files, spans, sweep_tempdir};
+use common::{entry, opts, segment_files, session_start, spans, sweep_tempdir};
 use session_store::format::{Footer, Mark, FOOTER_LEN, INDEX_ENTRY_LEN, MARK_SLOT_LEN};
 use session_store::log::{Durability, Log, LogOptions, RecoveryMode};
-use session_store::Error;
+use session_store::{Error, LogEntry, RestoredState};
 
 const SEG: u64 = 8 << 10;
 
 fn size(i: u64) -> usize {
     30 + (i as usize * 149) % 700
+}
+
+/// Entry `i` of the swept log: now and then a compaction, so that footers
+/// and the durable mark name `SessionStart`s.
+fn item(i: u64) -> LogEntry {
+    if i % 9 == 4 {
+        session_start(i)
+    } else {
+        entry(i, size(i))
+    }
 }
 
 /// What a flip at one place must lead to.
@@ -51,16 +63,18 @@ fn build(dir: &Path) -> u64 {
         } else {
             Durability::Buffered
         };
-        log.append_with(&entry(i, size(i)), d).unwrap();
+        log.append_with(&item(i), d).unwrap();
         i += 1;
     }
+    // A compaction below the active segment's mark, which names it.
+    log.append(&item(4)).unwrap();
     log.sync().unwrap();
-    log.append(&entry(i, size(i))).unwrap();
+    log.append(&item(i)).unwrap();
     log.sync().unwrap();
-    log.append(&entry(i + 1, size(i + 1))).unwrap();
-    log.append(&entry(i + 2, size(i + 2))).unwrap();
+    log.append(&item(i + 1)).unwrap();
+    log.append(&item(i + 2)).unwrap();
     assert_eq!(log.segment_paths().len(), 5, "the build must not roll");
-    i + 3
+    i + 4
 }
 
 fn first_seq(path: &Path) -> u64 {
@@ -123,6 +137,84 @@ fn open_no_panic(dir: &Path, o: LogOptions, at: &str) -> Result<Log, Error> {
         .unwrap_or_else(|_| panic!("open panicked on a flip at {at}"))
 }
 
+/// What a read-only open (which starts at the durable mark, and reads sealed
+/// indexes only when used) must make of the flip the writer's open is
+/// expected to meet as `expect`: the same damage at the same place, found at
+/// open or by `verify`; the same torn tail; or nothing. Whatever it does not
+/// refuse, `restore` either restores exactly the undamaged state or fails at
+/// the damaged place.
+fn check_read_only(
+    dir: &Path,
+    file: &Path,
+    expect: &Expect,
+    total: u64,
+    pristine: &RestoredState,
+    at: &str,
+) {
+    let opened = catch_unwind(AssertUnwindSafe(|| Log::open_read_only(dir)))
+        .unwrap_or_else(|_| panic!("read-only open panicked on a flip at {at}"));
+    let damaged_at = match expect {
+        Expect::Refused(offset, _) | Expect::VerifyDamage(offset, _) => Some(*offset),
+        _ => None,
+    };
+    let log = match (expect, opened) {
+        (
+            Expect::Refused(offset, _),
+            Err(Error::Corrupt {
+                segment, offset: o, ..
+            }),
+        ) => {
+            assert_eq!((segment.as_path(), o), (file, *offset), "{at}: read-only");
+            return;
+        }
+        (_, Err(e)) => panic!("{at}: expected {expect:?}, read-only open failed: {e}"),
+        (_, Ok(log)) => log,
+    };
+    let v = log.verify();
+    match expect {
+        Expect::Refused(offset, _) | Expect::VerifyDamage(offset, _) => {
+            let d = v
+                .damage
+                .unwrap_or_else(|| panic!("{at}: read-only: undetected"));
+            assert_eq!(
+                (d.segment.as_path(), d.offset),
+                (file, *offset),
+                "{at}: {d}"
+            );
+        }
+        Expect::Torn(offset, kept) => {
+            // A reader cuts nothing: stale bytes past the records that begin
+            // with zeros are not even looked at.
+            if let Some(t) = &log.recovery_report().torn_tail {
+                assert_eq!((t.segment.as_path(), t.offset), (file, *offset), "{at}");
+            }
+            assert_eq!(log.next_seq(), *kept, "{at}: read-only");
+            assert_eq!(v.damage, None, "{at}: read-only");
+        }
+        Expect::Unchecked(_) => {
+            assert_eq!(log.recovery_report().torn_tail, None, "{at}: read-only");
+            assert_eq!((v.damage, v.records), (None, total), "{at}: read-only");
+        }
+    }
+    match (log.restore(), expect) {
+        (Ok(state), Expect::Torn(..)) => drop(state),
+        (Ok(state), _) => assert_eq!(&state, pristine, "{at}: read-only restore differs"),
+        (
+            Err(Error::Corrupt {
+                segment, offset, ..
+            }),
+            _,
+        ) if damaged_at.is_some() => {
+            assert_eq!(
+                (segment.as_path(), Some(offset)),
+                (file, damaged_at),
+                "{at}"
+            );
+        }
+        (Err(e), _) => panic!("{at}: read-only restore failed: {e}"),
+    }
+}
+
 fn check(dir: &Path, file: &Path, expect: &Expect, total: u64, at: &str) {
     let result = open_no_panic(dir, opts(SEG), at);
     match (expect, result) {
@@ -181,6 +273,7 @@ fn check(dir: &Path, file: &Path, expect: &Expect, total: u64, at: &str) {
 fn every_flipped_byte_is_caught_at_its_place_or_harmless() {
     let dir = sweep_tempdir();
     let total = build(dir.path());
+    let pristine = Log::open_read_only(dir.path()).unwrap().restore().unwrap();
     let files = segment_files(dir.path());
     let originals: Vec<(PathBuf, Vec<u8>)> = files
         .iter()
@@ -199,7 +292,10 @@ fn every_flipped_byte_is_caught_at_its_place_or_harmless() {
             let mask = 1u8 << (off % 8);
             handle.write_at(&[orig[off] ^ mask], off as u64).unwrap();
             let name = file.file_name().unwrap().to_string_lossy();
-            check(dir.path(), file, e, total, &format!("{name}:{off}"));
+            let at = format!("{name}:{off}");
+            // The reader first: the writer's open rewrites the mark, cuts tails.
+            check_read_only(dir.path(), file, e, total, &pristine, &at);
+            check(dir.path(), file, e, total, &at);
             handle.write_at(&orig[off..off + 1], off as u64).unwrap();
             // Open rewrites the mark and may cut a tail; an append after a
             // cut may roll.

@@ -6,8 +6,14 @@
 //! recorded through the `IoHook` seam. A crash at event `k` rebuilds the
 //! directory from events `..k` alone. Trials are seeded; a failure prints the
 //! seed, and `POWER_LOSS_SEED=<seed>` replays just that trial.
+//! Each crash image is opened read-only first (a reader starts at the durable
+//! mark), and what the reader reads and restores must equal what the
+//! recovering writer keeps.
 //! `POWER_LOSS_TRIALS` raises the count (default 2,000, bounded by
 //! `POWER_LOSS_SECONDS`, default 120).
+
+#[path = "engine/mod.rs"]
+mod common;
 
 use std::collections::HashMap;
 use std::io;
@@ -195,6 +201,10 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
 }
 
 fn entry(rng: &mut Rng, i: u64) -> LogEntry {
+    // Now and then a compaction, so that marks name SessionStarts.
+    if rng.below(8) == 0 {
+        return common::session_start(i);
+    }
     let size = match rng.below(10) {
         0 => 3000 + rng.below(9000) as usize,
         1..=3 => 400 + rng.below(1200) as usize,
@@ -285,8 +295,29 @@ fn trial(seed: u64, crashes: usize) -> usize {
             );
             continue;
         }
+        // A reader first, on the image as the crash left it: it starts at the
+        // mark when it can, and must see what the recovering writer keeps.
+        let reader = Log::open_read_only(&dir)
+            .unwrap_or_else(|e| panic!("{ctx}: read-only open failed: {e}"));
+        let read: Vec<LogEntry> = reader
+            .snapshot()
+            .entries_from(0)
+            .map(|r| {
+                r.unwrap_or_else(|e| panic!("{ctx}: reader's read failed: {e}"))
+                    .2
+            })
+            .collect();
+        let reader_restored = reader
+            .restore()
+            .unwrap_or_else(|e| panic!("{ctx}: reader's restore failed: {e}"));
+        drop(reader);
         let log =
             Log::open(&dir, opts.clone()).unwrap_or_else(|e| panic!("{ctx}: open failed: {e}"));
+        assert_eq!(
+            reader_restored,
+            log.restore().unwrap(),
+            "{ctx}: the reader restored another state than the writer"
+        );
         let got: Vec<LogEntry> = log
             .snapshot()
             .entries_from(0)
@@ -307,6 +338,7 @@ fn trial(seed: u64, crashes: usize) -> usize {
                 "{ctx}: record {i} differs: not a prefix of what was appended"
             );
         }
+        assert_eq!(read, got, "{ctx}: the reader saw other records");
         let report = log.verify();
         assert_eq!(
             report.damage, None,

@@ -14,21 +14,12 @@ use std::path::Path;
 use common::{edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir};
 use session_store::format::{self, Footer, Mark, FOOTER_LEN, MARK_SLOT_LEN, SEGMENT_HEADER_LEN};
 use session_store::log::{Durability, Log};
-use session_store::{CorruptKind, Error, LogEntry, LoggedItem, RequestConfig};
+use session_store::{CorruptKind, Error, LogEntry};
 
 const SEG: u64 = 16 << 10;
 
 fn start(i: u64) -> LogEntry {
-    LogEntry::SessionStart {
-        ts: 1_700_000_000_000 + i,
-        system_prompt: Some(format!("restart {i}")),
-        config: RequestConfig::default(),
-        history: vec![LoggedItem::from(session_store::Item::user_text(format!(
-            "carried over by {i}"
-        )))],
-        forked_from: None,
-        compacted_from: None,
-    }
+    common::session_start(i)
 }
 
 /// A log with sealed segments, a `SessionStart` below the active segment's

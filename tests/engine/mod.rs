@@ -11,7 +11,7 @@ use std::sync::Arc;
 use session_store::format::{self, Mark, RecordHeader, SEGMENT_HEADER_LEN};
 use session_store::log::{Log, LogOptions};
 use session_store::segment::{IoHook, IoOp};
-use session_store::{EntryHash, Item, LogEntry, LoggedItem};
+use session_store::{EntryHash, Item, LogEntry, LoggedItem, RequestConfig};
 
 /// Entry number `i`, with a text of about `size` bytes. The same `(i, size)`
 /// always gives the same entry, so readers can recompute what they expect.
@@ -19,6 +19,19 @@ pub fn entry(i: u64, size: usize) -> LogEntry {
     LogEntry::UserInput {
         ts: 1_700_000_000_000 + i,
         item: LoggedItem::from(Item::user_text(format!("{i}:{}", "x".repeat(size)))),
+    }
+}
+
+/// A compaction entry number `i`, carrying one summary item. The same `i`
+/// always gives the same entry.
+pub fn session_start(i: u64) -> LogEntry {
+    LogEntry::SessionStart {
+        ts: 1_700_000_000_000 + i,
+        system_prompt: Some(format!("compacted at {i}")),
+        config: RequestConfig::default(),
+        history: vec![LoggedItem::from(Item::user_text(format!("summary {i}")))],
+        forked_from: None,
+        compacted_from: None,
     }
 }
 
