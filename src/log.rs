@@ -1,6 +1,7 @@
 //! The log: a directory of rolling segments with one writer (across
 //! processes), group commit, recovery on open, and any number of readers.
 
+use std::cell::Cell;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use rkyv::util::AlignedVec;
 
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
@@ -216,6 +218,52 @@ pub struct VerifyReport {
     pub torn_tail: Option<TornTail>,
 }
 
+thread_local! {
+    /// Each thread's buffer for encoding its batches, reused across calls
+    /// (taken out while in use, so a nested append gets a fresh one).
+    static ENCODE_BUFFER: Cell<AlignedVec> = Cell::new(AlignedVec::new());
+}
+
+/// A thread keeps its encoding buffer only up to this capacity.
+const MAX_KEPT_ENCODE_BUFFER: usize = 8 << 20;
+
+/// One record of an encoded batch.
+struct Encoded {
+    /// Offset of its (blank) header in the batch buffer.
+    start: usize,
+    payload_len: usize,
+    kind: EntryKind,
+    ts: u64,
+}
+
+/// Encodes `entries` into `buf`, record after record: a blank 64-byte
+/// header, the rkyv payload, zero padding to a multiple of 16. Every record
+/// starts 16-byte aligned, so each payload archives exactly as it would at
+/// offset 0.
+fn encode_batch(entries: &[LogEntry], buf: &mut AlignedVec, out: &mut Vec<Encoded>) -> Result<()> {
+    buf.clear();
+    for entry in entries {
+        let start = buf.len();
+        buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN]);
+        *buf = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(entry, std::mem::take(buf))
+            .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
+        let payload_len = buf.len() - start - RECORD_HEADER_LEN;
+        if payload_len == 0 || payload_len > MAX_PAYLOAD_LEN {
+            return Err(Error::invalid(format!(
+                "entry of {payload_len} bytes is too large"
+            )));
+        }
+        buf.resize(start + format::record_len(payload_len), 0);
+        out.push(Encoded {
+            start,
+            payload_len,
+            kind: entry.kind(),
+            ts: entry.ts(),
+        });
+    }
+    Ok(())
+}
+
 /// The committed state readers see, published after every append batch.
 #[derive(Clone)]
 struct Published {
@@ -240,8 +288,6 @@ struct Writer {
     active_sealed: bool,
     prepared: Option<JoinHandle<Result<Prepared>>>,
     prep_counter: u64,
-    /// Reused buffer for encoding a batch.
-    batch: rkyv::util::AlignedVec,
     /// Offset from which writeback has not been started.
     writeback_from: u64,
 }
@@ -454,7 +500,6 @@ impl Log {
                 active_sealed: o.active_sealed,
                 prepared: None,
                 prep_counter: 0,
-                batch: rkyv::util::AlignedVec::new(),
                 writeback_from: o.end,
             })
         });
@@ -539,13 +584,38 @@ impl Log {
         durability: Durability,
         expect_head: Option<Option<EntryHash>>,
     ) -> Result<Vec<(u64, EntryHash)>> {
+        if self.inner.writer.is_none() {
+            return Err(Error::invalid("log was opened read-only"));
+        }
+        for entry in entries {
+            entry.check()?;
+        }
+        // Encoding needs no lock: concurrent appenders encode in parallel, and
+        // an entry that cannot be encoded is refused without poisoning.
+        let mut buf = ENCODE_BUFFER.take();
+        let mut records = Vec::with_capacity(entries.len());
+        let encoded = encode_batch(entries, &mut buf, &mut records);
+        let result =
+            encoded.and_then(|()| self.append_encoded(&mut buf, &records, durability, expect_head));
+        if buf.capacity() <= MAX_KEPT_ENCODE_BUFFER {
+            ENCODE_BUFFER.set(buf);
+        }
+        result
+    }
+
+    /// The locked part of [`Log::append_batch`]: the batch's records are
+    /// encoded in `buf` with blank headers.
+    fn append_encoded(
+        &self,
+        buf: &mut [u8],
+        records: &[Encoded],
+        durability: Durability,
+        expect_head: Option<Option<EntryHash>>,
+    ) -> Result<Vec<(u64, EntryHash)>> {
         let inner = &*self.inner;
         let Some(writer) = &inner.writer else {
             return Err(Error::invalid("log was opened read-only"));
         };
-        for entry in entries {
-            entry.check()?;
-        }
         let mut w = writer.lock();
         if inner.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
@@ -560,8 +630,8 @@ impl Log {
                 });
             }
         }
-        let mut out = Vec::with_capacity(entries.len());
-        let result = self.write_entries(&mut w, entries, &mut out);
+        let mut out = Vec::with_capacity(records.len());
+        let result = self.write_entries(&mut w, buf, records, &mut out);
         // Publish only a batch written whole; after a failure the writer is
         // poisoned and readers keep the last good view.
         if result.is_ok() && !out.is_empty() {
@@ -599,57 +669,43 @@ impl Log {
         Ok(out)
     }
 
-    /// Encodes the entries into one buffer, record after record, and writes
-    /// it with as few `pwrite`s as the segment boundaries allow. Records are
+    /// Chains the encoded records (headers, hashes) and writes them with as
+    /// few `pwrite`s as the segment boundaries allow. Records are
     /// position-independent, so a record that does not fit is written to the
     /// next segment unchanged.
     fn write_entries(
         &self,
         w: &mut Writer,
-        entries: &[LogEntry],
+        buf: &mut [u8],
+        records: &[Encoded],
         out: &mut Vec<(u64, EntryHash)>,
     ) -> Result<()> {
-        let mut buf = std::mem::take(&mut w.batch);
-        buf.clear();
         // `buf[flushed..]` is not written yet; it goes to the active segment at `at`.
         let mut flushed = 0usize;
         let mut at = w.end;
-        for entry in entries {
-            let rec_start = buf.len();
-            buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN]);
-            // The record starts 16-byte aligned, so the payload archives
-            // exactly as it would at offset 0.
-            buf = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(entry, buf)
-                .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
-            let payload_len = buf.len() - rec_start - RECORD_HEADER_LEN;
-            if payload_len == 0 || payload_len > MAX_PAYLOAD_LEN {
-                return Err(Error::invalid(format!(
-                    "entry of {payload_len} bytes is too large"
-                )));
-            }
-            buf.resize(rec_start + format::record_len(payload_len), 0);
-            let rec_len = (buf.len() - rec_start) as u64;
-            let mut offset = at + (rec_start - flushed) as u64;
+        for (k, r) in records.iter().enumerate() {
+            let rec_end = records.get(k + 1).map_or(buf.len(), |n| n.start);
+            let rec_len = (rec_end - r.start) as u64;
+            let mut offset = at + (r.start - flushed) as u64;
             let fits =
                 !w.active_sealed && w.segments.last().is_some_and(|s| s.fits(offset, rec_len));
             if !fits {
-                self.flush(w, &buf[flushed..rec_start], at)?;
-                flushed = rec_start;
+                self.flush(w, &buf[flushed..r.start], at)?;
+                flushed = r.start;
                 self.roll(w, rec_len)?;
                 at = w.end;
                 offset = at;
             }
             let header = RecordHeader {
                 prev_hash: w.head,
-                payload_len: payload_len as u32,
-                kind: entry.kind() as u8,
+                payload_len: r.payload_len as u32,
+                kind: r.kind as u8,
                 seq: w.next_seq,
-                ts: entry.ts(),
+                ts: r.ts,
             };
-            header.write(&mut buf[rec_start..rec_start + RECORD_HEADER_LEN]);
-            let hash = format::seal_record(
-                &mut buf[rec_start..rec_start + RECORD_HEADER_LEN + payload_len],
-            );
+            header.write(&mut buf[r.start..r.start + RECORD_HEADER_LEN]);
+            let hash =
+                format::seal_record(&mut buf[r.start..r.start + RECORD_HEADER_LEN + r.payload_len]);
             if w.last_indexed
                 .is_none_or(|last| offset - last >= INDEX_STRIDE_BYTES)
             {
@@ -663,14 +719,12 @@ impl Log {
             out.push((header.seq, hash));
             w.head = hash;
             w.next_seq += 1;
-            if entry.kind() == EntryKind::SessionStart {
+            if r.kind == EntryKind::SessionStart {
                 w.last_session_start = Some(header.seq);
                 w.session_start_offset = Some(offset);
             }
         }
-        self.flush(w, &buf[flushed..], at)?;
-        w.batch = buf;
-        Ok(())
+        self.flush(w, &buf[flushed..], at)
     }
 
     /// Writes encoded records at `at` in the active segment and makes them
