@@ -592,13 +592,14 @@ impl Log {
         }
         // Encoding needs no lock: concurrent appenders encode in parallel, and
         // an entry that cannot be encoded is refused without poisoning.
-        let mut buf = ENCODE_BUFFER.take();
+        let mut buf = ENCODE_BUFFER.try_with(Cell::take).unwrap_or_default();
         let mut records = Vec::with_capacity(entries.len());
         let encoded = encode_batch(entries, &mut buf, &mut records);
         let result =
             encoded.and_then(|()| self.append_encoded(&mut buf, &records, durability, expect_head));
         if buf.capacity() <= MAX_KEPT_ENCODE_BUFFER {
-            ENCODE_BUFFER.set(buf);
+            // Fails only while the thread's locals are being destroyed.
+            let _ = ENCODE_BUFFER.try_with(|c| c.set(buf));
         }
         result
     }
@@ -1073,7 +1074,12 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
 
 /// The full check of a freshly opened log, for salvage mode.
 fn verify_opened(o: &Opened) -> Option<Damage> {
-    snapshot_of(&o.publish()).verify().damage
+    // A mark that disagrees with the records is no reason to cut any: the
+    // writer's open has just rewritten it from its own scan.
+    snapshot_of(&o.publish())
+        .verify()
+        .damage
+        .filter(|d| !matches!(d.kind, CorruptKind::Mark(_)))
 }
 
 /// Cuts the log at `damage`: later segments are removed, and the damaged one
@@ -1221,6 +1227,8 @@ fn open_segments(
         }
         report.records += scan.count;
         if let Some(f) = sealed {
+            // The footer, which verify checks, rather than the mark.
+            last_session_start = f.last_session_start;
             if writable {
                 // The seal may be in the page cache only (a process killed
                 // mid-roll): make it durable before a successor can exist.
@@ -1328,13 +1336,24 @@ fn open_segments(
 /// The records skipped are neither CRC-checked nor chained here: the
 /// iterator checks the CRC of every record it yields, and `verify` checks
 /// everything, exactly as for the records below a mark of a full scan.
+/// The smallest record: a header and one payload byte, padded.
+const MIN_RECORD_LEN: u64 = (RECORD_HEADER_LEN + RECORD_ALIGN) as u64;
+
+/// The highest offset a version 2 mark's `session_start` field can name.
+const MARK_SESSION_START_LIMIT: u64 = u32::MAX as u64 * RECORD_ALIGN as u64;
+
 fn mark_to_start_at(seg: &Segment, m: Mark, limit: u64) -> Option<(Mark, Option<(u64, u64)>)> {
     let h = seg.header;
     let header_end = SEGMENT_HEADER_LEN as u64;
+    // No more records than fit below the end; and an end whose every
+    // SessionStart offset the mark's field can hold (else "none" is unsure).
+    let most_records = (m.durable_end.saturating_sub(header_end)) / MIN_RECORD_LEN;
     let consistent = h.version >= 2
         && (header_end..=limit).contains(&m.durable_end)
+        && m.durable_end <= MARK_SESSION_START_LIMIT
         && m.durable_end.is_multiple_of(RECORD_ALIGN as u64)
         && m.next_seq >= h.first_seq
+        && m.next_seq - h.first_seq <= most_records
         && (m.durable_end == header_end) == (m.next_seq == h.first_seq)
         && (m.next_seq > h.first_seq || m.durable_hash == h.start_hash);
     if !consistent {
@@ -1590,7 +1609,7 @@ impl Snapshot {
                     report.damage = Some(damage(at, None, CorruptKind::Footer(why.into())));
                     return report;
                 }
-            } else if let Some((at, why)) = mark_disagrees(seg, &scan, *end) {
+            } else if let Some((at, why)) = mark_disagrees(seg, *end) {
                 report.damage = Some(damage(at, None, CorruptKind::Mark(why)));
                 return report;
             }
@@ -1600,43 +1619,44 @@ impl Snapshot {
     }
 }
 
-/// Whether the durable mark of an unsealed segment, which a read-only open
-/// believes, names the wrong last `SessionStart` below it, given the full
-/// `scan` of the segment's records up to `end`: where and why if so. A mark
-/// beyond `end` (a writer moved on) or in version 1 is not checked.
-fn mark_disagrees(seg: &Segment, scan: &Scan, end: u64) -> Option<(u64, String)> {
+/// Whether the durable mark of an unsealed segment, whose records up to `end`
+/// verified, disagrees with them: where and why if so. A read-only open
+/// believes a version 2 mark's end, seq, hash and `SessionStart` without
+/// reading the records below it, so each must be what the records say at
+/// that point. A mark beyond `end` (a writer moved on) is not checked.
+fn mark_disagrees(seg: &Segment, end: u64) -> Option<(u64, String)> {
     let h = seg.header;
-    let m = seg
-        .read_mark()
-        .filter(|m| h.version >= 2 && m.durable_end <= end)?;
-    let below = |(_, offset): &(u64, u64)| *offset < m.durable_end;
-    let actual = match scan.last_session_start {
-        Some(ss) if below(&ss) => Some(ss.1),
-        None => None,
-        // The last one is above the mark: look for one below it.
-        Some(_) => seg
-            .scan(
-                SEGMENT_HEADER_LEN as u64,
-                m.durable_end,
-                h.first_seq,
-                h.start_hash,
-                ScanMode {
-                    trusted: None,
-                    check_archives: false,
-                    crc_below_mark: true,
-                },
-            )
-            .last_session_start
-            .filter(below)
-            .map(|(_, offset)| offset),
-    };
-    (m.session_start != actual).then(|| {
-        let why = format!(
-            "names the last SessionStart at {:?}, the records at {actual:?}",
+    let m = seg.read_mark().filter(|m| m.durable_end <= end)?;
+    let at = seg.scan(
+        SEGMENT_HEADER_LEN as u64,
+        m.durable_end,
+        h.first_seq,
+        h.start_hash,
+        ScanMode {
+            trusted: None,
+            check_archives: false,
+            crc_below_mark: true,
+        },
+    );
+    let session_start = at.last_session_start.map(|(_, offset)| offset);
+    let why = if at.end != m.durable_end {
+        format!("its end {} is not a record boundary", m.durable_end)
+    } else if at.next_seq != m.next_seq {
+        format!(
+            "names seq {} at its end, the records {}",
+            m.next_seq, at.next_seq
+        )
+    } else if at.last_hash != m.durable_hash {
+        "its hash is not the hash of the record below its end".to_string()
+    } else if h.version >= 2 && m.session_start != session_start {
+        format!(
+            "names the last SessionStart at {:?}, the records at {session_start:?}",
             m.session_start
-        );
-        (Mark::slot_offset(m.generation) as u64, why)
-    })
+        )
+    } else {
+        return None;
+    };
+    Some((Mark::slot_offset(m.generation) as u64, why))
 }
 
 /// Iterator over a [`Snapshot`]'s records.

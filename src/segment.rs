@@ -12,7 +12,7 @@ use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{
     self, Footer, IndexEntry, Mark, RecordHeader, SegmentHeader, FOOTER_LEN, INDEX_ENTRY_LEN,
-    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    MARK_SLOT_0, MARK_SLOT_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::mmap::{self, Map};
 use crate::schema::EntryKind;
@@ -518,6 +518,13 @@ impl Segment {
             .map
             .with_view(from as usize, to as usize, |b| b.iter().any(|&x| x != 0));
         if dirty {
+            // A mark must never name records that are gone, even after a
+            // crash in the middle of this: below one, clear both slots
+            // durably first (the caller writes the new mark).
+            if self.read_mark().is_some_and(|m| m.durable_end > from) {
+                self.write_at(MARK_SLOT_0 as u64, &[0u8; 2 * MARK_SLOT_LEN])?;
+                self.sync()?;
+            }
             // Write in bounded chunks so a hook sees reasonably sized writes.
             let zeros = vec![0u8; 1 << 20];
             let mut at = from;
@@ -628,6 +635,20 @@ pub(crate) fn scan_bytes(
                 CorruptKind::SeqGap {
                     expected: next_seq,
                     found: h.seq,
+                },
+            ));
+            break;
+        }
+        if next_seq == u64::MAX {
+            // The last seq there can be: no record may claim it, since the
+            // one after it could not be numbered.
+            let found = h.seq;
+            scan.stop = Some((
+                off as u64,
+                seq,
+                CorruptKind::SeqGap {
+                    expected: next_seq,
+                    found,
                 },
             ));
             break;

@@ -11,10 +11,12 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use common::{edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir};
+use common::{
+    edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir, Countdown, OpKind,
+};
 use session_store::format::{self, Footer, Mark, FOOTER_LEN, MARK_SLOT_LEN, SEGMENT_HEADER_LEN};
-use session_store::log::{Durability, Log};
-use session_store::{CorruptKind, Error, LogEntry};
+use session_store::log::{Durability, Log, RecoveryMode};
+use session_store::{CorruptKind, EntryHash, Error, LogEntry};
 
 const SEG: u64 = 16 << 10;
 
@@ -130,6 +132,7 @@ fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
         ),
         ("end inside the header", Box::new(|m| m.durable_end = 128)),
         ("seq before the segment", Box::new(|m| m.next_seq = 0)),
+        ("more records than fit", Box::new(|m| m.next_seq = u64::MAX)),
     ];
     for (what, f) in &forgeries {
         forge_mark(&active, f);
@@ -163,6 +166,65 @@ fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
     // The writer's open rewrites it from its full scan.
     Log::open(dir.path(), opts(SEG)).unwrap().close().unwrap();
     assert_eq!(mark_of(&active).unwrap().session_start, good.session_start);
+    assert_eq!(
+        Log::open_read_only(dir.path()).unwrap().verify().damage,
+        None
+    );
+    // Likewise a mark whose seq or hash is not the records' at its end: a
+    // reader believes it (its view is wrong), and verify says so.
+    let original = fs::read(&active).unwrap();
+    let lies: Vec<Forgery> = vec![
+        ("seq", Box::new(|m| m.next_seq += 5)),
+        ("hash", Box::new(|m| m.durable_hash = EntryHash([7; 32]))),
+    ];
+    for (what, f) in &lies {
+        forge_mark(&active, f);
+        let reader = Log::open_read_only(dir.path()).unwrap();
+        let d = reader
+            .verify()
+            .damage
+            .unwrap_or_else(|| panic!("{what}: undetected"));
+        let slot = Mark::slot_offset(mark_of(&active).unwrap().generation) as u64;
+        assert_eq!((d.segment, d.offset), (active.clone(), slot), "{what}");
+        assert!(
+            matches!(d.kind, CorruptKind::Mark(_)),
+            "{what}: {:?}",
+            d.kind
+        );
+        fs::write(&active, &original).unwrap();
+    }
+}
+
+#[test]
+fn a_salvage_cut_below_the_mark_clears_the_mark_before_zeroing() {
+    let dir = sweep_tempdir();
+    let writer = build(dir.path(), &[]);
+    let ss = writer.snapshot().last_session_start().unwrap();
+    writer.close().unwrap();
+    let active = segment_files(dir.path()).pop().unwrap();
+    let spans = common::spans(&fs::read(&active).unwrap());
+    let victim = spans.iter().find(|s| s.seq == ss + 2).unwrap();
+    assert!((victim.start as u64) < mark_of(&active).unwrap().durable_end);
+    edit(&active, |b| b[victim.start + 70] ^= 0x01);
+    let salvage = || opts(SEG).recovery(RecoveryMode::Salvage);
+    // A crash after the mark is cleared, before the records are zeroed: the
+    // second write (the first of the zeros) fails.
+    let hook = Countdown::new(OpKind::Write, 2, true);
+    assert!(Log::open(dir.path(), salvage().hook(hook.clone())).is_err());
+    assert_eq!(hook.failed(), 1, "the zeroing was reached");
+    assert_eq!(
+        mark_of(&active),
+        None,
+        "no mark names the records being cut"
+    );
+    // A reader now walks the segment and stops at the damage.
+    assert_eq!(Log::open_read_only(dir.path()).unwrap().next_seq(), ss + 2);
+    // The next salvage completes the cut and leaves an exact mark.
+    let log = Log::open(dir.path(), salvage()).unwrap();
+    assert_eq!(log.next_seq(), ss + 2);
+    log.close().unwrap();
+    let m = mark_of(&active).unwrap();
+    assert_eq!((m.next_seq, m.durable_end), (ss + 2, victim.start as u64));
     assert_eq!(
         Log::open_read_only(dir.path()).unwrap().verify().damage,
         None
