@@ -333,3 +333,35 @@ fn a_sealed_segments_index_is_checked_when_first_used() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
+
+#[test]
+fn verify_scans_segments_in_parallel_and_reports_the_first_damage() {
+    let dir = sweep_tempdir();
+    let writer = build(dir.path(), &[]);
+    writer.close().unwrap();
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3);
+    // Damage the last record of the second segment and the first of the third.
+    let second = common::spans(&fs::read(&files[1]).unwrap());
+    let third = common::spans(&fs::read(&files[2]).unwrap());
+    let (a, b) = (second.last().unwrap(), &third[0]);
+    edit(&files[2], |bytes| bytes[b.start + 70] ^= 0x01);
+    let d = Log::open_read_only(dir.path())
+        .unwrap()
+        .verify()
+        .damage
+        .unwrap();
+    assert_eq!(
+        (d.segment, d.offset, d.seq),
+        (files[2].clone(), b.start as u64, Some(b.seq))
+    );
+    edit(&files[1], |bytes| bytes[a.start + 70] ^= 0x01);
+    let report = Log::open_read_only(dir.path()).unwrap().verify();
+    let d = report.damage.unwrap();
+    assert_eq!(
+        (d.segment, d.offset, d.seq),
+        (files[1].clone(), a.start as u64, Some(a.seq))
+    );
+    // What is counted is what lies before the damage, as a walk would count it.
+    assert_eq!(report.records, a.seq);
+}
