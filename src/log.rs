@@ -268,9 +268,18 @@ fn encode_batch(entries: &[LogEntry], buf: &mut AlignedVec, out: &mut Vec<Encode
 #[derive(Clone)]
 struct Published {
     segments: Arc<Vec<Arc<Segment>>>,
-    last_end: u64,
+    tip: Tip,
+}
+
+/// Where the log ends: what the writer extends, and what it publishes.
+#[derive(Clone, Copy)]
+struct Tip {
+    /// Offset just past the last record in the active segment.
+    end: u64,
     next_seq: u64,
+    /// Hash of the last record (the start hash if none).
     head: EntryHash,
+    /// Seq of the last `SessionStart` in the log.
     last_session_start: Option<u64>,
     /// Offset of the last `SessionStart` in the active segment, for its marks.
     session_start_offset: Option<u64>,
@@ -278,12 +287,7 @@ struct Published {
 
 struct Writer {
     segments: Vec<Arc<Segment>>,
-    end: u64,
-    next_seq: u64,
-    head: EntryHash,
-    last_session_start: Option<u64>,
-    /// Offset of the last `SessionStart` in the active segment.
-    session_start_offset: Option<u64>,
+    tip: Tip,
     last_indexed: Option<u64>,
     active_sealed: bool,
     prepared: Option<JoinHandle<Result<Prepared>>>,
@@ -351,11 +355,7 @@ fn list_segments(dir: &Path) -> Result<Listing> {
 /// Outcome of opening the segments of a directory.
 struct Opened {
     segments: Vec<Arc<Segment>>,
-    end: u64,
-    next_seq: u64,
-    head: EntryHash,
-    last_session_start: Option<u64>,
-    session_start_offset: Option<u64>,
+    tip: Tip,
     active_sealed: bool,
     report: RecoveryReport,
     log_id: Option<[u8; 16]>,
@@ -365,15 +365,11 @@ impl Opened {
     /// Makes the recovered records readable and returns the view to publish.
     fn publish(&self) -> Published {
         if let Some(last) = self.segments.last() {
-            last.map.publish(self.end);
+            last.map.publish(self.tip.end);
         }
         Published {
             segments: Arc::new(self.segments.clone()),
-            last_end: self.end,
-            next_seq: self.next_seq,
-            head: self.head,
-            last_session_start: self.last_session_start,
-            session_start_offset: self.session_start_offset,
+            tip: self.tip,
         }
     }
 }
@@ -491,16 +487,12 @@ impl Log {
         let writer = lock.is_some().then(|| {
             Mutex::new(Writer {
                 segments: o.segments,
-                end: o.end,
-                next_seq: o.next_seq,
-                head: o.head,
-                last_session_start: o.last_session_start,
-                session_start_offset: o.session_start_offset,
+                tip: o.tip,
                 last_indexed,
                 active_sealed: o.active_sealed,
                 prepared: None,
                 prep_counter: 0,
-                writeback_from: o.end,
+                writeback_from: o.tip.end,
             })
         });
         Log {
@@ -512,7 +504,7 @@ impl Log {
                 published: Mutex::new(published),
                 committed: Condvar::new(),
                 sync: Mutex::new(SyncState {
-                    durable_next: o.next_seq,
+                    durable_next: o.tip.next_seq,
                     in_progress: false,
                 }),
                 synced: Condvar::new(),
@@ -622,7 +614,7 @@ impl Log {
             return Err(Error::Poisoned);
         }
         if let Some(expected) = expect_head {
-            let actual = (w.next_seq > 0).then_some(w.head);
+            let actual = (w.tip.next_seq > 0).then_some(w.tip.head);
             if actual != expected {
                 return Err(Error::HeadMismatch {
                     session: inner.dir.display().to_string(),
@@ -647,11 +639,7 @@ impl Log {
             if rolled {
                 p.segments = Arc::new(w.segments.clone());
             }
-            p.last_end = w.end;
-            p.next_seq = w.next_seq;
-            p.head = w.head;
-            p.last_session_start = w.last_session_start;
-            p.session_start_offset = w.session_start_offset;
+            p.tip = w.tip;
             drop(p);
             inner.committed.notify_all();
         }
@@ -683,7 +671,7 @@ impl Log {
     ) -> Result<()> {
         // `buf[flushed..]` is not written yet; it goes to the active segment at `at`.
         let mut flushed = 0usize;
-        let mut at = w.end;
+        let mut at = w.tip.end;
         for (k, r) in records.iter().enumerate() {
             let rec_end = records.get(k + 1).map_or(buf.len(), |n| n.start);
             let rec_len = (rec_end - r.start) as u64;
@@ -694,14 +682,14 @@ impl Log {
                 self.flush(w, &buf[flushed..r.start], at)?;
                 flushed = r.start;
                 self.roll(w, rec_len)?;
-                at = w.end;
+                at = w.tip.end;
                 offset = at;
             }
             let header = RecordHeader {
-                prev_hash: w.head,
+                prev_hash: w.tip.head,
                 payload_len: r.payload_len as u32,
                 kind: r.kind as u8,
-                seq: w.next_seq,
+                seq: w.tip.next_seq,
                 ts: r.ts,
             };
             header.write(&mut buf[r.start..r.start + RECORD_HEADER_LEN]);
@@ -718,11 +706,11 @@ impl Log {
                 w.last_indexed = Some(offset);
             }
             out.push((header.seq, hash));
-            w.head = hash;
-            w.next_seq += 1;
+            w.tip.head = hash;
+            w.tip.next_seq += 1;
             if r.kind == EntryKind::SessionStart {
-                w.last_session_start = Some(header.seq);
-                w.session_start_offset = Some(offset);
+                w.tip.last_session_start = Some(header.seq);
+                w.tip.session_start_offset = Some(offset);
             }
         }
         self.flush(w, &buf[flushed..], at)
@@ -738,7 +726,7 @@ impl Log {
         seg.write_at(at, bytes)?;
         let end = at + bytes.len() as u64;
         seg.map.publish(end);
-        w.end = end;
+        w.tip.end = end;
         // Start writeback early, so that the seal's fdatasync at the next
         // roll (and a Sync commit) finds little left to write.
         if end - w.writeback_from >= WRITEBACK_CHUNK {
@@ -753,14 +741,14 @@ impl Log {
             return;
         }
         let Some(seg) = w.segments.last() else { return };
-        if w.end < seg.len() / 2 {
+        if w.tip.end < seg.len() / 2 {
             return;
         }
         w.prep_counter += 1;
         let path = self
             .inner
             .dir
-            .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
+            .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
         let len = self.inner.opts.next_segment_len(seg.len());
         let hook = self.inner.opts.hook.clone();
         let zero = self.inner.syncs.load(Ordering::Relaxed);
@@ -779,14 +767,14 @@ impl Log {
             .last()
             .expect("a log always has a segment")
             .clone();
-        let empty = w.next_seq == active.header.first_seq;
+        let empty = w.tip.next_seq == active.header.first_seq;
         if !w.active_sealed && !empty {
             let footer = active.seal(Footer {
-                record_count: w.next_seq - active.header.first_seq,
+                record_count: w.tip.next_seq - active.header.first_seq,
                 first_seq: active.header.first_seq,
-                last_hash: w.head,
-                last_session_start: w.last_session_start,
-                data_end: w.end,
+                last_hash: w.tip.head,
+                last_session_start: w.tip.last_session_start,
+                data_end: w.tip.end,
                 index_offset: 0,
                 index_count: 0,
                 index_crc: 0,
@@ -815,16 +803,16 @@ impl Log {
                 w.prep_counter += 1;
                 let path = inner
                     .dir
-                    .join(format!("next-{}-{}.prep", w.next_seq, w.prep_counter));
+                    .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
                 Prepared::create(path, len, inner.syncs.load(Ordering::Relaxed), hook)?
             }
         };
         let header = SegmentHeader {
             version: FORMAT_VERSION,
             log_id: inner.log_id,
-            first_seq: w.next_seq,
+            first_seq: w.tip.next_seq,
             segment_len: prepared.len(),
-            start_hash: w.head,
+            start_hash: w.tip.head,
         };
         // An empty active segment has the same name; the rename replaces it.
         let seg = prepared.activate(&inner.dir, header, hook)?;
@@ -832,10 +820,10 @@ impl Log {
             w.segments.pop();
         }
         w.segments.push(Arc::new(seg));
-        w.end = SEGMENT_HEADER_LEN as u64;
-        w.writeback_from = w.end;
+        w.tip.end = SEGMENT_HEADER_LEN as u64;
+        w.writeback_from = w.tip.end;
         w.last_indexed = None;
-        w.session_start_offset = None;
+        w.tip.session_start_offset = None;
         w.active_sealed = false;
         Ok(())
     }
@@ -846,7 +834,7 @@ impl Log {
         if self.inner.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
         }
-        let next = self.inner.published.lock().next_seq;
+        let next = self.inner.published.lock().tip.next_seq;
         match next {
             0 => Ok(()),
             n => self.wait_durable(n - 1),
@@ -900,8 +888,8 @@ impl Log {
             }
         }
         seg.sync()?;
-        *seg.synced.lock() = Some(p.point());
-        Ok(p.next_seq)
+        *seg.synced.lock() = Some(p.tip.point());
+        Ok(p.tip.next_seq)
     }
 
     /// Makes everything durable and records the durable point in the header,
@@ -932,12 +920,12 @@ impl Log {
     /// Seq and hash of the last record, if any.
     pub fn head(&self) -> Option<(u64, EntryHash)> {
         let p = self.inner.published.lock();
-        (p.next_seq > first_seq(&p)).then(|| (p.next_seq - 1, p.head))
+        (p.tip.next_seq > first_seq(&p)).then(|| (p.tip.next_seq - 1, p.tip.head))
     }
 
     /// Number of the next record.
     pub fn next_seq(&self) -> u64 {
-        self.inner.published.lock().next_seq
+        self.inner.published.lock().tip.next_seq
     }
 
     /// Blocks until the log holds a record with `seq`, or `timeout` passes.
@@ -946,7 +934,7 @@ impl Log {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut p = self.inner.published.lock();
         loop {
-            if p.next_seq > seq {
+            if p.tip.next_seq > seq {
                 return true;
             }
             if self.inner.writer.is_none() && timeout.is_none() {
@@ -956,7 +944,7 @@ impl Log {
                 None => self.inner.committed.wait(&mut p),
                 Some(d) => {
                     if self.inner.committed.wait_until(&mut p, d).timed_out() {
-                        return p.next_seq > seq;
+                        return p.tip.next_seq > seq;
                     }
                 }
             }
@@ -1061,11 +1049,13 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
     let seg = prep.activate(dir, header, hook)?;
     Ok(Opened {
         segments: vec![Arc::new(seg)],
-        end: SEGMENT_HEADER_LEN as u64,
-        next_seq: 0,
-        head: EntryHash::genesis(),
-        last_session_start: None,
-        session_start_offset: None,
+        tip: Tip {
+            end: SEGMENT_HEADER_LEN as u64,
+            next_seq: 0,
+            head: EntryHash::genesis(),
+            last_session_start: None,
+            session_start_offset: None,
+        },
         active_sealed: false,
         report: RecoveryReport::default(),
         log_id: Some(log_id),
@@ -1194,6 +1184,7 @@ fn open_segments(
                         trusted: None,
                         check_archives: false,
                         crc_below_mark: false,
+                        checkpoint: None,
                     },
                 );
                 tail.count += m.next_seq - h.first_seq;
@@ -1212,6 +1203,7 @@ fn open_segments(
                     trusted: mark.filter(|m| m.next_seq >= h.first_seq),
                     check_archives: false,
                     crc_below_mark: writable,
+                    checkpoint: None,
                 },
             ),
         };
@@ -1238,12 +1230,14 @@ fn open_segments(
             segments.push(Arc::new(seg));
             report.segments = segments.len();
             return Ok(Opened {
-                end: f.data_end,
                 segments,
-                next_seq: scan.next_seq,
-                head: scan.last_hash,
-                last_session_start,
-                session_start_offset,
+                tip: Tip {
+                    end: f.data_end,
+                    next_seq: scan.next_seq,
+                    head: scan.last_hash,
+                    last_session_start,
+                    session_start_offset,
+                },
                 active_sealed: true,
                 report,
                 log_id,
@@ -1272,6 +1266,13 @@ fn open_segments(
                 salvaged,
             });
         }
+        let tip = Tip {
+            end: scan.end,
+            next_seq: scan.next_seq,
+            head: scan.last_hash,
+            last_session_start,
+            session_start_offset,
+        };
         if writable {
             // Everything after the last good record goes, footer included, so
             // that stale bytes can never validate later.
@@ -1288,12 +1289,7 @@ fn open_segments(
                 }
                 seg.sync()?;
             }
-            let point = Point {
-                end: scan.end,
-                next_seq: scan.next_seq,
-                hash: scan.last_hash,
-                session_start: session_start_offset,
-            };
+            let point = tip.point();
             let exact = mark.is_some_and(|m| {
                 m.durable_end == point.end
                     && m.next_seq == point.next_seq
@@ -1312,11 +1308,7 @@ fn open_segments(
         report.segments = segments.len();
         return Ok(Opened {
             segments,
-            end: scan.end,
-            next_seq: scan.next_seq,
-            head: scan.last_hash,
-            last_session_start,
-            session_start_offset,
+            tip,
             active_sealed: false,
             report,
             log_id,
@@ -1376,11 +1368,11 @@ fn mark_to_start_at(seg: &Segment, m: Mark, limit: u64) -> Option<(Mark, Option<
     (whole && named).then_some((m, Some((rec.seq, offset))))
 }
 
-impl Published {
-    /// The committed end of the active segment, as a mark would record it.
+impl Tip {
+    /// The end of the active segment, as a mark would record it.
     fn point(&self) -> Point {
         Point {
-            end: self.last_end,
+            end: self.end,
             next_seq: self.next_seq,
             hash: self.head,
             session_start: self.session_start_offset,
@@ -1396,18 +1388,18 @@ fn snapshot_of(p: &Published) -> Snapshot {
         .enumerate()
         .map(|(i, s)| {
             let end = if i + 1 == n {
-                p.last_end
+                p.tip.end
             } else {
-                s.footer.lock().map_or(p.last_end, |f| f.data_end)
+                s.footer.lock().map_or(p.tip.end, |f| f.data_end)
             };
             (s.clone(), end)
         })
         .collect();
     Snapshot {
         segs,
-        next_seq: p.next_seq,
-        head: p.head,
-        last_session_start: p.last_session_start,
+        next_seq: p.tip.next_seq,
+        head: p.tip.head,
+        last_session_start: p.tip.last_session_start,
     }
 }
 
@@ -1532,9 +1524,12 @@ impl Snapshot {
     /// header's seq and start hash, on up to as many threads as the machine
     /// has cores: a segment's links do not depend on the segments before it
     /// once its header is known, and `verify` then checks, in order, that
-    /// each header continues the scan before it.
-    fn scan_segments(&self) -> Vec<Scan> {
-        let scan = |(seg, end): &(Arc<Segment>, u64)| {
+    /// each header continues the scan before it. The last segment's scan
+    /// records its state at `last_checkpoint` (a mark's end).
+    fn scan_segments(&self, last_checkpoint: Option<u64>) -> Vec<Scan> {
+        let n = self.segs.len();
+        let scan = |i: usize| {
+            let (seg, end) = &self.segs[i];
             seg.scan(
                 SEGMENT_HEADER_LEN as u64,
                 *end,
@@ -1544,15 +1539,15 @@ impl Snapshot {
                     trusted: None,
                     check_archives: true,
                     crc_below_mark: true,
+                    checkpoint: last_checkpoint.filter(|_| i + 1 == n),
                 },
             )
         };
-        let n = self.segs.len();
         let threads = std::thread::available_parallelism()
             .map_or(1, |t| t.get())
             .min(n);
         if threads <= 1 {
-            return self.segs.iter().map(scan).collect();
+            return (0..n).map(scan).collect();
         }
         // Largest (latest) segments first, so that no thread is left with a
         // big one at the end.
@@ -1563,7 +1558,7 @@ impl Snapshot {
                 s.spawn(|| loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(i) = n.checked_sub(k + 1) else { break };
-                    *done[i].lock() = Some(scan(&self.segs[i]));
+                    *done[i].lock() = Some(scan(i));
                 });
             }
         });
@@ -1580,10 +1575,17 @@ impl Snapshot {
             segments: self.segs.len(),
             ..VerifyReport::default()
         };
-        let scans = self.scan_segments();
+        // The active segment's mark, which a reader may have believed; one
+        // beyond the snapshot (a writer moved on) is not checked.
+        let mark = self
+            .segs
+            .last()
+            .and_then(|(seg, end)| seg.read_mark().filter(|m| m.durable_end <= *end));
+        let scans = self.scan_segments(mark.map(|m| m.durable_end));
         let mut expect: Option<(u64, EntryHash)> = None;
         let mut last_session_start = None;
-        for ((seg, end), scan) in self.segs.iter().zip(scans) {
+        let last = self.segs.len().saturating_sub(1);
+        for (i, ((seg, end), scan)) in self.segs.iter().zip(scans).enumerate() {
             let damage = |offset, seq, kind| Damage {
                 segment: seg.path.clone(),
                 offset,
@@ -1645,7 +1647,10 @@ impl Snapshot {
                     report.damage = Some(damage(at, None, CorruptKind::Footer(why.into())));
                     return report;
                 }
-            } else if let Some((at, why)) = mark_disagrees(seg, *end) {
+            } else if let Some((at, why)) = mark
+                .filter(|_| i == last)
+                .and_then(|m| mark_disagrees(&m, &h, &scan))
+            {
                 report.damage = Some(damage(at, None, CorruptKind::Mark(why)));
                 return report;
             }
@@ -1655,42 +1660,26 @@ impl Snapshot {
     }
 }
 
-/// Whether the durable mark of an unsealed segment, whose records up to `end`
-/// verified, disagrees with them: where and why if so. A read-only open
-/// believes a version 2 mark's end, seq, hash and `SessionStart` without
-/// reading the records below it, so each must be what the records say at
-/// that point. A mark beyond `end` (a writer moved on) is not checked.
-fn mark_disagrees(seg: &Segment, end: u64) -> Option<(u64, String)> {
-    let h = seg.header;
-    let m = seg.read_mark().filter(|m| m.durable_end <= end)?;
-    let at = seg.scan(
-        SEGMENT_HEADER_LEN as u64,
-        m.durable_end,
-        h.first_seq,
-        h.start_hash,
-        ScanMode {
-            trusted: None,
-            check_archives: false,
-            crc_below_mark: true,
-        },
-    );
-    let session_start = at.last_session_start.map(|(_, offset)| offset);
-    let why = if at.end != m.durable_end {
-        format!("its end {} is not a record boundary", m.durable_end)
-    } else if at.next_seq != m.next_seq {
-        format!(
+/// Whether the durable mark `m` of the unsealed segment with header `h`
+/// disagrees with its records, which `scan` verified with a checkpoint at the
+/// mark's end: where and why if so. A read-only open believes a version 2
+/// mark's end, seq, hash and `SessionStart` without reading the records below
+/// it, so each must be what the records say at that point.
+fn mark_disagrees(m: &Mark, h: &SegmentHeader, scan: &Scan) -> Option<(u64, String)> {
+    let why = match scan.checkpoint {
+        None => format!("its end {} is not a record boundary", m.durable_end),
+        Some(at) if at.next_seq != m.next_seq => format!(
             "names seq {} at its end, the records {}",
             m.next_seq, at.next_seq
-        )
-    } else if at.last_hash != m.durable_hash {
-        "its hash is not the hash of the record below its end".to_string()
-    } else if h.version >= 2 && m.session_start != session_start {
-        format!(
-            "names the last SessionStart at {:?}, the records at {session_start:?}",
-            m.session_start
-        )
-    } else {
-        return None;
+        ),
+        Some(at) if at.hash != m.durable_hash => {
+            "its hash is not the hash of the record below its end".to_string()
+        }
+        Some(at) if h.version >= 2 && at.session_start != m.session_start => format!(
+            "names the last SessionStart at {:?}, the records at {:?}",
+            m.session_start, at.session_start
+        ),
+        Some(_) => return None,
     };
     Some((Mark::slot_offset(m.generation) as u64, why))
 }

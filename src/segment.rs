@@ -246,18 +246,7 @@ impl Prepared {
         .map_err(io_err("rename", &path))?;
         fs::rename(&path, &final_path).map_err(io_err("rename", &path))?;
         sync_dir(dir, hook)?;
-        Ok(Segment {
-            path: final_path,
-            file,
-            map,
-            header,
-            footer: Mutex::new(None),
-            index: RwLock::new(Vec::new()),
-            index_pending: Mutex::new(None),
-            mark: Mutex::new(None),
-            synced: Mutex::new(None),
-            hook: hook.clone(),
-        })
+        Ok(Segment::new(final_path, file, map, header, None, hook))
     }
 
     /// Removes the file (an unused preparation).
@@ -283,6 +272,9 @@ pub(crate) struct Scan {
     pub(crate) last_session_start: Option<(u64, u64)>,
     /// Where and why the scan stopped early, if it did on a bad record.
     pub(crate) stop: Option<(u64, Option<u64>, CorruptKind)>,
+    /// The state at [`ScanMode::checkpoint`], if the scan reached that offset
+    /// on a record boundary: what a mark there must name.
+    pub(crate) checkpoint: Option<Point>,
 }
 
 /// How thoroughly to scan.
@@ -297,6 +289,8 @@ pub(crate) struct ScanMode {
     /// before the mark from a torn tail); a read-only open leaves them to the
     /// iterator, which checks every record it yields, and to `verify`.
     pub(crate) crc_below_mark: bool,
+    /// An offset at which to record the scan's state ([`Scan::checkpoint`]).
+    pub(crate) checkpoint: Option<u64>,
 }
 
 impl Segment {
@@ -333,20 +327,41 @@ impl Segment {
                 )),
             ));
         }
-        Ok(Segment {
-            path: path.to_path_buf(),
+        // Continue the generations on disk: restarting at 1 would let an
+        // older mark in the other slot outrank the next one written.
+        let mark = Mark::newest(&header_bytes);
+        Ok(Segment::new(
+            path.to_path_buf(),
+            file,
+            map,
+            header,
+            mark,
+            hook,
+        ))
+    }
+
+    /// A segment with no footer, index or sync yet, whose last mark written
+    /// is `mark`.
+    fn new(
+        path: PathBuf,
+        file: File,
+        map: Map,
+        header: SegmentHeader,
+        mark: Option<Mark>,
+        hook: &Hook,
+    ) -> Segment {
+        Segment {
+            path,
             file,
             map,
             header,
             footer: Mutex::new(None),
             index: RwLock::new(Vec::new()),
             index_pending: Mutex::new(None),
-            // Continue the generations on disk: restarting at 1 would let an
-            // older mark in the other slot outrank the next one written.
-            mark: Mutex::new(Mark::newest(&header_bytes)),
+            mark: Mutex::new(mark),
             synced: Mutex::new(None),
             hook: hook.clone(),
-        })
+        }
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -580,6 +595,7 @@ pub(crate) fn scan_bytes(
         index: Vec::new(),
         last_session_start: None,
         stop: None,
+        checkpoint: None,
     };
     let trusted = mode
         .trusted
@@ -594,6 +610,14 @@ pub(crate) fn scan_bytes(
                 hash = m.durable_hash;
                 hash_known = true;
             }
+        }
+        if hash_known && mode.checkpoint == Some(off as u64) {
+            scan.checkpoint = Some(Point {
+                end: off as u64,
+                next_seq,
+                hash,
+                session_start: scan.last_session_start.map(|(_, at)| at),
+            });
         }
         // Damage is reported with the seq the record at `off` must have: the
         // seq field of a damaged header cannot be trusted.

@@ -54,6 +54,15 @@ fn roles(messages: &[HistoryMessage]) -> Vec<HistoryRole> {
     messages.iter().map(|m| m.role).collect()
 }
 
+/// The (tool name, text) of every tool result, in order.
+fn tool_results(messages: &[HistoryMessage]) -> Vec<(&str, &str)> {
+    messages
+        .iter()
+        .filter(|m| m.role == HistoryRole::ToolResult)
+        .map(|m| (m.tool_name.as_deref().unwrap(), m.text.as_str()))
+        .collect()
+}
+
 fn tool_names(messages: &[HistoryMessage]) -> Vec<&str> {
     messages
         .iter()
@@ -226,11 +235,7 @@ fn seed_3_several_calls_in_one_turn_pair_in_fifo_order() {
         exec(3, "VIEW_FILE", "file body"),
         exec(4, "RUN_COMMAND", "command output"),
     ]);
-    let pairs: Vec<(&str, &str)> = messages
-        .iter()
-        .filter(|m| m.role == HistoryRole::ToolResult)
-        .map(|m| (m.tool_name.as_deref().unwrap(), m.text.as_str()))
-        .collect();
+    let pairs = tool_results(&messages);
     assert_eq!(
         pairs,
         [
@@ -291,11 +296,7 @@ fn seed_6_interleaved_generic_and_unknown_keep_fifo_alignment() {
         exec(4, "GENERIC", "noise"),
         exec(5, "VIEW_FILE", "second output"),
     ]);
-    let pairs: Vec<(&str, &str)> = messages
-        .iter()
-        .filter(|m| m.role == HistoryRole::ToolResult)
-        .map(|m| (m.tool_name.as_deref().unwrap(), m.text.as_str()))
-        .collect();
+    let pairs = tool_results(&messages);
     assert_eq!(
         pairs,
         [("first", "first output"), ("second", "second output")]
