@@ -271,6 +271,9 @@ struct Published {
     tip: Tip,
 }
 
+/// The record bytes from which `verify` scans segments on several threads.
+const PARALLEL_VERIFY_BYTES: u64 = 8 << 20;
+
 /// Where the log ends: what the writer extends, and what it publishes.
 #[derive(Clone, Copy)]
 struct Tip {
@@ -1546,7 +1549,8 @@ impl Snapshot {
         let threads = std::thread::available_parallelism()
             .map_or(1, |t| t.get())
             .min(n);
-        if threads <= 1 {
+        // Threads cost more than they save on a small log.
+        if threads <= 1 || self.bytes() < PARALLEL_VERIFY_BYTES {
             return (0..n).map(scan).collect();
         }
         // Largest (latest) segments first, so that no thread is left with a

@@ -336,11 +336,16 @@ fn a_sealed_segments_index_is_checked_when_first_used() {
 
 #[test]
 fn verify_scans_segments_in_parallel_and_reports_the_first_damage() {
+    // Large enough (over 8 MiB of records) for verify to use threads.
     let dir = sweep_tempdir();
-    let writer = build(dir.path(), &[]);
-    writer.close().unwrap();
+    let log = Log::open(dir.path(), opts(1 << 20)).unwrap();
+    for i in 0..160 {
+        log.append(&entry(i, 64 << 10)).unwrap();
+    }
+    assert!(log.bytes() > 8 << 20);
+    log.close().unwrap();
     let files = segment_files(dir.path());
-    assert!(files.len() >= 3);
+    assert!(files.len() >= 4);
     // Damage the last record of the second segment and the first of the third.
     let second = common::spans(&fs::read(&files[1]).unwrap());
     let third = common::spans(&fs::read(&files[2]).unwrap());
