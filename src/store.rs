@@ -2,16 +2,18 @@
 //! agent runtime embeds.
 //!
 //! Layout under the root: `sessions/<uuid>/` holds one log's segments, its
-//! `LOCK` and its `catalog`; `trash/` holds sessions being deleted.
+//! `LOCK` and its `catalog`; `trash/` holds sessions being deleted;
+//! `staging/` holds sessions being created, which are renamed into
+//! `sessions/` whole.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, DirBuilder, File};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 use crate::catalog::{
@@ -45,6 +47,8 @@ pub struct StoreOptions {
     /// Options for each session's log.
     pub log: LogOptions,
     /// How many session logs may be open at once (file descriptors and maps).
+    /// Exceeded only while callers hold more handles than this: a log that
+    /// another handle still uses is never evicted.
     pub max_open_sessions: usize,
 }
 
@@ -114,6 +118,8 @@ struct OpenSession {
 #[derive(Default)]
 struct Shard {
     open: HashMap<SessionId, OpenSession>,
+    /// Sessions a thread is opening, outside the shard lock.
+    opening: HashSet<SessionId>,
     tick: u64,
 }
 
@@ -121,6 +127,8 @@ struct Inner {
     root: PathBuf,
     opts: StoreOptions,
     shards: Vec<Mutex<Shard>>,
+    /// One per shard: signalled when an open that others wait for ends.
+    opened: Vec<Condvar>,
     cache: Arc<ListCache>,
 }
 
@@ -165,6 +173,7 @@ impl Store {
         let root = root.as_ref().to_path_buf();
         mkdir(&root.join("sessions"))?;
         mkdir(&root.join("trash"))?;
+        mkdir(&root.join("staging"))?;
         // Finish deletions a crash interrupted.
         if let Ok(entries) = fs::read_dir(root.join("trash")) {
             for e in entries.flatten() {
@@ -172,12 +181,14 @@ impl Store {
             }
         }
         let cache = Arc::new(ListCache::open(&root)?);
+        let shards = opts.max_open_sessions.clamp(1, SHARDS);
         Ok(Store {
             inner: Arc::new(Inner {
                 cache,
                 root,
                 opts,
-                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+                shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+                opened: (0..shards).map(|_| Condvar::new()).collect(),
             }),
         })
     }
@@ -197,46 +208,54 @@ impl Store {
         self.session_dir(id).join(CATALOG_FILE).exists()
     }
 
+    /// The shard of a session: there are at most `SHARDS`, and no more than
+    /// `max_open_sessions`, so that every shard may hold at least one log.
+    fn slot(&self, id: SessionId) -> usize {
+        id.0[15] as usize % self.inner.shards.len()
+    }
+
     fn shard(&self, id: SessionId) -> &Mutex<Shard> {
-        &self.inner.shards[id.0[15] as usize % SHARDS]
+        &self.inner.shards[self.slot(id)]
     }
 
     /// Opens (or finds open) a session's log, as the one writer.
+    ///
+    /// The open itself (recovery, a scan of the active segment) runs outside
+    /// the shard lock, so that it does not hold up the shard's other
+    /// sessions; a second caller for the same session waits for it.
     pub fn session(&self, id: SessionId) -> Result<SessionHandle> {
-        let mut shard = self.shard(id).lock();
-        shard.tick += 1;
-        let tick = shard.tick;
-        if let Some(s) = shard.open.get_mut(&id) {
-            s.tick = tick;
-            return Ok(SessionHandle {
-                id,
-                log: s.log.clone(),
-                catalog: s.catalog.clone(),
-            });
+        let slot = self.slot(id);
+        let mut shard = self.inner.shards[slot].lock();
+        loop {
+            shard.tick += 1;
+            let tick = shard.tick;
+            if let Some(s) = shard.open.get_mut(&id) {
+                s.tick = tick;
+                return Ok(SessionHandle {
+                    id,
+                    log: s.log.clone(),
+                    catalog: s.catalog.clone(),
+                });
+            }
+            if !shard.opening.contains(&id) {
+                break;
+            }
+            self.inner.opened[slot].wait(&mut shard);
         }
-        let dir = self.session_dir(id);
-        let catalog_path = dir.join(CATALOG_FILE);
-        if !catalog_path.exists() {
-            return Err(Error::not_found(format!("session {id}")));
-        }
-        let log = Log::open(&dir, self.inner.opts.log.clone())?;
-        let catalog = Arc::new(SessionCatalog::open(
-            id,
-            catalog_path,
-            Some(&self.inner.cache),
-        )?);
-        let handle = SessionHandle {
-            id,
-            log: log.clone(),
-            catalog: catalog.clone(),
-        };
-        // The log is authoritative: rebuild the head slot from it now.
-        let updated_ms = Some(catalog.updated_ms()).filter(|&ms| ms > 0);
-        catalog.begin_writing(handle.head_slot(true, updated_ms))?;
-        let budget = self.inner.opts.max_open_sessions.div_ceil(SHARDS).max(1);
+        shard.opening.insert(id);
+        drop(shard);
+        let opened = self.open_session(id);
+        let mut shard = self.inner.shards[slot].lock();
+        shard.opening.remove(&id);
+        self.inner.opened[slot].notify_all();
+        let handle = opened?;
+        // The shards' budgets add up to `max_open_sessions` exactly.
+        let (max, shards) = (self.inner.opts.max_open_sessions, self.inner.shards.len());
+        let budget = (max / shards + usize::from(slot < max % shards)).max(1);
         // Evict the least recently used sessions that no one else holds. A
         // loop, not one eviction: a shard that went over budget while all its
         // sessions were in use comes back under it.
+        let mut evicted = Vec::new();
         while shard.open.len() >= budget {
             let Some(victim) = shard
                 .open
@@ -248,17 +267,71 @@ impl Store {
                 break;
             };
             if let Some(s) = shard.open.remove(&victim) {
-                close_session(s);
+                // Until it is closed, a new open would find its lock taken.
+                shard.opening.insert(victim);
+                evicted.push((victim, s));
             }
         }
-        shard.open.insert(id, OpenSession { log, catalog, tick });
+        shard.tick += 1;
+        let tick = shard.tick;
+        shard.open.insert(
+            id,
+            OpenSession {
+                log: handle.log.clone(),
+                catalog: handle.catalog.clone(),
+                tick,
+            },
+        );
+        drop(shard);
+        self.close_sessions(slot, evicted);
+        Ok(handle)
+    }
+
+    /// Closes sessions taken out of shard `slot` and marked `opening` there,
+    /// outside the shard lock (closing syncs), then lets their waiters in.
+    fn close_sessions(&self, slot: usize, sessions: Vec<(SessionId, OpenSession)>) {
+        if sessions.is_empty() {
+            return;
+        }
+        let ids: Vec<SessionId> = sessions.iter().map(|(id, _)| *id).collect();
+        for (_, s) in sessions {
+            close_session(s);
+        }
+        let mut shard = self.inner.shards[slot].lock();
+        for id in &ids {
+            shard.opening.remove(id);
+        }
+        drop(shard);
+        self.inner.opened[slot].notify_all();
+    }
+
+    /// Opens a session's log as writer and its catalog, and marks the
+    /// catalog dirty with the head the log has.
+    fn open_session(&self, id: SessionId) -> Result<SessionHandle> {
+        let dir = self.session_dir(id);
+        let catalog_path = dir.join(CATALOG_FILE);
+        if !catalog_path.exists() {
+            return Err(Error::not_found(format!("session {id}")));
+        }
+        let log = Log::open(&dir, self.inner.opts.log.clone())?;
+        let catalog = Arc::new(SessionCatalog::open(
+            id,
+            catalog_path,
+            Some(&self.inner.cache),
+        )?);
+        let handle = SessionHandle { id, log, catalog };
+        // The log is authoritative: rebuild the head slot from it now.
+        let updated_ms = Some(handle.catalog.updated_ms()).filter(|&ms| ms > 0);
+        handle
+            .catalog
+            .begin_writing(handle.head_slot(true, updated_ms))?;
         Ok(handle)
     }
 
     /// Closes every open session that no other handle uses cleanly (sync,
     /// exact durable marks, clean catalog); the others stay open.
     pub fn close(&self) -> Result<()> {
-        for shard in &self.inner.shards {
+        for (slot, shard) in self.inner.shards.iter().enumerate() {
             // A session another handle still uses stays open: marking it
             // clean while it can still be written would mislead `list`.
             let open: Vec<_> = {
@@ -269,13 +342,16 @@ impl Store {
                     .filter(|(_, s)| s.log.is_unshared())
                     .map(|(id, _)| *id)
                     .collect();
-                ids.into_iter()
-                    .filter_map(|id| shard.open.remove(&id))
-                    .collect()
+                let mut taken = Vec::new();
+                for id in ids {
+                    if let Some(s) = shard.open.remove(&id) {
+                        shard.opening.insert(id);
+                        taken.push((id, s));
+                    }
+                }
+                taken
             };
-            for s in open {
-                close_session(s);
-            }
+            self.close_sessions(slot, open);
         }
         Ok(())
     }
@@ -325,7 +401,7 @@ impl Store {
             ));
         };
         let dir = self.session_dir(id);
-        if dir.exists() {
+        if dir.join(CATALOG_FILE).exists() {
             return Err(Error::invalid(format!("session {id} already exists")));
         }
         let title = entries
@@ -333,22 +409,89 @@ impl Store {
             .flat_map(|e| e.items())
             .chain(history.iter())
             .find_map(user_text);
-        mkdir(&dir)?;
         let identity = Identity {
             created_ms: id.created_ms().unwrap_or_else(now_ms),
             forked_from: *forked_from,
             compacted_from: *compacted_from,
         };
-        // The log first, then the catalog: a session "exists" once its catalog does.
-        let log = Log::open(&dir, self.inner.opts.log.clone())?;
-        log.append_batch(entries, Durability::Buffered, Some(None))?;
-        log.close()?;
-        catalog::create(&dir.join(CATALOG_FILE), &identity, title.as_deref())?;
+        // The session is built whole in `staging/` and renamed into place, so
+        // that a failure or a crash never leaves a half-made session under
+        // `sessions/`, where it would block its id.
+        let staged = self
+            .inner
+            .root
+            .join("staging")
+            .join(format!("{id}-{}", SessionId::new_v7()));
+        let built = self.build_session(&staged, entries, &identity, title.as_deref());
+        let placed = built.and_then(|()| self.place_session(id, &staged, &dir));
+        if let Err(e) = placed {
+            let _ = fs::remove_dir_all(&staged);
+            return Err(e);
+        }
         self.inner.cache.place_new(id);
-        sync_dir(&dir, &None)?;
-        sync_dir(&self.inner.root.join("sessions"), &None)?;
         let handle = self.session(id)?;
         Ok(handle.log.head().map(|(_, h)| h).expect("just written"))
+    }
+
+    /// Writes a new session's log and catalog in `dir`, durably.
+    fn build_session(
+        &self,
+        dir: &Path,
+        entries: &[LogEntry],
+        identity: &Identity,
+        title: Option<&str>,
+    ) -> Result<()> {
+        mkdir(dir)?;
+        // The log first, then the catalog: a session "exists" once its catalog does.
+        let opts = LogOptions {
+            prepare_ahead: false,
+            ..self.inner.opts.log.clone()
+        };
+        let log = Log::open(dir, opts)?;
+        log.append_batch(entries, Durability::Buffered, Some(None))?;
+        log.close()?;
+        catalog::create(&dir.join(CATALOG_FILE), identity, title)?;
+        sync_dir(dir, &None)
+    }
+
+    /// Renames a staged session to `dir`, durably. A directory already there
+    /// without a catalog is what an older version left of a failed creation:
+    /// it is moved to `trash/` first.
+    fn place_session(&self, id: SessionId, staged: &Path, dir: &Path) -> Result<()> {
+        let sessions = self.inner.root.join("sessions");
+        // Placings take turns, across processes too: otherwise two creators
+        // of one id could both find the leftover, and the second would move
+        // the first one's new session to the trash.
+        let lock_path = self.inner.root.join("staging").join("LOCK");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err("open", &lock_path))?;
+        lock.lock().map_err(io_err("lock", &lock_path))?;
+        let mut renamed = fs::rename(staged, dir);
+        let occupied = renamed.as_ref().is_err_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists
+            )
+        });
+        if occupied {
+            if dir.join(CATALOG_FILE).exists() {
+                return Err(Error::invalid(format!("session {id} already exists")));
+            }
+            let trash = self
+                .inner
+                .root
+                .join("trash")
+                .join(format!("{id}-unfinished-{}", now_ms()));
+            fs::rename(dir, &trash).map_err(io_err("rename", dir))?;
+            renamed = fs::rename(staged, dir);
+        }
+        renamed.map_err(io_err("rename", staged))?;
+        sync_dir(&sessions, &None)?;
+        sync_dir(&self.inner.root.join("staging"), &None)
     }
 
     /// Appends new history items, grouped with [`group_delta`], if the

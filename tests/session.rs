@@ -5,13 +5,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
 use session_store::export::{entry_line, parse_line, WireLine};
 use session_store::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use session_store::segment::{IoHook, IoOp};
 use session_store::state::UsageRecord;
 use session_store::store::now_ms;
 use session_store::{
@@ -1165,6 +1168,169 @@ fn creating_an_existing_id_is_refused_and_leaves_it_alone() {
     assert!(!store.exists(SessionId::new_v7()));
 }
 
+/// Fails every write and sync under `staging/` while armed.
+struct FailStaging(AtomicBool);
+
+impl IoHook for FailStaging {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        let path = match op {
+            IoOp::Write { path, .. } | IoOp::Sync { path } => path,
+            _ => return Ok(()),
+        };
+        let staged = path.components().any(|c| c.as_os_str() == "staging");
+        if staged && self.0.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected failure"));
+        }
+        Ok(())
+    }
+}
+
+fn entries_of(root: &Path, sub: &str) -> BTreeSet<String> {
+    fs::read_dir(root.join(sub))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_failed_creation_leaves_nothing_behind_and_its_id_stays_free() {
+    let dir = tempdir();
+    let hook = Arc::new(FailStaging(AtomicBool::new(true)));
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default().log(LogOptions::default().hook(hook.clone())),
+    )
+    .unwrap();
+    let id = SessionId::new_v7();
+    let history = [Item::user_text("first try")];
+    let err = store
+        .create_session_with_id(id, None, RequestConfig::default(), &history)
+        .unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(!store.exists(id));
+    assert_eq!(entries_of(dir.path(), "sessions"), BTreeSet::new());
+    // Only the placing lock may stay; the half-made session is gone.
+    let staged = entries_of(dir.path(), "staging");
+    assert!(staged.iter().all(|n| n == "LOCK"), "{staged:?}");
+
+    hook.0.store(false, Ordering::SeqCst);
+    let head = store
+        .create_session_with_id(id, None, RequestConfig::default(), &history)
+        .unwrap();
+    assert_eq!(store.head(id).unwrap(), Some(head));
+    assert_eq!(store.restore(id).unwrap().history, history.to_vec());
+    assert_eq!(ids(&store.list().unwrap()), vec![id]);
+}
+
+#[test]
+fn the_leftover_of_an_unfinished_creation_does_not_block_its_id() {
+    let dir = tempdir();
+    let id = SessionId::new_v7();
+    {
+        // What a creation that died before its catalog leaves: a log, no catalog.
+        let store = open(dir.path());
+        let other = store
+            .create_session(None, RequestConfig::default(), &[Item::user_text("old")])
+            .unwrap()
+            .0;
+        store.close().unwrap();
+        let from = store.session_dir(other);
+        let to = store.session_dir(id);
+        copy_session(&from, &to, |name| name != "catalog");
+        fs::remove_dir_all(&from).unwrap();
+    }
+    let store = open(dir.path());
+    assert!(!store.exists(id));
+    let history = [Item::user_text("new")];
+    let head = store
+        .create_session_with_id(id, None, RequestConfig::default(), &history)
+        .unwrap();
+    assert_eq!(store.head(id).unwrap(), Some(head));
+    assert_eq!(store.restore(id).unwrap().history, history.to_vec());
+    // The leftover went to the trash, which the next open empties.
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(entries_of(dir.path(), "trash"), BTreeSet::new());
+    assert_eq!(store.restore(id).unwrap().history, history.to_vec());
+}
+
+/// Holds up the removal of a stale `.prep` file (an early step of a writer's
+/// open) until released, and reports that it did.
+struct HoldOpen {
+    entered: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: Barrier,
+}
+
+impl IoHook for HoldOpen {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if let IoOp::Remove { path } = op {
+            if path.extension().is_some_and(|e| e == "prep") {
+                if let Some(tx) = self.entered.lock().unwrap().take() {
+                    tx.send(()).unwrap();
+                    self.release.wait();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_slow_open_holds_up_neither_its_shard_nor_a_second_caller_for_it() {
+    let dir = tempdir();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let hook = Arc::new(HoldOpen {
+        entered: std::sync::Mutex::new(None),
+        release: Barrier::new(2),
+    });
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default().log(LogOptions::default().hook(hook.clone())),
+    )
+    .unwrap();
+    let create = |text: &str| {
+        store
+            .create_session(None, RequestConfig::default(), &[Item::user_text(text)])
+            .unwrap()
+            .0
+    };
+    // Two sessions in one shard (the store shards by the id's last byte).
+    let slow = create("slow");
+    let other = loop {
+        let id = create("other");
+        if id.0[15] % 16 == slow.0[15] % 16 {
+            break id;
+        }
+    };
+    store.close().unwrap();
+    File::create(store.session_dir(slow).join("next-9-9.prep")).unwrap();
+    *hook.entered.lock().unwrap() = Some(entered_tx);
+
+    let store = &store;
+    thread::scope(|s| {
+        let first = s.spawn(|| store.session(slow).map(|h| h.log().head()));
+        entered.recv_timeout(Duration::from_secs(30)).unwrap();
+        let second = s.spawn(|| store.session(slow).map(|h| h.log().head()));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let restored = store.restore(other).map(|r| r.history);
+            done_tx.send(restored).unwrap();
+        });
+        let neighbour = done.recv_timeout(Duration::from_secs(10));
+        let second_early = second.is_finished();
+        hook.release.wait();
+        let neighbour = neighbour.expect("the shard's other session waited for the slow open");
+        assert_eq!(neighbour.unwrap(), vec![Item::user_text("other")]);
+        assert!(!second_early, "a second caller did not wait for the open");
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        assert_eq!(a.unwrap(), b.unwrap());
+    });
+    assert_eq!(
+        store.restore(slow).unwrap().history,
+        vec![Item::user_text("slow")]
+    );
+}
+
 #[test]
 fn hostile_ids_are_invalid_input_and_touch_nothing() {
     let dir = tempdir();
@@ -1331,6 +1497,38 @@ fn eight_threads_append_to_their_own_sessions_and_all_restore_exactly() {
 #[test]
 fn concurrent_sessions_restore_exactly_under_a_small_open_log_budget() {
     concurrent_sessions(32);
+}
+
+#[test]
+fn the_open_log_budget_holds_exactly_when_it_is_not_a_multiple_of_the_shards() {
+    for max_open in [1, 3, 5, 17] {
+        let dir = tempdir();
+        let store = Store::open_with(dir.path(), options().max_open_sessions(max_open)).unwrap();
+        let ids: Vec<SessionId> = (0..40)
+            .map(|i| {
+                let text = format!("session {i}");
+                store
+                    .create_session(None, RequestConfig::default(), &[Item::user_text(text)])
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            let history = store.restore(*id).unwrap().history;
+            assert_eq!(history, vec![Item::user_text(format!("session {i}"))]);
+        }
+        let locked = ids
+            .iter()
+            .filter(|id| {
+                let lock = File::open(store.session_dir(**id).join("LOCK")).unwrap();
+                matches!(lock.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
+            })
+            .count();
+        assert!(
+            (1..=max_open).contains(&locked),
+            "{locked} logs open, budget {max_open}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
