@@ -305,6 +305,62 @@ struct SyncState {
     in_progress: bool,
 }
 
+/// What a roll leaves to do off the append lock: `fdatasync` the segment it
+/// sealed, fsync the directory (which makes its successor's name durable),
+/// then give the successor its first mark and sync it. Done by a background
+/// thread, or by whatever needs it first: a group commit (before it syncs the
+/// successor), the next roll (before it writes its seal), or `close`.
+/// Until the successor has a mark, recovery checks the sealed segment (see
+/// `Log::open`), so the mark must come last.
+struct Settle {
+    pending: Mutex<Option<Unsettled>>,
+    dir: PathBuf,
+    hook: Hook,
+    poisoned: Arc<AtomicBool>,
+}
+
+struct Unsettled {
+    /// `None` for a roll out of an empty segment, which the rename replaced.
+    sealed: Option<Arc<Segment>>,
+    successor: Arc<Segment>,
+}
+
+impl Settle {
+    /// Settles the last roll, if it is not yet. A failure poisons the log:
+    /// the kernel may have dropped the pages, so it is never retried; and a
+    /// poisoned log settles nothing (nothing may vouch for a roll after a
+    /// failed sync).
+    fn run(&self) -> Result<()> {
+        let mut pending = self.pending.lock();
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        let Some(u) = pending.take() else {
+            return Ok(());
+        };
+        let result = (|| {
+            if let Some(sealed) = &u.sealed {
+                sealed.sync()?;
+            }
+            sync_dir(&self.dir, &self.hook)?;
+            if u.successor.mark.lock().is_none() {
+                let h = u.successor.header;
+                u.successor.write_mark(Point {
+                    end: SEGMENT_HEADER_LEN as u64,
+                    next_seq: h.first_seq,
+                    hash: h.start_hash,
+                    session_start: None,
+                })?;
+            }
+            u.successor.sync()
+        })();
+        if result.is_err() {
+            self.poisoned.store(true, Ordering::Release);
+        }
+        result
+    }
+}
+
 struct Inner {
     dir: PathBuf,
     opts: LogOptions,
@@ -314,7 +370,8 @@ struct Inner {
     committed: Condvar,
     sync: Mutex<SyncState>,
     synced: Condvar,
-    poisoned: AtomicBool,
+    poisoned: Arc<AtomicBool>,
+    settle: Arc<Settle>,
     /// Set by the first `Sync` commit or `sync` call: from then on, segments
     /// are prepared zero-filled (see `segment::zero_fill`).
     syncs: AtomicBool,
@@ -424,11 +481,31 @@ impl Log {
         }
         let mut salvaged: Option<TornTail> = None;
         let mut opened = loop {
-            let (paths, _) = list_segments(&dir)?;
+            let (mut paths, _) = list_segments(&dir)?;
             if paths.is_empty() {
                 break create_first_segment(&dir, &opts, &hook)?;
             }
-            let damage = match open_segments(&paths, true, opts.recovery, &hook) {
+            let successor = match last_roll(&paths, &hook)? {
+                LastRoll::Settled => None,
+                LastRoll::Holds(prev) => {
+                    // Intact, perhaps only in the page cache: make it durable
+                    // before anything is written after it.
+                    prev.sync()?;
+                    sync_dir(&dir, &hook)?;
+                    None
+                }
+                LastRoll::Torn => paths.pop(),
+            };
+            let result = open_segments(&paths, true, opts.recovery, &hook);
+            if let (Ok(_), Some((_, p))) = (&result, &successor) {
+                // Nothing in it was durable: a record there is durable only
+                // once the segment before it is.
+                run_hook(&hook, IoOp::Remove { path: p }).map_err(io_err("remove", p))?;
+                fs::remove_file(p).map_err(io_err("remove", p))?;
+                sync_dir(&dir, &hook)?;
+                removed.push(p.clone());
+            }
+            let damage = match result {
                 Ok(o) if opts.recovery == RecoveryMode::Salvage => match verify_opened(&o) {
                     None => break o,
                     Some(d) => d,
@@ -476,6 +553,11 @@ impl Log {
                 dir.display()
             )));
         }
+        let mut paths = paths;
+        if let LastRoll::Torn = last_roll(&paths, &None)? {
+            // What a recovering writer removes.
+            paths.pop();
+        }
         let opened = open_segments(&paths, false, RecoveryMode::Strict, &None)?;
         Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
     }
@@ -498,6 +580,13 @@ impl Log {
                 writeback_from: o.tip.end,
             })
         });
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let settle = Arc::new(Settle {
+            pending: Mutex::new(None),
+            dir: dir.clone(),
+            hook: opts.hook.clone(),
+            poisoned: poisoned.clone(),
+        });
         Log {
             inner: Arc::new(Inner {
                 dir,
@@ -511,7 +600,8 @@ impl Log {
                     in_progress: false,
                 }),
                 synced: Condvar::new(),
-                poisoned: AtomicBool::new(false),
+                poisoned,
+                settle,
                 syncs: AtomicBool::new(syncs),
                 report: o.report,
                 _lock: lock,
@@ -771,6 +861,10 @@ impl Log {
             .expect("a log always has a segment")
             .clone();
         let empty = w.tip.next_seq == active.header.first_seq;
+        // At most one roll is unsettled: the segment before the one being
+        // sealed must be durable before this seal can be written.
+        inner.settle.run()?;
+        let mut sealed = None;
         if !w.active_sealed && !empty {
             let footer = active.seal(Footer {
                 record_count: w.tip.next_seq - active.header.first_seq,
@@ -782,8 +876,8 @@ impl Log {
                 index_count: 0,
                 index_crc: 0,
             })?;
-            active.sync()?;
             *active.footer.lock() = Some(footer);
+            sealed = Some(active.clone());
         }
         let needed = (SEGMENT_HEADER_LEN + FOOTER_LEN + 2 * INDEX_ENTRY_LEN) as u64 + rec_len;
         let len = inner
@@ -818,11 +912,25 @@ impl Log {
             start_hash: w.tip.head,
         };
         // An empty active segment has the same name; the rename replaces it.
-        let seg = prepared.activate(&inner.dir, header, hook)?;
+        let seg = Arc::new(prepared.activate(&inner.dir, header, false, hook)?);
+        // The seal's fdatasync and the directory's fsync happen off the lock.
+        // (A last segment that was sealed when the log opened, the open synced.)
+        *inner.settle.pending.lock() = Some(Unsettled {
+            sealed,
+            successor: seg.clone(),
+        });
+        if inner.opts.prepare_ahead {
+            let settle = inner.settle.clone();
+            // A failure poisons the log and the next append reports it. If
+            // no thread can be had, whatever needs the settle does it.
+            let _ = std::thread::Builder::new()
+                .name("session-store-settle".into())
+                .spawn(move || settle.run());
+        }
         if !w.active_sealed && empty {
             w.segments.pop();
         }
-        w.segments.push(Arc::new(seg));
+        w.segments.push(seg);
         w.tip.end = SEGMENT_HEADER_LEN as u64;
         w.writeback_from = w.tip.end;
         w.last_indexed = None;
@@ -882,6 +990,11 @@ impl Log {
     /// the previous commit, then `fdatasync`s the active segment.
     fn sync_now(&self) -> Result<u64> {
         let p = self.inner.published.lock().clone();
+        // A record is durable only once the roll into its segment is:
+        // recovery discards the successor of a segment that is torn. Settled
+        // after the snapshot, so that a roll before it is covered (one after
+        // it leaves this sync's segment sealed, which changes nothing here).
+        self.inner.settle.run()?;
         let seg = p.segments.last().expect("a log always has a segment");
         let previous = *seg.mark.lock();
         let last_synced = *seg.synced.lock();
@@ -902,14 +1015,25 @@ impl Log {
             return Ok(());
         }
         self.sync()?;
+        // A roll with nothing synced after it: settle it, which also gives
+        // the last segment a mark, so that the next open need not check the
+        // segment before it.
+        self.inner.settle.run()?;
         let p = self.inner.published.lock().clone();
         let seg = p.segments.last().expect("a log always has a segment");
         // The mark names only what an fdatasync covered: another clone may
         // have appended since `sync` returned.
         let synced = *seg.synced.lock();
+        let marked = seg.mark.lock().map(|m| (m.durable_end, m.next_seq));
         if let (None, Some(at)) = (*seg.footer.lock(), synced) {
-            seg.write_mark(at)?;
-            seg.sync()?;
+            if marked != Some((at.end, at.next_seq)) {
+                seg.write_mark(at)?;
+                seg.sync()?;
+            }
+        }
+        // A failure anywhere in the background since.
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
         }
         Ok(())
     }
@@ -1049,7 +1173,7 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
         segment_len: prep.len(),
         start_hash: EntryHash::genesis(),
     };
-    let seg = prep.activate(dir, header, hook)?;
+    let seg = prep.activate(dir, header, true, hook)?;
     Ok(Opened {
         segments: vec![Arc::new(seg)],
         tip: Tip {
@@ -1062,6 +1186,68 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
         active_sealed: false,
         report: RecoveryReport::default(),
         log_id: Some(log_id),
+    })
+}
+
+/// Whether the roll into the last segment may not have settled, and if so,
+/// whether the segment it sealed is intact.
+enum LastRoll {
+    /// The last segment has a mark or a seal, written only after the roll
+    /// into it settled; or it is the only segment.
+    Settled,
+    /// Unsettled, but the segment before it holds its records and its seal.
+    Holds(Box<Segment>),
+    /// Unsettled, and the segment before it is torn (a power failure before
+    /// its `fdatasync`): no record after the tear was ever durable, the last
+    /// segment's included.
+    Torn,
+}
+
+fn last_roll(paths: &[(u64, PathBuf)], hook: &Hook) -> Result<LastRoll> {
+    let [.., (_, prev), (_, last)] = paths else {
+        return Ok(LastRoll::Settled);
+    };
+    // A segment that does not open is damage that `open_segments` reports
+    // (and Salvage cuts), as it did before rolls settled late.
+    let Ok(last) = Segment::open(last, false, hook) else {
+        return Ok(LastRoll::Settled);
+    };
+    if last.read_mark().is_some() || matches!(last.read_footer(false), Ok(Some(_))) {
+        return Ok(LastRoll::Settled);
+    }
+    let Ok(prev) = Segment::open(prev, false, hook) else {
+        return Ok(LastRoll::Settled);
+    };
+    let f = match prev.read_footer(true) {
+        Ok(Some(f)) => f,
+        Ok(None) | Err(Error::Corrupt { .. }) => return Ok(LastRoll::Torn),
+        Err(e) => return Err(e),
+    };
+    let h = prev.header;
+    // Below its own mark, the segment was synced before it was sealed.
+    let mark = prev
+        .read_mark()
+        .filter(|m| m.next_seq >= h.first_seq && m.durable_end <= f.data_end);
+    let scan = prev.scan(
+        SEGMENT_HEADER_LEN as u64,
+        f.data_end,
+        h.first_seq,
+        h.start_hash,
+        ScanMode {
+            trusted: mark,
+            check_archives: false,
+            crc_below_mark: false,
+            checkpoint: None,
+        },
+    );
+    let holds = scan.stop.is_none()
+        && scan.end == f.data_end
+        && scan.count == f.record_count
+        && scan.last_hash == f.last_hash;
+    Ok(if holds {
+        LastRoll::Holds(Box::new(prev))
+    } else {
+        LastRoll::Torn
     })
 }
 

@@ -214,10 +214,15 @@ impl Prepared {
     }
 
     /// Writes the header, makes it durable and gives the file its final name.
+    ///
+    /// With `durable_name`, the directory is synced too. A roll leaves that
+    /// to `Settle`, off the append lock: recovery tells a successor whose
+    /// predecessor never became durable (see `Log::open`).
     pub(crate) fn activate(
         self,
         dir: &Path,
         header: SegmentHeader,
+        durable_name: bool,
         hook: &Hook,
     ) -> Result<Segment> {
         let Prepared { path, file, map } = self;
@@ -245,7 +250,9 @@ impl Prepared {
         )
         .map_err(io_err("rename", &path))?;
         fs::rename(&path, &final_path).map_err(io_err("rename", &path))?;
-        sync_dir(dir, hook)?;
+        if durable_name {
+            sync_dir(dir, hook)?;
+        }
         Ok(Segment::new(final_path, file, map, header, None, hook))
     }
 

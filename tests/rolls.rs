@@ -292,14 +292,21 @@ fn crash_before_the_new_segment_has_a_header() {
 #[test]
 fn crash_after_the_rename_before_the_directory_sync() {
     let dir = tempfile::tempdir().unwrap();
+    // A roll's directory sync runs when the roll settles: here (no sync, no
+    // background thread) at the start of the next roll, which then fails.
     let hook = Countdown::new(OpKind::SyncDir, 2, false);
     let acked = crash_in_roll(dir.path(), hook);
     assert_eq!(prep_files(dir.path()), Vec::<PathBuf>::new());
     let files = segment_files(dir.path());
-    assert_eq!(files.len(), 2, "the new, empty segment is in place");
-    assert_eq!(
-        files[1],
-        dir.path().join(format!("{:020}.seg", acked.len()))
+    assert_eq!(files.len(), 2, "the second roll stopped before sealing");
+    let second: u64 = files[1]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(
+        0 < second && second < acked.len() as u64,
+        "the first roll's successor holds acknowledged records"
     );
     recover_after_roll(dir.path(), &acked, &[], true);
 }
@@ -335,4 +342,272 @@ fn crash_while_creating_the_first_segment() {
     assert_eq!(preps.len(), 1);
     assert_eq!(segment_files(dir.path()), Vec::<PathBuf>::new());
     recover_after_roll(dir.path(), &[], &preps, true);
+}
+
+/// Appends `Buffered` records until the log has rolled once and holds `after`
+/// records past the roll, then drops it without closing (a kill): the
+/// roll is unsettled, and the new segment has no mark.
+fn unsettled_roll(dir: &Path, after: u64) -> (Vec<LogEntry>, u64) {
+    let log = Log::open(dir, opts(SEG)).unwrap();
+    let mut acked = Vec::new();
+    let mut rolled_at = None;
+    for i in 0.. {
+        let e = entry(i, 700);
+        log.append(&e).unwrap();
+        acked.push(e);
+        if rolled_at.is_none() && segment_files(dir).len() == 2 {
+            rolled_at = Some(i);
+        }
+        if rolled_at.is_some_and(|r| i >= r + after - 1) {
+            break;
+        }
+    }
+    drop(log);
+    let files = segment_files(dir);
+    assert_eq!(files.len(), 2);
+    assert_eq!(mark_of(&files[1]), None, "no sync, no close: no mark");
+    (acked, rolled_at.unwrap())
+}
+
+#[test]
+fn a_torn_seal_before_an_unsettled_roll_is_a_torn_tail_and_its_successor_goes() {
+    for (what, damage) in [("footer lost", 0usize), ("a record torn in the middle", 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (acked, first_of_second) = unsettled_roll(dir.path(), 3);
+        let files = segment_files(dir.path());
+        // The power failed before the sealed segment's fdatasync: its seal
+        // (and here, one record's bytes too) never reached the disk.
+        let mut kept = first_of_second as usize;
+        common::edit(&files[0], |b| {
+            let n = b.len();
+            b[n - FOOTER_LEN..].fill(0);
+            if damage == 1 {
+                let s = spans(b);
+                let torn = s[s.len() / 2];
+                b[torn.start + 70] ^= 0xFF;
+                kept = torn.seq as usize;
+            }
+        });
+        let reader = Log::open_read_only(dir.path()).unwrap();
+        assert_eq!(entries(&reader), acked[..kept], "{what}: reader");
+        drop(reader);
+        let log = Log::open(dir.path(), opts(SEG)).unwrap();
+        let report = log.recovery_report().clone();
+        assert_eq!(report.removed, vec![files[1].clone()], "{what}");
+        let torn = report.torn_tail.expect("a torn tail");
+        assert_eq!(torn.segment, files[0], "{what}");
+        assert!(!torn.salvaged, "{what}: nothing durable was lost");
+        assert_eq!(entries(&log), acked[..kept], "{what}: writer");
+        assert_eq!(log.verify().damage, None, "{what}");
+        // The log goes on from the tear, through a new roll.
+        let mut want = acked[..kept].to_vec();
+        for i in kept as u64..kept as u64 + 30 {
+            let e = entry(i, 700);
+            log.append(&e).unwrap();
+            want.push(e);
+        }
+        log.close().unwrap();
+        let log = Log::open(dir.path(), opts(SEG)).unwrap();
+        assert_eq!(log.recovery_report().torn_tail, None, "{what}");
+        assert_eq!(entries(&log), want, "{what}");
+        assert_eq!(log.verify().damage, None, "{what}");
+    }
+}
+
+#[test]
+fn an_intact_seal_before_an_unsettled_roll_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let (acked, _) = unsettled_roll(dir.path(), 3);
+    let files = segment_files(dir.path());
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(log.recovery_report().removed, Vec::<PathBuf>::new());
+    assert_eq!(log.recovery_report().torn_tail, None);
+    assert_eq!(entries(&log), acked);
+    assert_eq!(segment_files(dir.path()), files);
+    log.close().unwrap();
+    // The open found the seal intact, synced it and the directory, and
+    // marked the last segment: the next open trusts the roll.
+    assert!(mark_of(&files[1]).is_some());
+}
+
+#[test]
+fn a_durable_commit_after_a_roll_vouches_for_the_seal_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(SyncThreads::default());
+    let log = Log::open(dir.path(), opts(SEG).hook(hook.clone())).unwrap();
+    let mut want = Vec::new();
+    for i in 0.. {
+        let e = entry(i, 700);
+        log.append(&e).unwrap();
+        want.push(e);
+        if segment_files(dir.path()).len() == 2 {
+            break;
+        }
+    }
+    let files = segment_files(dir.path());
+    assert_eq!(mark_of(&files[1]), None, "Buffered: the roll is unsettled");
+    let e = entry(want.len() as u64, 100);
+    log.append_with(&e, session_store::Durability::Sync)
+        .unwrap();
+    want.push(e);
+    // The commit settled the roll first: the sealed segment, the directory,
+    // then the new segment's first mark, all before the commit's own sync.
+    let ops: Vec<_> = hook
+        .ops
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, p, _)| (*k, p.clone()))
+        .collect();
+    let at = |op: (OpKind, &PathBuf)| ops.iter().position(|(k, p)| (*k, p) == op);
+    let sealed = at((OpKind::Sync, &files[0])).expect("the sealed segment was synced");
+    let dir_sync = ops
+        .iter()
+        .rposition(|(k, _)| *k == OpKind::SyncDir)
+        .unwrap();
+    let commit = ops
+        .iter()
+        .rposition(|(k, p)| *k == OpKind::Sync && *p == files[1])
+        .unwrap();
+    assert!(sealed < dir_sync && dir_sync < commit, "{ops:?}");
+    assert!(
+        mark_of(&files[1]).is_some(),
+        "the new segment has its first mark"
+    );
+    drop(log);
+    // So damage to the sealed segment is corruption now, never a torn tail.
+    common::edit(&files[0], |b| {
+        let n = b.len();
+        b[n - FOOTER_LEN..].fill(0);
+    });
+    let err = Log::open(dir.path(), opts(SEG)).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert!(matches!(
+        Log::open_read_only(dir.path()),
+        Err(Error::Corrupt { .. })
+    ));
+    assert_eq!(segment_files(dir.path()), files, "nothing was removed");
+}
+
+#[test]
+fn a_failed_background_settle_poisons_and_a_reopen_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    // Directory sync #1 created the first segment; #2 is the first roll's
+    // settle, on the background thread.
+    let hook = Countdown::new(OpKind::SyncDir, 2, false);
+    let mut o = opts(SEG).hook(hook.clone());
+    o.prepare_ahead = true;
+    let log = Log::open(dir.path(), o).unwrap();
+    let mut acked = Vec::new();
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    for i in 0.. {
+        match log.append(&entry(i, 700)) {
+            Ok(_) => acked.push(entry(i, 700)),
+            Err(Error::Poisoned) | Err(Error::Io { .. }) => break,
+            Err(e) => panic!("unexpected {e}"),
+        }
+        if hook.failed() == 1 {
+            // Give the failure time to be seen, not to be outrun.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(Instant::now() < deadline, "the failure never surfaced");
+    }
+    assert_eq!(hook.failed(), 1);
+    assert!(matches!(log.sync(), Err(Error::Poisoned)));
+    assert!(matches!(log.close(), Err(Error::Poisoned)));
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(entries(&log), acked);
+    assert_eq!(log.verify().damage, None);
+}
+
+/// Records which thread runs each sync and directory sync.
+#[derive(Default)]
+struct SyncThreads {
+    ops: std::sync::Mutex<Vec<(OpKind, PathBuf, std::thread::ThreadId)>>,
+}
+
+impl IoHook for SyncThreads {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        let path = match op {
+            IoOp::Sync { path } | IoOp::SyncDir { path } => path.to_path_buf(),
+            _ => return Ok(()),
+        };
+        let kind = OpKind::of(op).unwrap();
+        let me = std::thread::current().id();
+        self.ops.lock().unwrap().push((kind, path, me));
+        Ok(())
+    }
+}
+
+#[test]
+fn buffered_appends_sync_no_sealed_segment_on_the_appending_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(SyncThreads::default());
+    let mut o = opts(SEG).hook(hook.clone());
+    o.prepare_ahead = true;
+    let log = Log::open(dir.path(), o).unwrap();
+    let start = hook.ops.lock().unwrap().len();
+    let me = std::thread::current().id();
+    let mut want = Vec::new();
+    let mut segments = 1;
+    for i in 0..200 {
+        let e = entry(i, 700);
+        log.append(&e).unwrap();
+        want.push(e);
+        // Tiny segments roll every few appends, and the next roll settles
+        // the last one itself if the background has not (at most one roll
+        // is ever unsettled). Real segments give the background the time it
+        // gets here by waiting for it.
+        let files = segment_files(dir.path());
+        if files.len() != segments {
+            segments = files.len();
+            // Settling ends with the new segment's first sync under its name.
+            let new = &files[files.len() - 1];
+            let deadline = Instant::now() + std::time::Duration::from_secs(30);
+            while Instant::now() < deadline
+                && !hook
+                    .ops
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|(k, p, _)| *k == OpKind::Sync && p == new)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 5, "{} segments", files.len());
+    {
+        let ops = hook.ops.lock().unwrap();
+        let here: Vec<_> = ops[start..].iter().filter(|(_, _, t)| *t == me).collect();
+        // The appending thread syncs only a new segment's header, before its
+        // rename; seals and the directory are synced in the background.
+        for (kind, path, _) in &here {
+            assert_eq!(
+                *kind,
+                OpKind::Sync,
+                "{kind:?} of {path:?} on the appending thread"
+            );
+            assert!(
+                path.extension().is_some_and(|e| e == "prep"),
+                "{path:?} synced on the appending thread: {here:?}"
+            );
+        }
+    }
+    log.close().unwrap();
+    // Every sealed segment was synced, and the directory after the last rename.
+    let ops = hook.ops.lock().unwrap();
+    for sealed in &files[..files.len() - 1] {
+        assert!(
+            ops.iter()
+                .any(|(k, p, _)| *k == OpKind::Sync && p == sealed),
+            "{sealed:?} never synced"
+        );
+    }
+    assert_eq!(ops.last().map(|o| o.0), Some(OpKind::Sync));
+    assert!(ops.iter().any(|(k, _, _)| *k == OpKind::SyncDir));
+    drop(ops);
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(entries(&log), want);
 }

@@ -114,3 +114,33 @@ fn a_damaged_first_header_salvages_to_an_empty_log() {
     log.append(&entry(0)).unwrap();
     assert_eq!(log.verify().damage, None);
 }
+
+#[test]
+fn a_damaged_header_of_the_last_or_second_to_last_segment_is_cut_by_salvage() {
+    for which in [1usize, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let segs = build(dir.path(), 40);
+        assert!(segs.len() >= 3, "{} segments", segs.len());
+        let damaged = &segs[segs.len() - which];
+        // A broken header, and (for the second to last) a last segment
+        // without a mark: the case recovery checks for an unsettled roll.
+        flip(damaged, 20);
+        if which == 2 {
+            let last = &segs[segs.len() - 1];
+            let mut b = std::fs::read(last).unwrap();
+            b[96..224].fill(0);
+            std::fs::write(last, b).unwrap();
+        }
+        match Log::open(dir.path(), opts(RecoveryMode::Strict)) {
+            Err(Error::Corrupt { segment, .. }) => assert_eq!(&segment, damaged, "{which}"),
+            other => panic!("{which}: expected Corrupt, got {other:?}"),
+        }
+        let log = Log::open(dir.path(), opts(RecoveryMode::Salvage)).unwrap();
+        assert!(log.recovery_report().torn_tail.as_ref().unwrap().salvaged);
+        assert_eq!(log.verify().damage, None);
+        assert!(!log.segment_paths().contains(damaged), "{which}");
+        let kept = contents(&log);
+        assert!(!kept.is_empty() && kept.len() < 40, "{which}");
+        assert_eq!(kept, (0..kept.len() as u64).map(entry).collect::<Vec<_>>());
+    }
+}
