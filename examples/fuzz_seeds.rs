@@ -62,6 +62,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fs::write(dir.join(format!("log-{n}-segments")), bytes)?;
     }
 
+    // A roll that never settled: Buffered appends into a second segment, and
+    // no sync or close, so the last segment has no mark and recovery checks
+    // the one before it.
+    let raw = tmp.path().join("unsettled");
+    let opts = LogOptions {
+        prepare_ahead: false,
+        ..LogOptions::default().segment_size(8192)
+    };
+    let unsettled = Log::open(&raw, opts)?;
+    for i in 0u64.. {
+        let text = format!("{i}:{}", "u".repeat(600));
+        unsettled.append(&session_store::LogEntry::UserInput {
+            ts: i,
+            item: session_store::LoggedItem::from(Item::user_text(text)),
+        })?;
+        if unsettled.segment_paths().len() == 2 && i % 3 == 0 {
+            break;
+        }
+    }
+    let mut bytes = vec![1u8];
+    for p in unsettled.segment_paths() {
+        bytes.extend(fs::read(p)?);
+    }
+    drop(unsettled);
+    fs::write(dir.join("unsettled-roll-2-segments"), bytes)?;
+
     let dir = corpus.join("decode_record");
     fs::create_dir_all(&dir)?;
     let first = fs::read(&segs[0])?;
