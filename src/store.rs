@@ -130,6 +130,9 @@ struct Inner {
     /// One per shard: signalled when an open that others wait for ends.
     opened: Vec<Condvar>,
     cache: Arc<ListCache>,
+    /// The first failure to close an evicted session, which no caller was
+    /// waiting for: `Store::close` reports it.
+    eviction_failure: Mutex<Option<Error>>,
 }
 
 /// A store of sessions. `Send + Sync`; clones are cheap and share everything.
@@ -189,6 +192,7 @@ impl Store {
                 opts,
                 shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
                 opened: (0..shards).map(|_| Condvar::new()).collect(),
+                eviction_failure: Mutex::new(None),
             }),
         })
     }
@@ -283,19 +287,28 @@ impl Store {
             },
         );
         drop(shard);
-        self.close_sessions(slot, evicted);
+        if let Err(e) = self.close_sessions(slot, evicted) {
+            self.inner.eviction_failure.lock().get_or_insert(e);
+        }
         Ok(handle)
     }
 
     /// Closes sessions taken out of shard `slot` and marked `opening` there,
     /// outside the shard lock (closing syncs), then lets their waiters in.
-    fn close_sessions(&self, slot: usize, sessions: Vec<(SessionId, OpenSession)>) {
+    /// Returns the first failure; every session is closed (or, on a
+    /// failure, left poisoned for the next open to recover) either way.
+    fn close_sessions(&self, slot: usize, sessions: Vec<(SessionId, OpenSession)>) -> Result<()> {
         if sessions.is_empty() {
-            return;
+            return Ok(());
         }
         let ids: Vec<SessionId> = sessions.iter().map(|(id, _)| *id).collect();
+        let mut result = Ok(());
         for (_, s) in sessions {
-            close_session(s);
+            // The error names the session's segment or catalog file.
+            let closed = close_session(s);
+            if result.is_ok() {
+                result = closed;
+            }
         }
         let mut shard = self.inner.shards[slot].lock();
         for id in &ids {
@@ -303,6 +316,7 @@ impl Store {
         }
         drop(shard);
         self.inner.opened[slot].notify_all();
+        result
     }
 
     /// Opens a session's log as writer and its catalog, and marks the
@@ -330,7 +344,15 @@ impl Store {
 
     /// Closes every open session that no other handle uses cleanly (sync,
     /// exact durable marks, clean catalog); the others stay open.
+    ///
+    /// Returns the first failure to close a session, this call's or an
+    /// earlier eviction's (a session whose close failed is poisoned and
+    /// recovers when next opened).
     pub fn close(&self) -> Result<()> {
+        let mut result = match self.inner.eviction_failure.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
         for (slot, shard) in self.inner.shards.iter().enumerate() {
             // A session another handle still uses stays open: marking it
             // clean while it can still be written would mislead `list`.
@@ -351,9 +373,12 @@ impl Store {
                 }
                 taken
             };
-            self.close_sessions(slot, open);
+            let closed = self.close_sessions(slot, open);
+            if result.is_ok() {
+                result = closed;
+            }
         }
-        Ok(())
+        result
     }
 
     /// Creates a session with a fresh UUID v7 id. Returns it and its head.
@@ -1020,17 +1045,17 @@ fn session_info(
     }
 }
 
-fn close_session(s: OpenSession) {
+fn close_session(s: OpenSession) -> Result<()> {
     let handle = SessionHandle {
         id: SessionId([0; 16]),
         log: s.log.clone(),
         catalog: s.catalog,
     };
-    if s.log.close().is_ok() {
-        // Closing is not a write: keep the time of the last one.
-        let updated_ms = handle.catalog.updated_ms();
-        let _ = handle.touch(false, Some(updated_ms));
-    }
+    // A failed close leaves the catalog dirty: `list` then reads the log.
+    s.log.close()?;
+    // Closing is not a write: keep the time of the last one.
+    let updated_ms = handle.catalog.updated_ms();
+    handle.touch(false, Some(updated_ms))
 }
 
 fn user_text(item: &LoggedItem) -> Option<String> {

@@ -1331,6 +1331,60 @@ fn a_slow_open_holds_up_neither_its_shard_nor_a_second_caller_for_it() {
     );
 }
 
+/// Fails every `fdatasync` of a log while armed.
+struct FailSyncs(AtomicBool);
+
+impl IoHook for FailSyncs {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if matches!(op, IoOp::Sync { .. }) && self.0.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected fdatasync failure"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_session_that_fails_to_close_is_reported_by_store_close_even_after_eviction() {
+    for evicted in [false, true] {
+        let dir = tempdir();
+        let hook = Arc::new(FailSyncs(AtomicBool::new(false)));
+        let store = Store::open_with(
+            dir.path(),
+            StoreOptions::default()
+                .log(LogOptions::default().hook(hook.clone()))
+                .max_open_sessions(1),
+        )
+        .unwrap();
+        let create = |text: &str| {
+            store
+                .create_session(None, RequestConfig::default(), &[Item::user_text(text)])
+                .unwrap()
+        };
+        let (a, mut head_a) = create("a");
+        let (b, _) = create("b");
+        // A's new items are in the page cache only; its close must sync them.
+        store
+            .save_delta(a, &mut head_a, &[answer("unsynced")])
+            .unwrap();
+        hook.0.store(true, Ordering::SeqCst);
+        if evicted {
+            // Opening B evicts A, whose close fails where no caller waits.
+            store.log(b).unwrap();
+        }
+        let err = store.close().unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{evicted}: {err}");
+        // Reported once; the failed session recovers on its next open.
+        hook.0.store(false, Ordering::SeqCst);
+        store.close().unwrap();
+        let history = store.restore(a).unwrap().history;
+        assert_eq!(
+            history,
+            stripped(&[Item::user_text("a"), answer("unsynced")]),
+            "{evicted}"
+        );
+    }
+}
+
 #[test]
 fn hostile_ids_are_invalid_input_and_touch_nothing() {
     let dir = tempdir();
