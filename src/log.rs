@@ -1240,11 +1240,7 @@ fn last_roll(paths: &[(u64, PathBuf)], hook: &Hook) -> Result<LastRoll> {
             checkpoint: None,
         },
     );
-    let holds = scan.stop.is_none()
-        && scan.end == f.data_end
-        && scan.count == f.record_count
-        && scan.last_hash == f.last_hash;
-    Ok(if holds {
+    Ok(if scan.agrees_with(&f) {
         LastRoll::Holds(Box::new(prev))
     } else {
         LastRoll::Torn
@@ -1397,12 +1393,7 @@ fn open_segments(
             ),
         };
         let session_start_offset = scan.last_session_start.map(|(_, offset)| offset);
-        let sealed = footer.filter(|f| {
-            scan.stop.is_none()
-                && scan.end == f.data_end
-                && scan.count == f.record_count
-                && scan.last_hash == f.last_hash
-        });
+        let sealed = footer.filter(|f| scan.agrees_with(f));
         if let Some((seq, _)) = scan.last_session_start {
             last_session_start = Some(seq);
         }

@@ -284,6 +284,17 @@ pub(crate) struct Scan {
     pub(crate) checkpoint: Option<Point>,
 }
 
+impl Scan {
+    /// Whether a scan up to `footer.data_end` found exactly the records the
+    /// footer summarizes: a seal to believe.
+    pub(crate) fn agrees_with(&self, footer: &Footer) -> bool {
+        self.stop.is_none()
+            && self.end == footer.data_end
+            && self.count == footer.record_count
+            && self.last_hash == footer.last_hash
+    }
+}
+
 /// How thoroughly to scan.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ScanMode {

@@ -118,9 +118,20 @@ struct OpenSession {
 #[derive(Default)]
 struct Shard {
     open: HashMap<SessionId, OpenSession>,
-    /// Sessions a thread is opening, outside the shard lock.
+    /// Sessions a thread is opening or closing, outside the shard lock.
     opening: HashSet<SessionId>,
     tick: u64,
+}
+
+impl Shard {
+    /// Takes an open session out to be closed, marked in transition until
+    /// `Store::close_sessions` is done: before that, a new open would find
+    /// its lock taken.
+    fn take_to_close(&mut self, id: SessionId) -> Option<(SessionId, OpenSession)> {
+        let s = self.open.remove(&id)?;
+        self.opening.insert(id);
+        Some((id, s))
+    }
 }
 
 struct Inner {
@@ -270,11 +281,7 @@ impl Store {
             else {
                 break;
             };
-            if let Some(s) = shard.open.remove(&victim) {
-                // Until it is closed, a new open would find its lock taken.
-                shard.opening.insert(victim);
-                evicted.push((victim, s));
-            }
+            evicted.extend(shard.take_to_close(victim));
         }
         shard.tick += 1;
         let tick = shard.tick;
@@ -293,7 +300,7 @@ impl Store {
         Ok(handle)
     }
 
-    /// Closes sessions taken out of shard `slot` and marked `opening` there,
+    /// Closes sessions taken out of shard `slot` with `Shard::take_to_close`,
     /// outside the shard lock (closing syncs), then lets their waiters in.
     /// Returns the first failure; every session is closed (or, on a
     /// failure, left poisoned for the next open to recover) either way.
@@ -304,11 +311,9 @@ impl Store {
         let ids: Vec<SessionId> = sessions.iter().map(|(id, _)| *id).collect();
         let mut result = Ok(());
         for (_, s) in sessions {
-            // The error names the session's segment or catalog file.
-            let closed = close_session(s);
-            if result.is_ok() {
-                result = closed;
-            }
+            // The first failure stands; it names the session's segment or
+            // catalog file.
+            result = result.and(close_session(s));
         }
         let mut shard = self.inner.shards[slot].lock();
         for id in &ids {
@@ -364,19 +369,12 @@ impl Store {
                     .filter(|(_, s)| s.log.is_unshared())
                     .map(|(id, _)| *id)
                     .collect();
-                let mut taken = Vec::new();
-                for id in ids {
-                    if let Some(s) = shard.open.remove(&id) {
-                        shard.opening.insert(id);
-                        taken.push((id, s));
-                    }
-                }
-                taken
+                ids.into_iter()
+                    .filter_map(|id| shard.take_to_close(id))
+                    .collect()
             };
-            let closed = self.close_sessions(slot, open);
-            if result.is_ok() {
-                result = closed;
-            }
+            // The first failure stands.
+            result = result.and(self.close_sessions(slot, open));
         }
         result
     }

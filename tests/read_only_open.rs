@@ -9,10 +9,10 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::{
-    edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir, Countdown, OpKind,
+    edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir, Countdown, OpKind, Span,
 };
 use session_store::format::{self, Footer, Mark, FOOTER_LEN, MARK_SLOT_LEN, SEGMENT_HEADER_LEN};
 use session_store::log::{Durability, Log, RecoveryMode};
@@ -195,17 +195,25 @@ fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
     }
 }
 
+/// Builds and closes a log, then flips a payload byte of the record two past
+/// its last `SessionStart`, which lies below the active segment's mark.
+/// Returns the active segment, that record, and the `SessionStart`'s seq.
+fn flip_below_the_mark(dir: &Path) -> (PathBuf, Span, u64) {
+    let writer = build(dir, &[]);
+    let ss = writer.snapshot().last_session_start().unwrap();
+    writer.close().unwrap();
+    let active = segment_files(dir).pop().unwrap();
+    let spans = common::spans(&fs::read(&active).unwrap());
+    let victim = *spans.iter().find(|s| s.seq == ss + 2).unwrap();
+    assert!((victim.start as u64) < mark_of(&active).unwrap().durable_end);
+    edit(&active, |b| b[victim.start + 70] ^= 0x01);
+    (active, victim, ss)
+}
+
 #[test]
 fn a_salvage_cut_below_the_mark_clears_the_mark_before_zeroing() {
     let dir = sweep_tempdir();
-    let writer = build(dir.path(), &[]);
-    let ss = writer.snapshot().last_session_start().unwrap();
-    writer.close().unwrap();
-    let active = segment_files(dir.path()).pop().unwrap();
-    let spans = common::spans(&fs::read(&active).unwrap());
-    let victim = spans.iter().find(|s| s.seq == ss + 2).unwrap();
-    assert!((victim.start as u64) < mark_of(&active).unwrap().durable_end);
-    edit(&active, |b| b[victim.start + 70] ^= 0x01);
+    let (active, victim, ss) = flip_below_the_mark(dir.path());
     let salvage = || opts(SEG).recovery(RecoveryMode::Salvage);
     // A crash after the mark is cleared, before the records are zeroed: the
     // second write (the first of the zeros) fails.
@@ -262,14 +270,7 @@ fn verify_checks_the_footers_last_session_start() {
 #[test]
 fn a_damaged_record_below_the_mark_is_reported_when_read() {
     let dir = sweep_tempdir();
-    let writer = build(dir.path(), &[]);
-    let ss = writer.snapshot().last_session_start().unwrap();
-    writer.close().unwrap();
-    let active = segment_files(dir.path()).pop().unwrap();
-    let bytes = fs::read(&active).unwrap();
-    let spans = common::spans(&bytes);
-    let victim = spans.iter().find(|s| s.seq == ss + 2).unwrap();
-    edit(&active, |b| b[victim.start + 70] ^= 0x01);
+    let (active, victim, ss) = flip_below_the_mark(dir.path());
     // The open trusts the mark and skips the record; reading it fails, at it.
     let reader = Log::open_read_only(dir.path()).unwrap();
     match reader.restore() {
