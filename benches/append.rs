@@ -48,7 +48,7 @@ fn buffered(c: &mut Criterion) {
                     let log = Log::open(dir.path(), LogOptions::default()).expect("open");
                     let start = Instant::now();
                     for t in &w.entries {
-                        log.append_batch(t, Durability::Buffered, None)
+                        log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
                             .expect("append");
                     }
                     total += start.elapsed();
@@ -83,8 +83,12 @@ fn sync(c: &mut Criterion) {
                         s.spawn(move || {
                             for i in 0..per_thread {
                                 let turn = &w.entries[(i as usize * threads + t) % w.entries.len()];
-                                log.append_batch(turn, Durability::Sync, None)
-                                    .expect("append");
+                                log.append_batch(
+                                    turn,
+                                    Durability::Sync,
+                                    session_store::ExpectHead::Any,
+                                )
+                                .expect("append");
                             }
                         });
                     }

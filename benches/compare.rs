@@ -101,7 +101,7 @@ fn ss_append(dir: &Path, w: &Workload) -> f64 {
     let log = Log::open(dir, LogOptions::default()).expect("open");
     let secs = time(|| {
         for t in &w.entries {
-            log.append_batch(t, Durability::Buffered, None)
+            log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
                 .expect("append");
         }
     });
@@ -692,8 +692,12 @@ fn durable_rows(run: &mut Runner, w: &Workload, raw_mb_s: f64) {
                     commits,
                     || (),
                     |_, i| {
-                        log.append_batch(&w.entries[i], Durability::Sync, None)
-                            .expect("append");
+                        log.append_batch(
+                            &w.entries[i],
+                            Durability::Sync,
+                            session_store::ExpectHead::Any,
+                        )
+                        .expect("append");
                     },
                 )
             }),

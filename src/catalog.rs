@@ -19,8 +19,8 @@
 //! fixed slots, so that `list` reads one file instead of one per session.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,8 +28,8 @@ use parking_lot::Mutex;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
+use crate::fs::{io_err, Hook, HookedFile};
 use crate::schema::{SessionId, SessionOrigin};
-use crate::segment::io_err;
 
 const HEAD_MAGIC: [u8; 4] = *b"SSCH";
 const TITLE_MAGIC: [u8; 4] = *b"SSCT";
@@ -132,15 +132,13 @@ impl HeadSlot {
 }
 
 /// Creates a catalog file (0600) with its identity, durably.
-pub(crate) fn create(path: &Path, identity: &Identity, title: Option<&str>) -> Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err("create", path))?;
+pub(crate) fn create(
+    path: &Path,
+    identity: &Identity,
+    title: Option<&str>,
+    hook: &Hook,
+) -> Result<HookedFile> {
+    let file = HookedFile::create(path, hook)?;
     let mut buf = vec![0u8; CATALOG_LEN];
     let ident = serde_json::to_vec(identity).expect("identity serializes");
     if ident.len() > IDENT_MAX {
@@ -153,31 +151,19 @@ pub(crate) fn create(path: &Path, identity: &Identity, title: Option<&str>) -> R
         let f = framed(TITLE_MAGIC, t.as_bytes());
         buf[TITLE_AT as usize..TITLE_AT as usize + f.len()].copy_from_slice(&f);
     }
-    file.write_all_at(&buf, 0).map_err(io_err("write", path))?;
-    file.sync_data().map_err(io_err("fdatasync", path))?;
+    file.write_at(0, &buf)?;
+    file.sync()?;
     Ok(file)
 }
 
-/// Opens an existing catalog file for updates.
-pub(crate) fn open(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(io_err("open", path))
-}
-
 /// Rewrites the head slot.
-pub(crate) fn write_head(file: &File, path: &Path, head: &HeadSlot) -> Result<()> {
-    file.write_all_at(&head.encode(), HEAD_AT)
-        .map_err(io_err("write", path))
+fn write_head(file: &HookedFile, head: &HeadSlot) -> Result<()> {
+    file.write_at(HEAD_AT, &head.encode())
 }
 
 /// Sets the title once it is known.
-pub(crate) fn write_title(file: &File, path: &Path, title: &str) -> Result<()> {
-    let f = framed(TITLE_MAGIC, excerpt(title).as_bytes());
-    file.write_all_at(&f, TITLE_AT)
-        .map_err(io_err("write", path))
+fn write_title(file: &HookedFile, title: &str) -> Result<()> {
+    file.write_at(TITLE_AT, &framed(TITLE_MAGIC, excerpt(title).as_bytes()))
 }
 
 /// Reads a whole catalog file; damaged parts read as `None`.
@@ -228,8 +214,7 @@ pub(crate) fn excerpt(text: &str) -> String {
 /// its slot in the store's listing cache (a copy that `list` reads in one go).
 pub(crate) struct SessionCatalog {
     id: SessionId,
-    path: PathBuf,
-    file: File,
+    file: HookedFile,
     state: Mutex<CatalogState>,
     cache: Option<(Arc<ListCache>, u32)>,
 }
@@ -246,9 +231,10 @@ impl SessionCatalog {
         id: SessionId,
         path: PathBuf,
         cache: Option<&Arc<ListCache>>,
+        hook: &Hook,
     ) -> Result<SessionCatalog> {
         let record = read(&path)?;
-        let file = open(&path)?;
+        let file = HookedFile::open(&path, true, hook)?;
         let identity = record.identity.unwrap_or(Identity {
             created_ms: id.created_ms().unwrap_or(0),
             forked_from: None,
@@ -256,7 +242,6 @@ impl SessionCatalog {
         });
         Ok(SessionCatalog {
             id,
-            path,
             file,
             state: Mutex::new(CatalogState {
                 title: record.title,
@@ -279,7 +264,7 @@ impl SessionCatalog {
 
     /// Records the title (the next `set_head` copies it to the cache).
     pub(crate) fn set_title(&self, title: &str) -> Result<()> {
-        write_title(&self.file, &self.path, title)?;
+        write_title(&self.file, title)?;
         self.state.lock().title = Some(excerpt(title));
         Ok(())
     }
@@ -293,9 +278,7 @@ impl SessionCatalog {
         if let Some((cache, _)) = &self.cache {
             cache.sync()?;
         }
-        self.file
-            .sync_data()
-            .map_err(io_err("fdatasync", &self.path))
+        self.file.sync()
     }
 
     /// Rewrites the head slot in the file and the cache. The cache is never
@@ -307,9 +290,9 @@ impl SessionCatalog {
         state.head = head;
         if head.dirty {
             self.write_cache(&state)?;
-            write_head(&self.file, &self.path, &head)
+            write_head(&self.file, &head)
         } else {
-            write_head(&self.file, &self.path, &head)?;
+            write_head(&self.file, &head)?;
             self.write_cache(&state)
         }
     }
@@ -360,8 +343,7 @@ pub(crate) struct CachedSession {
 /// another session or is dirty without a live writer sends `list` to the
 /// session's own catalog file.
 pub(crate) struct ListCache {
-    path: PathBuf,
-    file: File,
+    file: HookedFile,
     table: Mutex<SlotTable>,
 }
 
@@ -441,16 +423,9 @@ impl CachedSession {
 
 impl ListCache {
     /// Opens (or creates) the cache in `root` and learns which slots are taken.
-    pub(crate) fn open(root: &Path) -> Result<ListCache> {
+    pub(crate) fn open(root: &Path, hook: &Hook) -> Result<ListCache> {
         let path = root.join(LIST_CACHE_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err("open", &path))?;
+        let file = HookedFile::open_or_create(&path, hook)?;
         let mut table = SlotTable::default();
         for (slot, entry) in ListCache::read_slots(&path)? {
             if let Some(e) = entry {
@@ -462,7 +437,6 @@ impl ListCache {
             table.next = table.next.max(slot + 1);
         }
         Ok(ListCache {
-            path,
             file,
             table: Mutex::new(table),
         })
@@ -522,9 +496,9 @@ impl ListCache {
     /// one slot and no session gets two.
     fn place(&self, id: SessionId, learn: bool) -> u32 {
         let mut t = self.table.lock();
-        let locked = self.file.lock().is_ok();
+        let locked = self.file.file().lock().is_ok();
         if learn {
-            for (slot, e) in ListCache::read_slots(&self.path).unwrap_or_default() {
+            for (slot, e) in ListCache::read_slots(self.file.path()).unwrap_or_default() {
                 if let Some(e) = e {
                     if !t.by_id.contains_key(&e.id) && t.taken.insert(slot) {
                         t.by_id.insert(e.id, slot);
@@ -538,6 +512,7 @@ impl ListCache {
             None => {
                 let on_disk = self
                     .file
+                    .file()
                     .metadata()
                     .map_or(0, |m| m.len() / CACHE_SLOT_LEN as u64);
                 let slot = (on_disk as u32).max(t.next);
@@ -562,15 +537,13 @@ impl ListCache {
             }
         };
         if locked {
-            let _ = self.file.unlock();
+            let _ = self.file.file().unlock();
         }
         slot
     }
 
     fn sync(&self) -> Result<()> {
-        self.file
-            .sync_data()
-            .map_err(io_err("fdatasync", &self.path))
+        self.file.sync()
     }
 
     /// Writes `entry` into the session's slot, taking one if it has none.
@@ -580,17 +553,14 @@ impl ListCache {
 
     fn write(&self, slot: u32, entry: &CachedSession) -> Result<()> {
         self.file
-            .write_all_at(&entry.encode(), u64::from(slot) * CACHE_SLOT_LEN as u64)
-            .map_err(io_err("write", &self.path))
+            .write_at(u64::from(slot) * CACHE_SLOT_LEN as u64, &entry.encode())
     }
 
     fn clear(&self, id: SessionId, slot: u32) -> Result<()> {
-        self.file
-            .write_all_at(
-                &[0u8; CACHE_SLOT_LEN],
-                u64::from(slot) * CACHE_SLOT_LEN as u64,
-            )
-            .map_err(io_err("write", &self.path))?;
+        self.file.write_at(
+            u64::from(slot) * CACHE_SLOT_LEN as u64,
+            &[0u8; CACHE_SLOT_LEN],
+        )?;
         let mut t = self.table.lock();
         if t.by_id.remove(&id).is_some() {
             t.taken.remove(&slot);

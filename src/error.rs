@@ -71,6 +71,23 @@ pub enum Error {
         /// The head on disk.
         actual: Option<EntryHash>,
     },
+    /// [`Log::append_batch`](crate::Log::append_batch) was told to expect a
+    /// head that is not the log's; nothing was written. A store reports
+    /// this as [`Error::HeadMismatch`] on the session.
+    #[error(
+        "head conflict in {}: expected {}, the log's head is {}",
+        log.display(),
+        fmt_hash(expected),
+        fmt_hash(actual)
+    )]
+    HeadConflict {
+        /// The log's directory.
+        log: PathBuf,
+        /// The head expected (`None`: an empty log).
+        expected: Option<EntryHash>,
+        /// The log's head (`None`: empty).
+        actual: Option<EntryHash>,
+    },
     /// A line of the JSON wire form is unacceptable.
     #[error("line {line}, column {column}: {message}")]
     Wire {

@@ -180,6 +180,12 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// Whether this segment's marks name the last `SessionStart` below them
+    /// (version 2 on; version 1 marks have no such field).
+    pub fn marks_session_start(&self) -> bool {
+        self.version >= 2
+    }
+
     /// The 256 header bytes, with both mark slots empty.
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut b = [0u8; SEGMENT_HEADER_LEN];
@@ -364,6 +370,54 @@ impl RecordHeader {
     }
 }
 
+/// Offset of the first record in every segment, just past the header.
+pub const FIRST_RECORD_OFFSET: u64 = SEGMENT_HEADER_LEN as u64;
+
+// The record codec. Every writer of records frames them with
+// [`begin_record`], [`end_record`] and [`write_record_header`]; every walker
+// reads them with [`next_record`] or [`read_record`]. A change of the record
+// layout touches these and DESIGN.md only.
+
+/// Why a payload cannot be framed as a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadLenError {
+    /// The payload's length in bytes (0, or over [`MAX_PAYLOAD_LEN`]).
+    pub len: usize,
+}
+
+/// Starts a record at the end of `buf`, which holds whole records only (its
+/// length is a multiple of [`RECORD_ALIGN`]): appends a blank header, after
+/// which the caller appends the payload. Returns the record's start.
+pub fn begin_record(buf: &mut rkyv::util::AlignedVec) -> usize {
+    debug_assert!(
+        buf.len().is_multiple_of(RECORD_ALIGN),
+        "records start aligned"
+    );
+    let start = buf.len();
+    buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN]);
+    start
+}
+
+/// Ends the record begun at `start`: checks the payload's length and pads
+/// the record with zeros to a multiple of [`RECORD_ALIGN`]. Returns the
+/// payload's length.
+pub fn end_record(buf: &mut rkyv::util::AlignedVec, start: usize) -> Result<u32, PayloadLenError> {
+    let len = buf.len() - start - RECORD_HEADER_LEN;
+    if len == 0 || len > MAX_PAYLOAD_LEN {
+        return Err(PayloadLenError { len });
+    }
+    buf.resize(start + record_len(len), 0);
+    Ok(len as u32)
+}
+
+/// Fills in the header of a framed record (`rec` starts at the record and
+/// holds at least its header and payload), computes its CRC, and returns its
+/// chain hash.
+pub fn write_record_header(rec: &mut [u8], header: &RecordHeader) -> EntryHash {
+    header.write(rec);
+    seal_record(&mut rec[..RECORD_HEADER_LEN + header.payload_len as usize])
+}
+
 /// Computes and stores the CRC of a fully written record (`rec` holds header and
 /// payload, padding excluded) and returns its chain hash.
 pub fn seal_record(rec: &mut [u8]) -> EntryHash {
@@ -394,6 +448,69 @@ pub fn record_link(rec: &[u8]) -> EntryHash {
 /// The `prev_hash` field of the record starting at `b`, if there is room for it.
 pub fn prev_hash_of(b: &[u8]) -> Option<EntryHash> {
     (b.len() >= REC_PREV_HASH + 32).then(|| hash_at(b, REC_PREV_HASH))
+}
+
+/// A whole record found in a segment's bytes, not yet CRC-checked.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    /// Its header's fields.
+    pub header: RecordHeader,
+    /// Its header and payload, without the padding: what the CRC covers.
+    pub body: &'a [u8],
+}
+
+impl<'a> RecordRef<'a> {
+    /// The rkyv payload.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.body[RECORD_HEADER_LEN..]
+    }
+
+    /// Total length, padding included: the next record starts this far on.
+    pub fn len(&self) -> usize {
+        self.header.record_len()
+    }
+
+    /// Always false: a record holds at least a header and one payload byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Checks the stored CRC.
+    pub fn check_crc(&self) -> Result<(), CorruptKind> {
+        check_record_crc(self.body)
+    }
+
+    /// This record's chain hash.
+    pub fn link(&self) -> EntryHash {
+        record_link(self.body)
+    }
+}
+
+/// Reads the record that must start at `bytes[at..]`: a bad or incomplete
+/// header, or a record that runs past the end of `bytes`, is an error.
+pub fn read_record(bytes: &[u8], at: usize) -> Result<RecordRef<'_>, CorruptKind> {
+    let rest = bytes.get(at..).ok_or(CorruptKind::Truncated)?;
+    let header = RecordHeader::read(rest)?;
+    if header.record_len() > rest.len() {
+        return Err(CorruptKind::Truncated);
+    }
+    Ok(RecordRef {
+        header,
+        body: &rest[..RECORD_HEADER_LEN + header.payload_len as usize],
+    })
+}
+
+/// The next record of a walk at `bytes[at..]`, or `None` where the records
+/// end: at zeros (a segment's unused space is zero), or at the end of
+/// `bytes`. Bytes that are neither zeros nor a whole record are an error.
+pub fn next_record(bytes: &[u8], at: usize) -> Result<Option<RecordRef<'_>>, CorruptKind> {
+    let rest = bytes.get(at..).unwrap_or_default();
+    match rest.get(..RECORD_HEADER_LEN) {
+        None if rest.iter().any(|&b| b != 0) => Err(CorruptKind::Truncated),
+        None => Ok(None),
+        Some(head) if head.iter().all(|&b| b == 0) => Ok(None),
+        Some(_) => read_record(bytes, at).map(Some),
+    }
 }
 
 /// A sealed segment's footer.

@@ -32,6 +32,7 @@ pub mod chain;
 pub mod error;
 pub mod export;
 pub mod format;
+mod fs;
 pub mod history;
 pub mod item;
 pub mod log;
@@ -44,8 +45,9 @@ mod mmap;
 
 pub use chain::EntryHash;
 pub use error::{CorruptKind, Error, Result};
+pub use fs::{IoHook, IoOp};
 pub use item::{ContentPart, Item, ItemStatus, Role};
-pub use log::{Durability, Log, LogOptions, RecoveryMode};
+pub use log::{Durability, ExpectHead, Log, LogOptions, RecoveryMode};
 pub use schema::{
     group_delta, EntryKind, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
     RequestConfig, SessionId, SessionOrigin, WorkerResult,

@@ -1,86 +1,22 @@
 //! One segment file: create (preallocated), map, append (pwrite), seal, scan.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{
-    self, Footer, IndexEntry, Mark, RecordHeader, SegmentHeader, FOOTER_LEN, INDEX_ENTRY_LEN,
-    MARK_SLOT_0, MARK_SLOT_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    self, Footer, IndexEntry, Mark, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
+    INDEX_ENTRY_LEN, MARK_SLOT_0, MARK_SLOT_LEN, SEGMENT_HEADER_LEN,
 };
+use crate::fs::{io_err, sync_dir, Hook, HookedFile};
+pub use crate::fs::{IoHook, IoOp};
 use crate::mmap::{self, Map};
 use crate::schema::EntryKind;
-
-/// An I/O operation about to happen, shown to an [`IoHook`].
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum IoOp<'a> {
-    /// A file is created and `len` bytes reserved for it.
-    Allocate {
-        /// The file.
-        path: &'a Path,
-        /// Bytes reserved.
-        len: u64,
-    },
-    /// Bytes are written at an offset (`pwrite`).
-    Write {
-        /// The file.
-        path: &'a Path,
-        /// Offset.
-        offset: u64,
-        /// The bytes, as they will stand in the file.
-        data: &'a [u8],
-    },
-    /// `fdatasync` of a file.
-    Sync {
-        /// The file.
-        path: &'a Path,
-    },
-    /// A rename inside the log directory.
-    Rename {
-        /// Old name.
-        from: &'a Path,
-        /// New name.
-        to: &'a Path,
-    },
-    /// `fsync` of a directory.
-    SyncDir {
-        /// The directory.
-        path: &'a Path,
-    },
-    /// A file is removed.
-    Remove {
-        /// The file.
-        path: &'a Path,
-    },
-}
-
-/// The fault seam: called before each I/O operation of a writer. An error
-/// returned here is treated exactly like the operating system's.
-///
-/// Tests use it to count, record and fail operations; production code leaves
-/// it unset.
-pub trait IoHook: Send + Sync {
-    /// Called before `op` runs; for writes, after the bytes are prepared and
-    /// before they are published.
-    fn before(&self, op: &IoOp<'_>) -> io::Result<()>;
-}
-
-/// The optional hook, shared by a log and its segments.
-pub(crate) type Hook = Option<Arc<dyn IoHook>>;
-
-pub(crate) fn run_hook(hook: &Hook, op: IoOp<'_>) -> io::Result<()> {
-    match hook {
-        Some(h) => h.before(&op),
-        None => Ok(()),
-    }
-}
 
 /// Records are indexed at least this often (bytes) in the sparse index.
 pub(crate) const INDEX_STRIDE_BYTES: u64 = 64 << 10;
@@ -88,7 +24,7 @@ pub(crate) const INDEX_STRIDE_BYTES: u64 = 64 << 10;
 /// One mapped segment file.
 pub(crate) struct Segment {
     pub(crate) path: PathBuf,
-    file: File,
+    file: HookedFile,
     pub(crate) map: Map,
     pub(crate) header: SegmentHeader,
     /// Set once sealed.
@@ -103,18 +39,6 @@ pub(crate) struct Segment {
     pub(crate) mark: Mutex<Option<Mark>>,
     /// What the last completed `fdatasync` covered.
     pub(crate) synced: Mutex<Option<Point>>,
-    hook: Hook,
-}
-
-/// Reads `len` bytes at `offset` with `pread`. Headers, marks, footers and
-/// indexes are read this way rather than through the map, so that opening a
-/// segment faults in no page of its map: a restore that never reads a sealed
-/// segment's records never pays for mapping them.
-fn read_exact_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, offset)
-        .map_err(io_err("read", path))?;
-    Ok(buf)
 }
 
 /// A point in the active segment, as a durable mark records it.
@@ -142,18 +66,6 @@ pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
         .then(|| digits.parse().ok())?
 }
 
-pub(crate) fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
-    move |e| Error::io(op, path, e)
-}
-
-/// fsync of a directory.
-pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
-    run_hook(hook, IoOp::SyncDir { path: dir }).map_err(io_err("fsync dir", dir))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync dir", dir))
-}
-
 /// Writes zeros over all of a freshly allocated file and makes them durable.
 ///
 /// `posix_fallocate` leaves the blocks *unwritten* (ext4, XFS), so every
@@ -178,8 +90,7 @@ fn zero_fill(file: &File, len: u64) -> io::Result<()> {
 
 /// A freshly allocated file waiting to become the next segment.
 pub(crate) struct Prepared {
-    path: PathBuf,
-    file: File,
+    file: HookedFile,
     map: Map,
 }
 
@@ -187,20 +98,16 @@ impl Prepared {
     /// Creates `path` (0600), reserves `len` bytes of disk and maps it; with
     /// `zero`, also writes zeros over it and syncs them (see [`zero_fill`]).
     pub(crate) fn create(path: PathBuf, len: u64, zero: bool, hook: &Hook) -> Result<Prepared> {
-        run_hook(hook, IoOp::Allocate { path: &path, len }).map_err(io_err("fallocate", &path))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err("create", &path))?;
-        let result = mmap::fallocate(&file, len)
-            .and_then(|()| if zero { zero_fill(&file, len) } else { Ok(()) })
-            .map_err(io_err("fallocate", &path))
-            .and_then(|()| Map::new(&file, len as usize).map_err(io_err("mmap", &path)));
+        let file = HookedFile::allocate(&path, len, hook)?;
+        let result = if zero {
+            zero_fill(file.file(), len)
+        } else {
+            Ok(())
+        }
+        .map_err(io_err("fallocate", &path))
+        .and_then(|()| Map::new(file.file(), len as usize).map_err(io_err("mmap", &path)));
         match result {
-            Ok(map) => Ok(Prepared { path, file, map }),
+            Ok(map) => Ok(Prepared { file, map }),
             Err(e) => {
                 let _ = fs::remove_file(&path);
                 Err(e)
@@ -225,40 +132,21 @@ impl Prepared {
         durable_name: bool,
         hook: &Hook,
     ) -> Result<Segment> {
-        let Prepared { path, file, map } = self;
-        let bytes = header.encode();
-        run_hook(
-            hook,
-            IoOp::Write {
-                path: &path,
-                offset: 0,
-                data: &bytes,
-            },
-        )
-        .map_err(io_err("write", &path))?;
-        file.write_all_at(&bytes, 0)
-            .map_err(io_err("write", &path))?;
-        run_hook(hook, IoOp::Sync { path: &path }).map_err(io_err("fdatasync", &path))?;
-        file.sync_data().map_err(io_err("fdatasync", &path))?;
+        let Prepared { file, map } = self;
+        file.write_at(0, &header.encode())?;
+        file.sync()?;
         let final_path = dir.join(segment_name(header.first_seq));
-        run_hook(
-            hook,
-            IoOp::Rename {
-                from: &path,
-                to: &final_path,
-            },
-        )
-        .map_err(io_err("rename", &path))?;
-        fs::rename(&path, &final_path).map_err(io_err("rename", &path))?;
+        crate::fs::rename(file.path(), &final_path, hook)?;
         if durable_name {
             sync_dir(dir, hook)?;
         }
-        Ok(Segment::new(final_path, file, map, header, None, hook))
+        let file = file.renamed(&final_path);
+        Ok(Segment::new(final_path, file, map, header, None))
     }
 
     /// Removes the file (an unused preparation).
     pub(crate) fn discard(self) {
-        let _ = fs::remove_file(&self.path);
+        let _ = fs::remove_file(self.file.path());
     }
 }
 
@@ -314,12 +202,8 @@ pub(crate) struct ScanMode {
 impl Segment {
     /// Opens and maps an existing segment, checking its header.
     pub(crate) fn open(path: &Path, writable: bool, hook: &Hook) -> Result<Segment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(path)
-            .map_err(io_err("open", path))?;
-        let len = file.metadata().map_err(io_err("stat", path))?.len();
+        let file = HookedFile::open(path, writable, hook)?;
+        let len = file.file().metadata().map_err(io_err("stat", path))?.len();
         let corrupt = |offset: u64, kind| Error::Corrupt {
             segment: path.to_path_buf(),
             offset,
@@ -329,8 +213,8 @@ impl Segment {
         if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 || len > isize::MAX as u64 {
             return Err(corrupt(len, CorruptKind::Truncated));
         }
-        let map = Map::new(&file, len as usize).map_err(io_err("mmap", path))?;
-        let header_bytes = read_exact_at(&file, path, 0, SEGMENT_HEADER_LEN)?;
+        let map = Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?;
+        let header_bytes = file.read_exact_at(0, SEGMENT_HEADER_LEN)?;
         let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
         if header.segment_len > len {
             // Segments are preallocated in full, so a shorter file lost its end.
@@ -348,25 +232,17 @@ impl Segment {
         // Continue the generations on disk: restarting at 1 would let an
         // older mark in the other slot outrank the next one written.
         let mark = Mark::newest(&header_bytes);
-        Ok(Segment::new(
-            path.to_path_buf(),
-            file,
-            map,
-            header,
-            mark,
-            hook,
-        ))
+        Ok(Segment::new(path.to_path_buf(), file, map, header, mark))
     }
 
     /// A segment with no footer, index or sync yet, whose last mark written
     /// is `mark`.
     fn new(
         path: PathBuf,
-        file: File,
+        file: HookedFile,
         map: Map,
         header: SegmentHeader,
         mark: Option<Mark>,
-        hook: &Hook,
     ) -> Segment {
         Segment {
             path,
@@ -378,7 +254,6 @@ impl Segment {
             index_pending: Mutex::new(None),
             mark: Mutex::new(mark),
             synced: Mutex::new(None),
-            hook: hook.clone(),
         }
     }
 
@@ -398,7 +273,8 @@ impl Segment {
     /// The newest valid durable mark in the header.
     pub(crate) fn read_mark(&self) -> Option<Mark> {
         // A read failure here is one of the header's, which open just read.
-        read_exact_at(&self.file, &self.path, 0, SEGMENT_HEADER_LEN)
+        self.file
+            .read_exact_at(0, SEGMENT_HEADER_LEN)
             .ok()
             .and_then(|b| Mark::newest(&b))
     }
@@ -408,7 +284,7 @@ impl Segment {
     /// that waits for [`Segment::ensure_index`].
     pub(crate) fn read_footer(&self, load_index: bool) -> Result<Option<Footer>> {
         let at = self.len() as usize - FOOTER_LEN;
-        let bytes = read_exact_at(&self.file, &self.path, at as u64, FOOTER_LEN)?;
+        let bytes = self.file.read_exact_at(at as u64, FOOTER_LEN)?;
         let footer = match Footer::decode(&bytes).map_err(|k| self.corrupt(at as u64, None, k))? {
             None => return Ok(None),
             Some(f) => f,
@@ -420,7 +296,7 @@ impl Segment {
             .and_then(|n| n.checked_add(footer.index_offset));
         match index_end {
             Some(end)
-                if footer.data_end >= SEGMENT_HEADER_LEN as u64
+                if footer.data_end >= FIRST_RECORD_OFFSET
                     && footer.index_offset >= footer.data_end
                     && end <= at as u64 => {}
             _ => return bad("index or data bounds outside the file".into()),
@@ -451,9 +327,7 @@ impl Segment {
 
     /// Reads and checks the index that `footer` (already checked) describes.
     fn load_index(&self, footer: &Footer) -> Result<()> {
-        let ib = read_exact_at(
-            &self.file,
-            &self.path,
+        let ib = self.file.read_exact_at(
             footer.index_offset,
             (footer.index_count * INDEX_ENTRY_LEN as u64) as usize,
         )?;
@@ -461,7 +335,7 @@ impl Segment {
             .map_err(|k| self.corrupt(footer.index_offset, None, k))?;
         if index
             .iter()
-            .any(|e| e.offset < SEGMENT_HEADER_LEN as u64 || e.offset >= footer.data_end)
+            .any(|e| e.offset < FIRST_RECORD_OFFSET || e.offset >= footer.data_end)
         {
             let at = self.len() - FOOTER_LEN as u64;
             let why = "index entry outside the data".to_string();
@@ -488,42 +362,27 @@ impl Segment {
 
     /// Writes bytes at `offset` (header area, or at or above committed).
     pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
-        run_hook(
-            &self.hook,
-            IoOp::Write {
-                path: &self.path,
-                offset,
-                data,
-            },
-        )
-        .map_err(io_err("write", &self.path))?;
         let end = offset + data.len() as u64;
         assert!(
-            end <= SEGMENT_HEADER_LEN as u64 || offset >= self.map.committed(),
+            end <= FIRST_RECORD_OFFSET || offset >= self.map.committed(),
             "write {offset}..{end} into the committed area"
         );
         assert!(
             end <= self.len(),
             "write {offset}..{end} beyond the segment"
         );
-        self.file
-            .write_all_at(data, offset)
-            .map_err(io_err("write", &self.path))
+        self.file.write_at(offset, data)
     }
 
     /// Starts writeback of `from..to` without waiting for it (a hint; errors
     /// surface at the next `fdatasync`).
     pub(crate) fn start_writeback(&self, from: u64, to: u64) {
-        mmap::start_writeback(&self.file, from, to);
+        mmap::start_writeback(self.file.file(), from, to);
     }
 
     /// `fdatasync`: makes every write to this file durable.
     pub(crate) fn sync(&self) -> Result<()> {
-        run_hook(&self.hook, IoOp::Sync { path: &self.path })
-            .map_err(io_err("fdatasync", &self.path))?;
-        self.file
-            .sync_data()
-            .map_err(io_err("fdatasync", &self.path))
+        self.file.sync()
     }
 
     /// Writes the next durable mark (alternating slots), in this segment's
@@ -640,32 +499,20 @@ pub(crate) fn scan_bytes(
         // Damage is reported with the seq the record at `off` must have: the
         // seq field of a damaged header cannot be trusted.
         let seq = Some(next_seq);
-        let Some(head) = bytes.get(off..off + RECORD_HEADER_LEN) else {
-            if bytes.len() > off && bytes[off..].iter().any(|&b| b != 0) {
-                scan.stop = Some((off as u64, seq, CorruptKind::Truncated));
-            }
-            break;
-        };
-        if head.iter().all(|&b| b == 0) {
-            break;
-        }
-        let h = match RecordHeader::read(head) {
-            Ok(h) => h,
+        let rec = match format::next_record(bytes, off) {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
             Err(kind) => {
                 scan.stop = Some((off as u64, seq, kind));
                 break;
             }
         };
-        let body_end = off + RECORD_HEADER_LEN + h.payload_len as usize;
-        let rec_end = off + h.record_len();
-        if rec_end > bytes.len() {
-            scan.stop = Some((off as u64, seq, CorruptKind::Truncated));
-            break;
-        }
-        let rec = &bytes[off..body_end];
+        let h = rec.header;
+        let body_end = off + rec.body.len();
+        let rec_end = off + rec.len();
         let in_trusted = trusted.is_some_and(|m| (off as u64) < m.durable_end);
         if mode.crc_below_mark || !in_trusted {
-            if let Err(kind) = format::check_record_crc(rec) {
+            if let Err(kind) = rec.check_crc() {
                 scan.stop = Some((off as u64, seq, kind));
                 break;
             }
@@ -710,7 +557,7 @@ pub(crate) fn scan_bytes(
         // it must match the mark's hash: otherwise an edit with a fixed-up
         // CRC there would pass, and the next mark would adopt it.
         if let Some(m) = trusted.filter(|m| rec_end as u64 == m.durable_end) {
-            let actual = format::record_link(rec);
+            let actual = rec.link();
             if actual != m.durable_hash {
                 let expected = m.durable_hash;
                 scan.stop = Some((off as u64, seq, CorruptKind::ChainLink { expected, actual }));
@@ -718,7 +565,7 @@ pub(crate) fn scan_bytes(
             }
         }
         if mode.check_archives {
-            if let Err(why) = crate::schema::LogEntry::access_archive(&rec[RECORD_HEADER_LEN..]) {
+            if let Err(why) = crate::schema::LogEntry::access_archive(rec.payload()) {
                 scan.stop = Some((off as u64, seq, CorruptKind::InvalidArchive(why)));
                 break;
             }
@@ -726,7 +573,7 @@ pub(crate) fn scan_bytes(
         if in_trusted {
             hash_known = false;
         } else {
-            hash = format::record_link(rec);
+            hash = rec.link();
             hash_known = true;
         }
         last_start = Some((off, body_end));

@@ -7,7 +7,9 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::chain::EntryHash;
+use crate::error::Result;
 use crate::item::Item;
+use crate::log::{Log, Snapshot};
 use crate::schema::{ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionOrigin};
 
 /// Token usage of one model call, as logged.
@@ -293,4 +295,28 @@ pub fn check_history(history: &[Item]) -> Vec<Problem> {
         | Problem::DanglingReasoning { index } => *index,
     });
     problems
+}
+
+impl Log {
+    /// Replays from the last `SessionStart` (found through the footers and the
+    /// sparse index, never by scanning from seq 0) into a [`RestoredState`].
+    pub fn restore(&self) -> Result<RestoredState> {
+        self.snapshot().restore()
+    }
+}
+
+impl Snapshot {
+    /// Replays from the last `SessionStart` into a [`RestoredState`].
+    pub fn restore(&self) -> Result<RestoredState> {
+        let mut state = RestoredState::default();
+        let from = self.last_session_start().unwrap_or(self.first_seq());
+        for rec in self.iter_from(from) {
+            let rec = rec?;
+            state.apply_archived(rec.entry);
+            state.head = Some(rec.hash);
+            state.head_seq = Some(rec.seq);
+        }
+        state.entries = self.next_seq() - self.first_seq();
+        Ok(state)
+    }
 }

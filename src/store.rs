@@ -7,8 +7,7 @@
 //! `sessions/` whole.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, DirBuilder, File};
-use std::os::unix::fs::DirBuilderExt;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,14 +21,13 @@ use crate::catalog::{
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::WireLine;
-use crate::format::{self, RecordHeader, RECORD_HEADER_LEN};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
 use crate::item::Item;
-use crate::log::{Durability, Log, LogOptions, RecoveryReport, Snapshot};
+use crate::log::{Durability, ExpectHead, Log, LogOptions, RecoveryReport, Snapshot};
 use crate::schema::{
     group_delta, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin,
     WorkerResult,
 };
-use crate::segment::{io_err, sync_dir};
 use crate::state::RestoredState;
 
 const SHARDS: usize = 16;
@@ -168,14 +166,6 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn mkdir(path: &Path) -> Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(io_err("create dir", path))
-}
-
 impl Store {
     /// Opens (or creates) a store at `root` with default options.
     pub fn open(root: impl AsRef<Path>) -> Result<Store> {
@@ -185,16 +175,32 @@ impl Store {
     /// Opens (or creates) a store at `root`.
     pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
         let root = root.as_ref().to_path_buf();
-        mkdir(&root.join("sessions"))?;
-        mkdir(&root.join("trash"))?;
-        mkdir(&root.join("staging"))?;
+        let hook = &opts.log.hook;
+        let new_root = !root.is_dir();
+        let mut created = new_root;
+        for dir in ["sessions", "trash", "staging"] {
+            let dir = root.join(dir);
+            if !dir.is_dir() {
+                hooked_fs::create_dir(&dir, hook)?;
+                created = true;
+            }
+        }
+        // The directories hold every session: their names must be durable
+        // before any session in them is acknowledged.
+        if created {
+            sync_dir(&root, hook)?;
+        }
+        if new_root {
+            let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+            sync_dir(parent.unwrap_or(Path::new(".")), hook)?;
+        }
         // Finish deletions a crash interrupted.
         if let Ok(entries) = fs::read_dir(root.join("trash")) {
             for e in entries.flatten() {
-                let _ = fs::remove_dir_all(e.path());
+                let _ = hooked_fs::remove_dir_all(&e.path(), hook);
             }
         }
-        let cache = Arc::new(ListCache::open(&root)?);
+        let cache = Arc::new(ListCache::open(&root, hook)?);
         let shards = opts.max_open_sessions.clamp(1, SHARDS);
         Ok(Store {
             inner: Arc::new(Inner {
@@ -206,6 +212,11 @@ impl Store {
                 eviction_failure: Mutex::new(None),
             }),
         })
+    }
+
+    /// The fault seam every write of this store goes through.
+    fn hook(&self) -> &Hook {
+        &self.inner.opts.log.hook
     }
 
     /// The root directory.
@@ -337,6 +348,7 @@ impl Store {
             id,
             catalog_path,
             Some(&self.inner.cache),
+            self.hook(),
         )?);
         let handle = SessionHandle { id, log, catalog };
         // The log is authoritative: rebuild the head slot from it now.
@@ -448,7 +460,7 @@ impl Store {
         let built = self.build_session(&staged, entries, &identity, title.as_deref());
         let placed = built.and_then(|()| self.place_session(id, &staged, &dir));
         if let Err(e) = placed {
-            let _ = fs::remove_dir_all(&staged);
+            let _ = hooked_fs::remove_dir_all(&staged, self.hook());
             return Err(e);
         }
         self.inner.cache.place_new(id);
@@ -464,17 +476,17 @@ impl Store {
         identity: &Identity,
         title: Option<&str>,
     ) -> Result<()> {
-        mkdir(dir)?;
+        hooked_fs::create_dir(dir, self.hook())?;
         // The log first, then the catalog: a session "exists" once its catalog does.
         let opts = LogOptions {
             prepare_ahead: false,
             ..self.inner.opts.log.clone()
         };
         let log = Log::open(dir, opts)?;
-        log.append_batch(entries, Durability::Buffered, Some(None))?;
+        log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         log.close()?;
-        catalog::create(&dir.join(CATALOG_FILE), identity, title)?;
-        sync_dir(dir, &None)
+        catalog::create(&dir.join(CATALOG_FILE), identity, title, self.hook())?;
+        sync_dir(dir, self.hook())
     }
 
     /// Renames a staged session to `dir`, durably. A directory already there
@@ -486,20 +498,16 @@ impl Store {
         // of one id could both find the leftover, and the second would move
         // the first one's new session to the trash.
         let lock_path = self.inner.root.join("staging").join("LOCK");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_err("open", &lock_path))?;
-        lock.lock().map_err(io_err("lock", &lock_path))?;
-        let mut renamed = fs::rename(staged, dir);
-        let occupied = renamed.as_ref().is_err_and(|e| {
-            matches!(
-                e.kind(),
+        let lock = HookedFile::open_or_create(&lock_path, self.hook())?;
+        lock.file().lock().map_err(io_err("lock", &lock_path))?;
+        let mut renamed = hooked_fs::rename(staged, dir, self.hook());
+        let occupied = matches!(
+            &renamed,
+            Err(Error::Io { source, .. }) if matches!(
+                source.kind(),
                 std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists
             )
-        });
+        );
         if occupied {
             if dir.join(CATALOG_FILE).exists() {
                 return Err(Error::invalid(format!("session {id} already exists")));
@@ -509,12 +517,12 @@ impl Store {
                 .root
                 .join("trash")
                 .join(format!("{id}-unfinished-{}", now_ms()));
-            fs::rename(dir, &trash).map_err(io_err("rename", dir))?;
-            renamed = fs::rename(staged, dir);
+            hooked_fs::rename(dir, &trash, self.hook())?;
+            renamed = hooked_fs::rename(staged, dir, self.hook());
         }
-        renamed.map_err(io_err("rename", staged))?;
-        sync_dir(&sessions, &None)?;
-        sync_dir(&self.inner.root.join("staging"), &None)
+        renamed?;
+        sync_dir(&sessions, self.hook())?;
+        sync_dir(&self.inner.root.join("staging"), self.hook())
     }
 
     /// Appends new history items, grouped with [`group_delta`], if the
@@ -547,9 +555,13 @@ impl Store {
         let s = self.session(id)?;
         let written = s
             .log
-            .append_batch(entries, self.inner.opts.log.durability, Some(Some(*head)))
+            .append_batch(
+                entries,
+                self.inner.opts.log.durability,
+                ExpectHead::Hash(*head),
+            )
             .map_err(|e| match e {
-                Error::HeadMismatch {
+                Error::HeadConflict {
                     expected, actual, ..
                 } => Error::HeadMismatch {
                     session: id.to_string(),
@@ -893,14 +905,15 @@ impl Store {
             .root
             .join("trash")
             .join(format!("{id}-{}", now_ms()));
-        fs::rename(&dir, &trash).map_err(io_err("rename", &dir))?;
-        sync_dir(&self.inner.root.join("sessions"), &None)?;
-        sync_dir(&self.inner.root.join("trash"), &None)?;
+        hooked_fs::rename(&dir, &trash, self.hook())?;
+        sync_dir(&self.inner.root.join("sessions"), self.hook())?;
+        sync_dir(&self.inner.root.join("trash"), self.hook())?;
         drop(log);
         // The listing cache is a copy: forgetting the slot after the durable
         // rename is enough (a stale slot names a directory that is gone).
-        SessionCatalog::open(id, trash.join(CATALOG_FILE), Some(&self.inner.cache))?.forget()?;
-        fs::remove_dir_all(&trash).map_err(io_err("remove", &trash))
+        let catalog = trash.join(CATALOG_FILE);
+        SessionCatalog::open(id, catalog, Some(&self.inner.cache), self.hook())?.forget()?;
+        hooked_fs::remove_dir_all(&trash, self.hook())
     }
 
     /// All sessions, newest first, from the catalog files alone.
@@ -1071,21 +1084,7 @@ fn user_text(item: &LoggedItem) -> Option<String> {
 
 /// The hash an entry gets at `seq` after `prev`: the same bytes the log writes.
 pub fn entry_hash(prev: &EntryHash, seq: u64, entry: &LogEntry) -> Result<EntryHash> {
-    let payload = entry.to_archive();
-    if payload.len() > format::MAX_PAYLOAD_LEN {
-        return Err(Error::invalid("entry too large"));
-    }
-    let mut rec = vec![0u8; RECORD_HEADER_LEN + payload.len()];
-    RecordHeader {
-        prev_hash: *prev,
-        payload_len: payload.len() as u32,
-        kind: entry.kind() as u8,
-        seq,
-        ts: entry.ts(),
-    }
-    .write(&mut rec);
-    rec[RECORD_HEADER_LEN..].copy_from_slice(&payload);
-    Ok(format::seal_record(&mut rec))
+    crate::log::entry_hash(prev, seq, entry)
 }
 
 impl SessionHandle {

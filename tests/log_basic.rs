@@ -103,7 +103,11 @@ fn non_finite_floats_are_refused_before_anything_is_written() {
         },
     };
     let good = entry(0, 10);
-    match log.append_batch(&[good, bad], Durability::Buffered, None) {
+    match log.append_batch(
+        &[good, bad],
+        Durability::Buffered,
+        session_store::ExpectHead::Any,
+    ) {
         Err(session_store::Error::InvalidInput { what }) => {
             assert!(what.contains("top_p"), "{what}")
         }

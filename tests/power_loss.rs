@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use session_store::log::{Durability, Log, LogOptions};
 use session_store::segment::{IoHook, IoOp};
@@ -58,22 +57,7 @@ impl IoHook for Recorder {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64: good enough spread for test decisions, and seedable.
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::Rng;
 
 /// One file as the crash sees it: bytes known durable, and writes since.
 struct Inode {
@@ -172,29 +156,7 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
             bytes[*off as usize..*off as usize + data.len()].copy_from_slice(data);
         }
         for (off, data) in &inode.pending {
-            // Each 512-byte sector of an unsynced write has its own fate.
-            let mut at = 0usize;
-            while at < data.len() {
-                let abs = *off as usize + at;
-                let n = (512 - abs % 512).min(data.len() - at);
-                let dst = &mut bytes[abs..abs + n];
-                match rng.below(8) {
-                    0..=2 => dst.copy_from_slice(&data[at..at + n]),
-                    3..=4 => {}
-                    5 => dst.fill(0),
-                    6 => {
-                        for b in dst.iter_mut() {
-                            *b = rng.next() as u8;
-                        }
-                    }
-                    _ => {
-                        // Torn inside the sector.
-                        let cut = rng.below(n as u64) as usize;
-                        dst[..cut].copy_from_slice(&data[at..at + cut]);
-                    }
-                }
-                at += n;
-            }
+            common::unsynced_write(&mut bytes, *off as usize, data, rng);
         }
         std::fs::write(out.join(path.file_name().unwrap()), bytes).unwrap();
     }
@@ -362,35 +324,5 @@ fn trial(seed: u64, crashes: usize) -> usize {
 
 #[test]
 fn power_loss_keeps_a_verified_prefix_with_every_acknowledged_record() {
-    if let Ok(seed) = std::env::var("POWER_LOSS_SEED") {
-        let seed: u64 = seed.parse().expect("POWER_LOSS_SEED is a number");
-        trial(seed, 8);
-        return;
-    }
-    let want: usize = std::env::var("POWER_LOSS_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let budget = Duration::from_secs(
-        std::env::var("POWER_LOSS_SECONDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(120),
-    );
-    let started = Instant::now();
-    let mut trials = 0;
-    let mut seed = 1u64;
-    while trials < want && started.elapsed() < budget {
-        trials += trial(seed, 8);
-        seed += 1;
-    }
-    println!(
-        "power loss: {trials} crash trials over {} workloads in {:.1?}",
-        seed - 1,
-        started.elapsed()
-    );
-    assert!(
-        trials >= want.min(200),
-        "only {trials} trials ran in the time budget"
-    );
+    common::run_seeded_trials("POWER_LOSS", 2000, 120, 200, |seed| trial(seed, 8));
 }

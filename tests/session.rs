@@ -1336,7 +1336,10 @@ struct FailSyncs(AtomicBool);
 
 impl IoHook for FailSyncs {
     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
-        if matches!(op, IoOp::Sync { .. }) && self.0.load(Ordering::SeqCst) {
+        // The hook sees the store's catalog and list-cache syncs too.
+        let of_a_log =
+            matches!(op, IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg"));
+        if of_a_log && self.0.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected fdatasync failure"));
         }
         Ok(())

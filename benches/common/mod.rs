@@ -303,7 +303,7 @@ pub fn write_log(dir: &Path, w: &Workload, opts: LogOptions) -> Log {
     let log = Log::open(dir, opts).expect("open bench log");
     log.append(&session_start(&[], TS0)).expect("append");
     for t in &w.entries {
-        log.append_batch(t, Durability::Buffered, None)
+        log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
             .expect("append");
     }
     log
@@ -356,8 +356,12 @@ pub fn write_restore_log(dir: &Path, older_bytes: u64) -> u64 {
             .iter()
             .map(|e| e.to_archive().len() as u64)
             .sum::<u64>();
-        log.append_batch(&entries, Durability::Buffered, None)
-            .expect("append");
+        log.append_batch(
+            &entries,
+            Durability::Buffered,
+            session_store::ExpectHead::Any,
+        )
+        .expect("append");
         i += 1;
     }
     let live = Workload::turns(99, LIVE_TURNS);
@@ -365,7 +369,7 @@ pub fn write_restore_log(dir: &Path, older_bytes: u64) -> u64 {
     log.append(&session_start(&carried, TS0 + i * 1000))
         .expect("append");
     for t in &live.entries {
-        log.append_batch(t, Durability::Buffered, None)
+        log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
             .expect("append");
     }
     log.close().expect("close");

@@ -2,9 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use session_store::format::{
-    Footer, Mark, RecordHeader, SegmentHeader, FOOTER_LEN, RECORD_HEADER_LEN,
-};
+use session_store::format::{next_record, Footer, Mark, SegmentHeader, FOOTER_LEN, RECORD_ALIGN};
 use session_store::LogEntry;
 
 fuzz_target!(|data: &[u8]| {
@@ -13,10 +11,15 @@ fuzz_target!(|data: &[u8]| {
     if data.len() >= FOOTER_LEN {
         let _ = Footer::decode(&data[..FOOTER_LEN]);
     }
-    if let Ok(h) = RecordHeader::read(data) {
-        let end = RECORD_HEADER_LEN + h.payload_len as usize;
-        if end <= data.len() {
-            let _ = session_store::format::check_record_crc(&data[..end]);
+    // The record codec's walk, from every offset a record may start at.
+    for at in (0..data.len()).step_by(RECORD_ALIGN) {
+        match next_record(data, at) {
+            Ok(Some(rec)) => {
+                assert!(at + rec.len() <= data.len() && rec.body.len() <= rec.len());
+                let _ = rec.check_crc();
+                let _ = rec.link();
+            }
+            Ok(None) | Err(_) => {}
         }
     }
     // The payload decoder, on aligned copies of the input.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use session_store::format::{self, Mark, RecordHeader, SEGMENT_HEADER_LEN};
+use session_store::format::{self, Mark, SEGMENT_HEADER_LEN};
 use session_store::log::{Log, LogOptions};
 use session_store::segment::{IoHook, IoOp};
 use session_store::{EntryHash, Item, LogEntry, LoggedItem, RequestConfig};
@@ -113,27 +113,23 @@ pub struct Span {
     pub end: usize,
 }
 
-/// The records of a segment's bytes, read independently of the engine: from
-/// the header on, until the first thing that is not a well-formed record.
+/// The records of a segment's bytes, read with the record codec alone (not
+/// the engine's scan): from the header on, until the first thing that is
+/// not a well-formed record.
 pub fn spans(bytes: &[u8]) -> Vec<Span> {
     let mut out = Vec::new();
     let mut at = SEGMENT_HEADER_LEN;
-    while let Some(head) = bytes.get(at..) {
-        let Ok(h) = RecordHeader::read(head) else {
-            break;
-        };
-        let body_end = at + format::RECORD_HEADER_LEN + h.payload_len as usize;
-        if body_end > bytes.len() || format::check_record_crc(&bytes[at..body_end]).is_err() {
+    while let Ok(Some(rec)) = format::next_record(bytes, at) {
+        if rec.check_crc().is_err() {
             break;
         }
-        let end = at + h.record_len();
         out.push(Span {
-            seq: h.seq,
+            seq: rec.header.seq,
             start: at,
-            body_end,
-            end,
+            body_end: at + rec.body.len(),
+            end: at + rec.len(),
         });
-        at = end;
+        at += rec.len();
     }
     out
 }
@@ -245,4 +241,100 @@ pub fn sweep_tempdir() -> tempfile::TempDir {
         }
     }
     tempfile::tempdir().unwrap()
+}
+
+/// A seedable generator for test decisions (splitmix64): good enough spread,
+/// and a failing trial replays from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The number in environment variable `name`, or `default`.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `trial(seed)` for seeds 1, 2, … until the trials it reports reach
+/// `{prefix}_TRIALS` (default `trials`) or `{prefix}_SECONDS` (default
+/// `seconds`) pass; with `{prefix}_SEED` set, runs that seed alone. Returns
+/// the trials and the seeds run, and checks that at least `floor` trials ran.
+pub fn run_seeded_trials(
+    prefix: &str,
+    trials: usize,
+    seconds: u64,
+    floor: usize,
+    mut trial: impl FnMut(u64) -> usize,
+) -> (usize, u64) {
+    if let Ok(seed) = std::env::var(format!("{prefix}_SEED")) {
+        let seed: u64 = seed.parse().expect("the seed is a number");
+        return (trial(seed), 1);
+    }
+    let want: usize = env_or(&format!("{prefix}_TRIALS"), trials);
+    let budget = std::time::Duration::from_secs(env_or(&format!("{prefix}_SECONDS"), seconds));
+    let started = std::time::Instant::now();
+    let (mut done, mut seed) = (0, 0u64);
+    while done < want && started.elapsed() < budget {
+        seed += 1;
+        done += trial(seed);
+    }
+    println!(
+        "{prefix}: {done} trials over {seed} seeds in {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        done >= want.min(floor),
+        "only {done} trials ran in the time budget"
+    );
+    (done, seed)
+}
+
+/// Lays an unsynced write of `data` at `off` into `bytes` as a power failure
+/// may have left it: each 512-byte sector whole, lost, zeroed, garbage or
+/// torn. Returns the end of the last sector that changed anything.
+pub fn unsynced_write(bytes: &mut [u8], off: usize, data: &[u8], rng: &mut Rng) -> usize {
+    let mut landed = 0;
+    let mut at = 0usize;
+    while at < data.len() {
+        let abs = off + at;
+        let n = (512 - abs % 512).min(data.len() - at);
+        let dst = &mut bytes[abs..abs + n];
+        match rng.below(8) {
+            0..=2 => dst.copy_from_slice(&data[at..at + n]),
+            3..=4 => {
+                at += n;
+                continue;
+            }
+            5 => dst.fill(0),
+            6 => {
+                for b in dst.iter_mut() {
+                    *b = rng.next() as u8;
+                }
+            }
+            _ => {
+                // Torn inside the sector.
+                let cut = rng.below(n as u64) as usize;
+                dst[..cut].copy_from_slice(&data[at..at + cut]);
+            }
+        }
+        landed = abs + n;
+        at += n;
+    }
+    landed
 }

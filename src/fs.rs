@@ -1,0 +1,283 @@
+//! File-system primitives and the fault seam. Everything the crate writes,
+//! syncs, creates, renames or removes goes through this module: segments,
+//! catalogs, the list cache, session creation and deletion. Each operation
+//! first shows itself to the optional [`IoHook`], so the crash and I/O-error
+//! tests reach every write the crate makes.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// An I/O operation about to happen, shown to an [`IoHook`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IoOp<'a> {
+    /// A file is created and `len` bytes reserved for it.
+    Allocate {
+        /// The file.
+        path: &'a Path,
+        /// Bytes reserved.
+        len: u64,
+    },
+    /// A file that holds no data yet is created (or truncated to empty).
+    Create {
+        /// The file.
+        path: &'a Path,
+    },
+    /// Bytes are written at an offset (`pwrite`).
+    Write {
+        /// The file.
+        path: &'a Path,
+        /// Offset.
+        offset: u64,
+        /// The bytes, as they will stand in the file.
+        data: &'a [u8],
+    },
+    /// `fdatasync` of a file.
+    Sync {
+        /// The file.
+        path: &'a Path,
+    },
+    /// A rename.
+    Rename {
+        /// Old name.
+        from: &'a Path,
+        /// New name.
+        to: &'a Path,
+    },
+    /// `fsync` of a directory.
+    SyncDir {
+        /// The directory.
+        path: &'a Path,
+    },
+    /// A file is removed.
+    Remove {
+        /// The file.
+        path: &'a Path,
+    },
+    /// A directory (and its missing parents) is created.
+    CreateDir {
+        /// The directory.
+        path: &'a Path,
+    },
+    /// A directory is removed with everything in it.
+    RemoveDir {
+        /// The directory.
+        path: &'a Path,
+    },
+}
+
+/// The fault seam: called before each I/O operation of a writer. An error
+/// returned here is treated exactly like the operating system's.
+///
+/// Tests use it to count, record and fail operations; production code leaves
+/// it unset.
+pub trait IoHook: Send + Sync {
+    /// Called before `op` runs; for writes, after the bytes are prepared and
+    /// before they are published.
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()>;
+}
+
+/// The optional hook, shared by everything one store or log writes.
+pub(crate) type Hook = Option<Arc<dyn IoHook>>;
+
+/// Shows `op` to the hook, if there is one.
+pub(crate) fn run_hook(hook: &Hook, op: IoOp<'_>) -> io::Result<()> {
+    match hook {
+        Some(h) => h.before(&op),
+        None => Ok(()),
+    }
+}
+
+/// Turns an OS error of `op` on `path` into the crate's error.
+pub(crate) fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
+    move |e| Error::io(op, path, e)
+}
+
+/// Runs `f` after showing `op` to the hook; either's failure is reported as
+/// `name` on `path`.
+fn hooked<T>(
+    hook: &Hook,
+    op: IoOp<'_>,
+    name: &'static str,
+    path: &Path,
+    f: impl FnOnce() -> io::Result<T>,
+) -> Result<T> {
+    run_hook(hook, op)
+        .and_then(|()| f())
+        .map_err(io_err(name, path))
+}
+
+/// `fsync` of a directory, which makes the names in it durable.
+pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
+    hooked(hook, IoOp::SyncDir { path: dir }, "fsync dir", dir, || {
+        File::open(dir).and_then(|d| d.sync_all())
+    })
+}
+
+/// Creates a directory and its missing parents, 0700 (session logs hold
+/// credentials). Not durable until its parent is synced.
+pub(crate) fn create_dir(path: &Path, hook: &Hook) -> Result<()> {
+    hooked(hook, IoOp::CreateDir { path }, "create dir", path, || {
+        DirBuilder::new().recursive(true).mode(0o700).create(path)
+    })
+}
+
+/// Renames `from` to `to`. Not durable until both directories are synced.
+pub(crate) fn rename(from: &Path, to: &Path, hook: &Hook) -> Result<()> {
+    hooked(hook, IoOp::Rename { from, to }, "rename", from, || {
+        fs::rename(from, to)
+    })
+}
+
+/// Removes a file.
+pub(crate) fn remove_file(path: &Path, hook: &Hook) -> Result<()> {
+    hooked(hook, IoOp::Remove { path }, "remove", path, || {
+        fs::remove_file(path)
+    })
+}
+
+/// Removes a directory with everything in it.
+pub(crate) fn remove_dir_all(path: &Path, hook: &Hook) -> Result<()> {
+    hooked(hook, IoOp::RemoveDir { path }, "remove", path, || {
+        fs::remove_dir_all(path)
+    })
+}
+
+/// An open file whose writes and syncs go through the hook, named by its
+/// path in every error.
+pub(crate) struct HookedFile {
+    path: PathBuf,
+    file: File,
+    hook: Hook,
+}
+
+impl HookedFile {
+    /// Opens an existing file, for writing too with `writable`.
+    pub(crate) fn open(path: &Path, writable: bool, hook: &Hook) -> Result<HookedFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(io_err("open", path))?;
+        Ok(HookedFile::wrap(path, file, hook))
+    }
+
+    /// Opens a file for reading and writing, creating it (0600, empty) if it
+    /// does not exist; an existing file keeps its bytes.
+    pub(crate) fn open_or_create(path: &Path, hook: &Hook) -> Result<HookedFile> {
+        let exists = path.exists();
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(path)
+        };
+        let file = if exists {
+            open().map_err(io_err("open", path))?
+        } else {
+            hooked(hook, IoOp::Create { path }, "create", path, open)?
+        };
+        Ok(HookedFile::wrap(path, file, hook))
+    }
+
+    /// Creates a file (0600), empty: an existing one is truncated.
+    pub(crate) fn create(path: &Path, hook: &Hook) -> Result<HookedFile> {
+        let file = hooked(hook, IoOp::Create { path }, "create", path, || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path)
+        })?;
+        Ok(HookedFile::wrap(path, file, hook))
+    }
+
+    /// Creates a new file (0600; it must not exist) and reserves `len` bytes
+    /// of disk for it, so that a full disk fails here rather than at a write.
+    /// The file is removed again if the reservation fails.
+    pub(crate) fn allocate(path: &Path, len: u64, hook: &Hook) -> Result<HookedFile> {
+        run_hook(hook, IoOp::Allocate { path, len }).map_err(io_err("fallocate", path))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(io_err("create", path))?;
+        if let Err(e) = crate::mmap::fallocate(&file, len) {
+            let _ = fs::remove_file(path);
+            return Err(Error::io("fallocate", path, e));
+        }
+        Ok(HookedFile::wrap(path, file, hook))
+    }
+
+    fn wrap(path: &Path, file: File, hook: &Hook) -> HookedFile {
+        HookedFile {
+            path: path.to_path_buf(),
+            file,
+            hook: hook.clone(),
+        }
+    }
+
+    /// The same open file, known from now on by `path` (after a rename).
+    pub(crate) fn renamed(self, path: &Path) -> HookedFile {
+        HookedFile {
+            path: path.to_path_buf(),
+            ..self
+        }
+    }
+
+    /// The open file, for a caller that keeps it without the hook (a lock).
+    pub(crate) fn into_file(self) -> File {
+        self.file
+    }
+
+    /// The file's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open file, for reads, maps and locks.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Writes all of `data` at `offset` (`pwrite`).
+    pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let op = IoOp::Write {
+            path: &self.path,
+            offset,
+            data,
+        };
+        hooked(&self.hook, op, "write", &self.path, || {
+            self.file.write_all_at(data, offset)
+        })
+    }
+
+    /// `fdatasync`: makes every write to this file durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        let op = IoOp::Sync { path: &self.path };
+        hooked(&self.hook, op, "fdatasync", &self.path, || {
+            self.file.sync_data()
+        })
+    }
+
+    /// Reads exactly `len` bytes at `offset` (`pread`).
+    pub(crate) fn read_exact_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut buf, offset)
+            .map_err(io_err("read", &self.path))?;
+        Ok(buf)
+    }
+}

@@ -1,0 +1,176 @@
+//! Durability: group commit, settling rolls off the append lock, close.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::Log;
+use crate::error::{Error, Result};
+use crate::format::FIRST_RECORD_OFFSET;
+use crate::fs::{sync_dir, Hook};
+use crate::segment::{Point, Segment};
+
+#[derive(Default)]
+pub(super) struct SyncState {
+    pub(super) durable_next: u64,
+    pub(super) in_progress: bool,
+}
+
+/// What a roll leaves to do off the append lock: `fdatasync` the segment it
+/// sealed, fsync the directory (which makes its successor's name durable),
+/// then give the successor its first mark and sync it. Done by a background
+/// thread, or by whatever needs it first: a group commit (before it syncs the
+/// successor), the next roll (before it writes its seal), or `close`.
+/// Until the successor has a mark, recovery checks the sealed segment (see
+/// `Log::open`), so the mark must come last.
+pub(super) struct Settle {
+    pub(super) pending: Mutex<Option<Unsettled>>,
+    pub(super) dir: PathBuf,
+    pub(super) hook: Hook,
+    pub(super) poisoned: Arc<AtomicBool>,
+}
+
+pub(super) struct Unsettled {
+    /// `None` for a roll out of an empty segment, which the rename replaced.
+    pub(super) sealed: Option<Arc<Segment>>,
+    pub(super) successor: Arc<Segment>,
+}
+
+impl Settle {
+    /// Settles the last roll, if it is not yet. A failure poisons the log:
+    /// the kernel may have dropped the pages, so it is never retried; and a
+    /// poisoned log settles nothing (nothing may vouch for a roll after a
+    /// failed sync).
+    pub(super) fn run(&self) -> Result<()> {
+        let mut pending = self.pending.lock();
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        let Some(u) = pending.take() else {
+            return Ok(());
+        };
+        let result = (|| {
+            if let Some(sealed) = &u.sealed {
+                sealed.sync()?;
+            }
+            sync_dir(&self.dir, &self.hook)?;
+            if u.successor.mark.lock().is_none() {
+                let h = u.successor.header;
+                u.successor.write_mark(Point {
+                    end: FIRST_RECORD_OFFSET,
+                    next_seq: h.first_seq,
+                    hash: h.start_hash,
+                    session_start: None,
+                })?;
+            }
+            u.successor.sync()
+        })();
+        if result.is_err() {
+            self.poisoned.store(true, Ordering::Release);
+        }
+        result
+    }
+}
+
+impl Log {
+    /// Blocks until every record appended so far is durable (one shared
+    /// `fdatasync` for concurrent callers).
+    pub fn sync(&self) -> Result<()> {
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        let next = self.inner.published.lock().tip.next_seq;
+        match next {
+            0 => Ok(()),
+            n => self.wait_durable(n - 1),
+        }
+    }
+
+    pub(super) fn wait_durable(&self, seq: u64) -> Result<()> {
+        let inner = &*self.inner;
+        inner.syncs.store(true, Ordering::Relaxed);
+        let mut s = inner.sync.lock();
+        loop {
+            if inner.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned);
+            }
+            if s.durable_next > seq {
+                return Ok(());
+            }
+            if s.in_progress {
+                inner.synced.wait(&mut s);
+                continue;
+            }
+            s.in_progress = true;
+            drop(s);
+            let result = self.sync_now();
+            s = inner.sync.lock();
+            s.in_progress = false;
+            match result {
+                Ok(upto) => {
+                    s.durable_next = s.durable_next.max(upto);
+                    inner.synced.notify_all();
+                }
+                Err(e) => {
+                    inner.poisoned.store(true, Ordering::Release);
+                    inner.synced.notify_all();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One group commit, outside the append lock: writes the durable mark of
+    /// the previous commit, then `fdatasync`s the active segment.
+    pub(super) fn sync_now(&self) -> Result<u64> {
+        let p = self.inner.published.lock().clone();
+        // A record is durable only once the roll into its segment is:
+        // recovery discards the successor of a segment that is torn. Settled
+        // after the snapshot, so that a roll before it is covered (one after
+        // it leaves this sync's segment sealed, which changes nothing here).
+        self.inner.settle.run()?;
+        let seg = p.segments.last().expect("a log always has a segment");
+        let previous = *seg.mark.lock();
+        let last_synced = *seg.synced.lock();
+        if let Some(at) = last_synced {
+            if previous.is_none_or(|m| m.durable_end != at.end) {
+                seg.write_mark(at)?;
+            }
+        }
+        seg.sync()?;
+        *seg.synced.lock() = Some(p.tip.point());
+        Ok(p.tip.next_seq)
+    }
+
+    /// Makes everything durable and records the durable point in the header,
+    /// so the next open need not hash the active segment.
+    pub fn close(self) -> Result<()> {
+        if self.inner.writer.is_none() {
+            return Ok(());
+        }
+        self.sync()?;
+        // A roll with nothing synced after it: settle it, which also gives
+        // the last segment a mark, so that the next open need not check the
+        // segment before it.
+        self.inner.settle.run()?;
+        let p = self.inner.published.lock().clone();
+        let seg = p.segments.last().expect("a log always has a segment");
+        // The mark names only what an fdatasync covered: another clone may
+        // have appended since `sync` returned.
+        let synced = *seg.synced.lock();
+        let marked = seg.mark.lock().map(|m| (m.durable_end, m.next_seq));
+        if let (None, Some(at)) = (*seg.footer.lock(), synced) {
+            if marked != Some((at.end, at.next_seq)) {
+                seg.write_mark(at)?;
+                seg.sync()?;
+            }
+        }
+        // A failure anywhere in the background since.
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,356 @@
+//! The log: a directory of rolling segments with one writer (across
+//! processes), group commit, recovery on open, and any number of readers.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::chain::EntryHash;
+use crate::fs::IoHook;
+use crate::segment::{Point, Segment};
+
+mod commit;
+mod opening;
+mod reader;
+mod recovery;
+mod verify;
+mod writer;
+
+pub use reader::{Iter, RecordView, Snapshot};
+pub use verify::{Damage, VerifyReport};
+pub(crate) use writer::entry_hash;
+
+use commit::{Settle, SyncState};
+use reader::snapshot_of;
+use writer::Writer;
+
+/// The default (largest) segment size: 64 MiB.
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
+/// The default size of a log's first segment: 256 KiB.
+pub const DEFAULT_INITIAL_SEGMENT_SIZE: u64 = 256 << 10;
+const LOCK_FILE: &str = "LOCK";
+/// Writeback of appended bytes is started every this many bytes.
+const WRITEBACK_CHUNK: u64 = 4 << 20;
+const PAGE: u64 = 4096;
+
+/// When an append counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Written to the page cache; survives a process crash, not a power loss,
+    /// until the next [`Log::sync`] or `Sync` append.
+    #[default]
+    Buffered,
+    /// `fdatasync`ed before `append` returns, shared among concurrent appenders
+    /// (group commit).
+    Sync,
+}
+
+/// What [`Log::append_batch`] requires of the log's head before it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExpectHead {
+    /// Append whatever the head is.
+    #[default]
+    Any,
+    /// Append only to an empty log.
+    Empty,
+    /// Append only if the last record has this hash.
+    Hash(EntryHash),
+}
+
+impl ExpectHead {
+    /// The head this expectation names (`None`: empty), or `None` for `Any`.
+    fn wanted(self) -> Option<Option<EntryHash>> {
+        match self {
+            ExpectHead::Any => None,
+            ExpectHead::Empty => Some(None),
+            ExpectHead::Hash(h) => Some(Some(h)),
+        }
+    }
+}
+
+/// What open does with damage at or before the durable point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Refuse with [`Error::Corrupt`].
+    #[default]
+    Strict,
+    /// Cut the log at the first bad record and report it.
+    Salvage,
+}
+
+/// How to open a log.
+#[derive(Clone)]
+pub struct LogOptions {
+    /// Largest size of new segments in bytes (rounded up to 4 KiB; at least 8 KiB).
+    pub segment_size: u64,
+    /// Size of a log's first segment. Each roll doubles the size up to
+    /// `segment_size`, so that the many small sessions of a store reserve
+    /// little disk while long ones get large segments.
+    pub initial_segment_size: u64,
+    /// Durability of [`Log::append`].
+    pub durability: Durability,
+    /// What to do with damage found on open.
+    pub recovery: RecoveryMode,
+    /// Prepare (create, allocate and map) the next segment in the background.
+    pub prepare_ahead: bool,
+    /// The fault seam, for tests.
+    pub hook: Option<Arc<dyn IoHook>>,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            initial_segment_size: DEFAULT_INITIAL_SEGMENT_SIZE,
+            durability: Durability::Buffered,
+            recovery: RecoveryMode::Strict,
+            prepare_ahead: true,
+            hook: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for LogOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogOptions")
+            .field("segment_size", &self.segment_size)
+            .field("durability", &self.durability)
+            .field("recovery", &self.recovery)
+            .field("prepare_ahead", &self.prepare_ahead)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl LogOptions {
+    /// Sets the segment size.
+    pub fn segment_size(mut self, bytes: u64) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// Sets the default durability.
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// Sets the recovery mode.
+    pub fn recovery(mut self, m: RecoveryMode) -> Self {
+        self.recovery = m;
+        self
+    }
+
+    /// Installs an I/O hook (the test seam).
+    pub fn hook(mut self, hook: Arc<dyn IoHook>) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Sets the size of a log's first segment.
+    pub fn initial_segment_size(mut self, bytes: u64) -> Self {
+        self.initial_segment_size = bytes;
+        self
+    }
+
+    fn max_segment_len(&self) -> u64 {
+        self.segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE
+    }
+
+    /// Length of the segment after one of `current` bytes (0: the first).
+    fn next_segment_len(&self, current: u64) -> u64 {
+        let max = self.max_segment_len();
+        let initial = (self.initial_segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE).min(max);
+        current.saturating_mul(2).clamp(initial, max)
+    }
+}
+
+/// Bytes that were cut off (writer) or would be (reader) after the last good record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TornTail {
+    /// The segment.
+    pub segment: PathBuf,
+    /// Offset of the first bad byte.
+    pub offset: u64,
+    /// The seq of the first record cut (by position), if the cut is at a record.
+    pub seq: Option<u64>,
+    /// Why the record there was rejected.
+    pub reason: String,
+    /// Whether the damage lay before the durable point (only in salvage mode).
+    pub salvaged: bool,
+}
+
+/// What open found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    /// Segments in the log.
+    pub segments: usize,
+    /// Records kept.
+    pub records: u64,
+    /// A torn (or salvaged) tail, if one was found.
+    pub torn_tail: Option<TornTail>,
+    /// Files removed: unfinished segment preparations, or segments after a salvage cut.
+    pub removed: Vec<PathBuf>,
+}
+
+/// The committed state readers see, published after every append batch.
+#[derive(Clone)]
+struct Published {
+    segments: Arc<Vec<Arc<Segment>>>,
+    tip: Tip,
+}
+
+/// Where the log ends: what the writer extends, and what it publishes.
+#[derive(Clone, Copy)]
+struct Tip {
+    /// Offset just past the last record in the active segment.
+    end: u64,
+    next_seq: u64,
+    /// Hash of the last record (the start hash if none).
+    head: EntryHash,
+    /// Seq of the last `SessionStart` in the log.
+    last_session_start: Option<u64>,
+    /// Offset of the last `SessionStart` in the active segment, for its marks.
+    session_start_offset: Option<u64>,
+}
+
+impl Tip {
+    /// The end of the active segment, as a mark would record it.
+    fn point(&self) -> Point {
+        Point {
+            end: self.end,
+            next_seq: self.next_seq,
+            hash: self.head,
+            session_start: self.session_start_offset,
+        }
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    opts: LogOptions,
+    log_id: [u8; 16],
+    writer: Option<Mutex<Writer>>,
+    published: Mutex<Published>,
+    committed: Condvar,
+    sync: Mutex<SyncState>,
+    synced: Condvar,
+    poisoned: Arc<AtomicBool>,
+    settle: Arc<Settle>,
+    /// Set by the first `Sync` commit or `sync` call: from then on, segments
+    /// are prepared zero-filled (see `segment::zero_fill`).
+    syncs: AtomicBool,
+    report: RecoveryReport,
+    _lock: Option<File>,
+}
+
+/// An append-only, hash-chained log in one directory. Cheap to clone; clones
+/// share the writer.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log").field("dir", &self.inner.dir).finish()
+    }
+}
+
+impl Log {
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// What recovery found when this log was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.report
+    }
+
+    /// True when no other clone of this handle exists.
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
+    /// Whether this handle can append.
+    pub fn is_writable(&self) -> bool {
+        self.inner.writer.is_some()
+    }
+
+    /// A consistent view of everything committed so far.
+    pub fn snapshot(&self) -> Snapshot {
+        let p = self.inner.published.lock().clone();
+        snapshot_of(&p)
+    }
+
+    /// Seq and hash of the last record, if any.
+    pub fn head(&self) -> Option<(u64, EntryHash)> {
+        let p = self.inner.published.lock();
+        (p.tip.next_seq > first_seq(&p)).then(|| (p.tip.next_seq - 1, p.tip.head))
+    }
+
+    /// Number of the next record.
+    pub fn next_seq(&self) -> u64 {
+        self.inner.published.lock().tip.next_seq
+    }
+
+    /// Blocks until the log holds a record with `seq`, or `timeout` passes.
+    /// Returns whether it does.
+    pub fn wait_for(&self, seq: u64, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut p = self.inner.published.lock();
+        loop {
+            if p.tip.next_seq > seq {
+                return true;
+            }
+            if self.inner.writer.is_none() && timeout.is_none() {
+                return false;
+            }
+            match deadline {
+                None => self.inner.committed.wait(&mut p),
+                Some(d) => {
+                    if self.inner.committed.wait_until(&mut p, d).timed_out() {
+                        return p.tip.next_seq > seq;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every segment file, in order.
+    pub fn segment_paths(&self) -> Vec<PathBuf> {
+        self.inner
+            .published
+            .lock()
+            .segments
+            .iter()
+            .map(|s| s.path.clone())
+            .collect()
+    }
+
+    /// Total bytes of record data committed.
+    pub fn bytes(&self) -> u64 {
+        self.snapshot().bytes()
+    }
+}
+
+fn first_seq(p: &Published) -> u64 {
+    p.segments.first().map_or(0, |s| s.header.first_seq)
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(w) = &self.writer {
+            if let Some(h) = w.lock().prepared.take() {
+                if let Ok(Ok(p)) = h.join() {
+                    p.discard();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Opening the segments of a log: sealed segments by their footers, the
+//! active one by a scan of its records.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::recovery::Opened;
+use super::{RecoveryMode, RecoveryReport, Tip, TornTail};
+use crate::chain::EntryHash;
+use crate::error::{CorruptKind, Result};
+use crate::format::{
+    IndexEntry, Mark, RecordHeader, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN, RECORD_ALIGN,
+    RECORD_HEADER_LEN,
+};
+use crate::fs::Hook;
+use crate::schema::EntryKind;
+use crate::segment::{Scan, ScanMode, Segment};
+
+/// What the sealed segments of a log say about the log up to their end.
+struct SealedPrefix {
+    segments: Vec<Arc<Segment>>,
+    log_id: Option<[u8; 16]>,
+    /// Seq and hash the next segment must start with (`None`: none sealed).
+    expect: Option<(u64, EntryHash)>,
+    last_session_start: Option<u64>,
+    records: u64,
+}
+
+/// Opens the segments `paths` (in seq order, at least one): every one but
+/// the last must be sealed; the last is the active segment (or a sealed one
+/// the log has not rolled past).
+pub(super) fn open_segments(
+    paths: &[(u64, PathBuf)],
+    writable: bool,
+    mode: RecoveryMode,
+    hook: &Hook,
+) -> Result<Opened> {
+    let (last, sealed) = paths
+        .split_last()
+        .expect("open_segments is called with at least one path");
+    let prefix = open_sealed(sealed, writable, hook)?;
+    open_last(last, prefix, writable, mode, hook)
+}
+
+/// Opens a segment and checks that it is the one its name says, continuing
+/// the prefix before it.
+fn open_in_order(
+    (name_seq, path): &(u64, PathBuf),
+    prefix: &mut SealedPrefix,
+    writable: bool,
+    hook: &Hook,
+) -> Result<Segment> {
+    let seg = Segment::open(path, writable, hook)?;
+    let h = seg.header;
+    if h.first_seq != *name_seq {
+        return Err(seg.corrupt(
+            0,
+            None,
+            CorruptKind::Footer(format!(
+                "file name says seq {name_seq}, header says {}",
+                h.first_seq
+            )),
+        ));
+    }
+    let first_id = *prefix.log_id.get_or_insert(h.log_id);
+    continues(&h, &first_id, prefix.expect).map_err(|kind| seg.corrupt(0, None, kind))?;
+    Ok(seg)
+}
+
+/// Opens the sealed segments by their footers, without reading records. A
+/// reader defers their indexes to their first use.
+fn open_sealed(paths: &[(u64, PathBuf)], writable: bool, hook: &Hook) -> Result<SealedPrefix> {
+    let mut prefix = SealedPrefix {
+        segments: Vec::with_capacity(paths.len() + 1),
+        log_id: None,
+        expect: None,
+        last_session_start: None,
+        records: 0,
+    };
+    for named in paths {
+        let seg = open_in_order(named, &mut prefix, writable, hook)?;
+        let Some(f) = seg.read_footer(writable)? else {
+            return Err(seg.corrupt(
+                seg.len() - FOOTER_LEN as u64,
+                None,
+                CorruptKind::Footer("segment before the last is not sealed".into()),
+            ));
+        };
+        *seg.footer.lock() = Some(f);
+        seg.map.publish(f.data_end);
+        prefix.expect = Some((f.first_seq + f.record_count, f.last_hash));
+        if f.last_session_start.is_some() {
+            prefix.last_session_start = f.last_session_start;
+        }
+        prefix.records += f.record_count;
+        prefix.segments.push(Arc::new(seg));
+    }
+    Ok(prefix)
+}
+
+/// Opens the last segment by a scan of its records, and decides what its end
+/// is: a seal the records agree with, or the last good record, with a torn
+/// tail (or, before the durable mark, damage) after it. A writer cuts the
+/// tail and brings the mark up to date.
+fn open_last(
+    named: &(u64, PathBuf),
+    mut prefix: SealedPrefix,
+    writable: bool,
+    mode: RecoveryMode,
+    hook: &Hook,
+) -> Result<Opened> {
+    let seg = open_in_order(named, &mut prefix, writable, hook)?;
+    // Its footer may be a seal that never became durable (its successor was
+    // not created yet), so it is only believed once the records agree.
+    let footer = seg.read_footer(true).unwrap_or(None);
+    let mark = seg.read_mark();
+    let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
+    let scan = scan_last(&seg, mark, limit, writable);
+    let session_start_offset = scan.last_session_start.map(|(_, offset)| offset);
+    let mut last_session_start = prefix.last_session_start;
+    if let Some((seq, _)) = scan.last_session_start {
+        last_session_start = Some(seq);
+    }
+    let mut report = RecoveryReport {
+        records: prefix.records + scan.count,
+        ..RecoveryReport::default()
+    };
+    let mut segments = prefix.segments;
+    if let Some(f) = footer.filter(|f| scan.agrees_with(f)) {
+        if writable {
+            // The seal may be in the page cache only (a process killed
+            // mid-roll): make it durable before a successor can exist.
+            seg.sync()?;
+        }
+        *seg.footer.lock() = Some(f);
+        segments.push(Arc::new(seg));
+        report.segments = segments.len();
+        return Ok(Opened {
+            segments,
+            tip: Tip {
+                end: f.data_end,
+                next_seq: scan.next_seq,
+                head: scan.last_hash,
+                // The footer, which verify checks, rather than the mark.
+                last_session_start: f.last_session_start,
+                session_start_offset,
+            },
+            active_sealed: true,
+            report,
+            log_id: prefix.log_id,
+        });
+    }
+    report.torn_tail = torn_tail(&seg, mark, &scan, mode)?;
+    let tip = Tip {
+        end: scan.end,
+        next_seq: scan.next_seq,
+        head: scan.last_hash,
+        last_session_start,
+        session_start_offset,
+    };
+    if writable {
+        cut_tail_and_mark(&seg, mark, &tip, &mut report)?;
+    }
+    *seg.index.write() = scan.index;
+    segments.push(Arc::new(seg));
+    report.segments = segments.len();
+    Ok(Opened {
+        segments,
+        tip,
+        active_sealed: false,
+        report,
+        log_id: prefix.log_id,
+    })
+}
+
+/// Scans the last segment's records up to `limit`. A read-only open starts
+/// at a version 2 mark, which says where the last SessionStart below it is;
+/// a writer scans them all, since it must tell damage below the mark from a
+/// torn tail.
+fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> Scan {
+    let h = seg.header;
+    let skip = mark
+        .filter(|_| !writable)
+        .and_then(|m| mark_to_start_at(seg, m, limit));
+    let Some((m, session_start)) = skip else {
+        return seg.scan(
+            FIRST_RECORD_OFFSET,
+            limit,
+            h.first_seq,
+            h.start_hash,
+            ScanMode {
+                trusted: mark.filter(|m| m.next_seq >= h.first_seq),
+                check_archives: false,
+                crc_below_mark: writable,
+                checkpoint: None,
+            },
+        );
+    };
+    let mut tail = seg.scan(
+        m.durable_end,
+        limit,
+        m.next_seq,
+        m.durable_hash,
+        ScanMode {
+            trusted: None,
+            check_archives: false,
+            crc_below_mark: false,
+            checkpoint: None,
+        },
+    );
+    tail.count += m.next_seq - h.first_seq;
+    if let Some((seq, offset)) = session_start {
+        tail.index.insert(0, IndexEntry { seq, offset });
+        tail.last_session_start = tail.last_session_start.or(session_start);
+    }
+    tail
+}
+
+/// The torn tail after the last good record of an unsealed last segment, if
+/// the scan stopped before its end. Damage below the durable mark is
+/// refused in [`RecoveryMode::Strict`].
+fn torn_tail(
+    seg: &Segment,
+    mark: Option<Mark>,
+    scan: &Scan,
+    mode: RecoveryMode,
+) -> Result<Option<TornTail>> {
+    let durable_end = mark.map_or(FIRST_RECORD_OFFSET, |m| m.durable_end);
+    // Records that end (zeros) before the mark were synced and are gone:
+    // that is damage too, not a clean end.
+    let stop = scan.stop.clone().or_else(|| {
+        (scan.end < durable_end).then_some((scan.end, Some(scan.next_seq), CorruptKind::Truncated))
+    });
+    let Some((offset, seq, kind)) = stop else {
+        return Ok(None);
+    };
+    let salvaged = offset < durable_end;
+    if salvaged && mode == RecoveryMode::Strict {
+        return Err(seg.corrupt(offset, seq, kind));
+    }
+    Ok(Some(TornTail {
+        segment: seg.path.clone(),
+        offset,
+        seq,
+        reason: kind.to_string(),
+        salvaged,
+    }))
+}
+
+/// A writer's end of recovery: everything after the last good record goes,
+/// footer included, so that stale bytes can never validate later; then the
+/// mark names exactly what is kept.
+fn cut_tail_and_mark(
+    seg: &Segment,
+    mark: Option<Mark>,
+    tip: &Tip,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    if seg.zero_range(tip.end, seg.len())? {
+        report.torn_tail.get_or_insert_with(|| TornTail {
+            segment: seg.path.clone(),
+            offset: tip.end,
+            seq: None,
+            reason: "stale bytes after the last record".into(),
+            salvaged: false,
+        });
+        seg.sync()?;
+    }
+    let point = tip.point();
+    let exact = mark.is_some_and(|m| {
+        m.durable_end == point.end
+            && m.next_seq == point.next_seq
+            && (!seg.header.marks_session_start() || m.session_start == point.session_start)
+    });
+    if (tip.end > FIRST_RECORD_OFFSET || mark.is_some()) && !exact {
+        // Everything kept is now durable: record it so later damage is
+        // caught (and so a mark beyond a salvage cut stops counting).
+        seg.sync()?;
+        seg.write_mark(point)?;
+        seg.sync()?;
+    }
+    Ok(())
+}
+
+/// The smallest record: a header and one payload byte, padded.
+const MIN_RECORD_LEN: u64 = (RECORD_HEADER_LEN + RECORD_ALIGN) as u64;
+
+/// The highest offset a version 2 mark's `session_start` field can name.
+const MARK_SESSION_START_LIMIT: u64 = u32::MAX as u64 * RECORD_ALIGN as u64;
+
+/// Whether a read-only open may start its scan of the last segment at mark
+/// `m` rather than at the first record, and if so, the seq and offset of the
+/// last `SessionStart` the mark names. Only a version 2 mark qualifies, and
+/// only one consistent with the segment: its end inside the record area, on
+/// a record boundary, with a seq no lower than the segment's first, and its
+/// `SessionStart` pointer (if any) naming a whole `SessionStart` record
+/// below the end. Anything else falls back to the full scan, which decides.
+///
+/// The records skipped are neither CRC-checked nor chained here: the
+/// iterator checks the CRC of every record it yields, and `verify` checks
+/// everything, exactly as for the records below a mark of a full scan.
+pub(super) fn mark_to_start_at(
+    seg: &Segment,
+    m: Mark,
+    limit: u64,
+) -> Option<(Mark, Option<(u64, u64)>)> {
+    let h = seg.header;
+    let header_end = FIRST_RECORD_OFFSET;
+    // No more records than fit below the end; and an end whose every
+    // SessionStart offset the mark's field can hold (else "none" is unsure).
+    let most_records = (m.durable_end.saturating_sub(header_end)) / MIN_RECORD_LEN;
+    let consistent = h.marks_session_start()
+        && (header_end..=limit).contains(&m.durable_end)
+        && m.durable_end <= MARK_SESSION_START_LIMIT
+        && m.durable_end.is_multiple_of(RECORD_ALIGN as u64)
+        && m.next_seq >= h.first_seq
+        && m.next_seq - h.first_seq <= most_records
+        && (m.durable_end == header_end) == (m.next_seq == h.first_seq)
+        && (m.next_seq > h.first_seq || m.durable_hash == h.start_hash);
+    if !consistent {
+        return None;
+    }
+    let Some(offset) = m.session_start else {
+        return Some((m, None));
+    };
+    if offset < header_end || offset + RECORD_HEADER_LEN as u64 > m.durable_end {
+        return None;
+    }
+    let rec = seg
+        .map
+        .with_view(offset as usize, m.durable_end as usize, |b| {
+            RecordHeader::read(b).ok()
+        })?;
+    let whole = offset + rec.record_len() as u64 <= m.durable_end;
+    let named =
+        rec.kind == EntryKind::SessionStart as u8 && (h.first_seq..m.next_seq).contains(&rec.seq);
+    (whole && named).then_some((m, Some((rec.seq, offset))))
+}
+
+/// Whether a segment with header `h` may follow a segment that ended with
+/// `expect` (next seq, last hash), `None` meaning it is the first: it must name
+/// the log's id, and continue the seq and the chain (a log starts at seq 0 and
+/// never drops its head, so a later first seq means deleted segments).
+pub(super) fn continues(
+    h: &SegmentHeader,
+    log_id: &[u8; 16],
+    expect: Option<(u64, EntryHash)>,
+) -> Result<(), CorruptKind> {
+    if h.log_id != *log_id {
+        return Err(CorruptKind::ForeignLog);
+    }
+    let (seq, hash) = match expect {
+        None if h.first_seq != 0 => return Err(CorruptKind::MissingSegment),
+        None => (0, EntryHash::genesis()),
+        Some(e) => e,
+    };
+    if h.first_seq != seq {
+        return Err(CorruptKind::SeqGap {
+            expected: seq,
+            found: h.first_seq,
+        });
+    }
+    if h.start_hash != hash {
+        return Err(CorruptKind::ChainLink {
+            expected: hash,
+            actual: h.start_hash,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,231 @@
+//! Readers: snapshots of the committed prefix, record views, the iterator.
+
+use std::sync::Arc;
+
+use super::Published;
+use crate::chain::EntryHash;
+use crate::error::{CorruptKind, Error, Result};
+use crate::format::{self, FIRST_RECORD_OFFSET};
+use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
+use crate::segment::Segment;
+
+pub(super) fn snapshot_of(p: &Published) -> Snapshot {
+    let n = p.segments.len();
+    let segs = p
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let end = if i + 1 == n {
+                p.tip.end
+            } else {
+                s.footer.lock().map_or(p.tip.end, |f| f.data_end)
+            };
+            (s.clone(), end)
+        })
+        .collect();
+    Snapshot {
+        segs,
+        next_seq: p.tip.next_seq,
+        head: p.tip.head,
+        last_session_start: p.tip.last_session_start,
+    }
+}
+
+/// A consistent, immutable view of a committed prefix of the log.
+pub struct Snapshot {
+    pub(super) segs: Vec<(Arc<Segment>, u64)>,
+    pub(super) next_seq: u64,
+    pub(super) head: EntryHash,
+    pub(super) last_session_start: Option<u64>,
+}
+
+/// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    /// Sequence number.
+    pub seq: u64,
+    /// Timestamp, ms.
+    pub ts: u64,
+    /// Entry kind.
+    pub kind: EntryKind,
+    /// This record's chain hash.
+    pub hash: EntryHash,
+    /// The previous record's hash.
+    pub prev_hash: EntryHash,
+    /// The archived entry.
+    pub entry: &'a ArchivedLogEntry,
+    /// Payload length in bytes.
+    pub payload_len: u32,
+}
+
+impl Snapshot {
+    /// Seq of the first record in the log.
+    pub fn first_seq(&self) -> u64 {
+        self.segs.first().map_or(0, |(s, _)| s.header.first_seq)
+    }
+
+    /// Seq of the next record to be written.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Seq and hash of the last record.
+    pub fn head(&self) -> Option<(u64, EntryHash)> {
+        (self.next_seq > self.first_seq()).then(|| (self.next_seq - 1, self.head))
+    }
+
+    /// Seq of the last `SessionStart`.
+    pub fn last_session_start(&self) -> Option<u64> {
+        self.last_session_start
+    }
+
+    /// Bytes of record data in the snapshot.
+    pub fn bytes(&self) -> u64 {
+        self.segs
+            .iter()
+            .map(|(_, end)| end - FIRST_RECORD_OFFSET)
+            .sum()
+    }
+
+    /// Records, in order, from the first.
+    pub fn iter(&self) -> Iter<'_> {
+        self.iter_from(self.first_seq())
+    }
+
+    /// Records from `seq` on, found through the sparse index.
+    pub fn iter_from(&self, seq: u64) -> Iter<'_> {
+        let seq = seq.max(self.first_seq());
+        let seg = self
+            .segs
+            .partition_point(|(s, _)| s.header.first_seq <= seq)
+            .saturating_sub(1);
+        let mut error = None;
+        let (offset, at_seq) = match self.segs.get(seg) {
+            Some((s, _)) => {
+                if let Err(e) = s.ensure_index() {
+                    error = Some(e);
+                }
+                let index = s.index.read();
+                let i = index.partition_point(|e| e.seq <= seq);
+                match i.checked_sub(1).map(|i| index[i]) {
+                    Some(e) => (e.offset, e.seq),
+                    None => (FIRST_RECORD_OFFSET, s.header.first_seq),
+                }
+            }
+            None => (FIRST_RECORD_OFFSET, seq),
+        };
+        Iter {
+            snap: self,
+            seg,
+            offset,
+            seq: at_seq,
+            skip_to: seq,
+            done: seq >= self.next_seq,
+            error,
+        }
+    }
+
+    /// Owned entries from `seq` on.
+    pub fn entries_from(
+        &self,
+        seq: u64,
+    ) -> impl Iterator<Item = Result<(u64, EntryHash, LogEntry)>> + '_ {
+        self.iter_from(seq)
+            .map(|r| r.map(|v| (v.seq, v.hash, v.entry.to_entry())))
+    }
+}
+
+/// Iterator over a [`Snapshot`]'s records.
+pub struct Iter<'a> {
+    snap: &'a Snapshot,
+    seg: usize,
+    offset: u64,
+    seq: u64,
+    skip_to: u64,
+    done: bool,
+    /// An error found while seeking, yielded first.
+    error: Option<Error>,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = Result<RecordView<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        loop {
+            if self.done {
+                return None;
+            }
+            let (seg, end) = self.snap.segs.get(self.seg)?;
+            if self.offset >= *end {
+                self.seg += 1;
+                self.offset = FIRST_RECORD_OFFSET;
+                continue;
+            }
+            match self.read(seg, *end) {
+                Ok(Some(view)) => return Some(Ok(view)),
+                Ok(None) => continue,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Iter<'a> {
+    fn read(&mut self, seg: &'a Arc<Segment>, end: u64) -> Result<Option<RecordView<'a>>> {
+        let bytes = seg.map.committed_slice(self.offset as usize, end as usize);
+        let corrupt = |kind| seg.corrupt(self.offset, Some(self.seq), kind);
+        let rec = format::read_record(bytes, 0).map_err(corrupt)?;
+        let h = rec.header;
+        let len = rec.len();
+        if h.seq != self.seq {
+            return Err(corrupt(CorruptKind::SeqGap {
+                expected: self.seq,
+                found: h.seq,
+            }));
+        }
+        if h.seq < self.skip_to {
+            self.offset += len as u64;
+            self.seq += 1;
+            return Ok(None);
+        }
+        rec.check_crc().map_err(corrupt)?;
+        let entry = LogEntry::access_archive(rec.payload())
+            .map_err(|e| corrupt(CorruptKind::InvalidArchive(e)))?;
+        let kind = EntryKind::from_code(h.kind).ok_or_else(|| {
+            corrupt(CorruptKind::InvalidArchive(format!(
+                "unknown kind {}",
+                h.kind
+            )))
+        })?;
+        let hash = if len < bytes.len() {
+            format::prev_hash_of(&bytes[len..]).ok_or_else(|| corrupt(CorruptKind::Truncated))?
+        } else if let Some((next, _)) = self.snap.segs.get(self.seg + 1) {
+            next.header.start_hash
+        } else {
+            self.snap.head
+        };
+        let view = RecordView {
+            seq: h.seq,
+            ts: h.ts,
+            kind,
+            hash,
+            prev_hash: h.prev_hash,
+            entry,
+            payload_len: h.payload_len,
+        };
+        self.offset += len as u64;
+        self.seq += 1;
+        if self.seq >= self.snap.next_seq {
+            self.done = true;
+        }
+        Ok(Some(view))
+    }
+}

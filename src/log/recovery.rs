@@ -1,0 +1,375 @@
+//! Opening a log: listing its files, recovery of the last roll and the
+//! torn tail, and salvage cuts.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::commit::{Settle, SyncState};
+use super::opening::open_segments;
+use super::reader::snapshot_of;
+use super::writer::Writer;
+use super::{
+    Damage, Durability, Inner, Log, LogOptions, Published, RecoveryMode, RecoveryReport, Tip,
+    TornTail, LOCK_FILE,
+};
+use crate::chain::EntryHash;
+use crate::error::{CorruptKind, Error, Result};
+use crate::format::{SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
+use crate::segment::{parse_segment_name, Prepared, ScanMode, Segment};
+
+/// Segment files by first seq, and leftover preparations.
+type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
+
+fn list_segments(dir: &Path) -> Result<Listing> {
+    let mut segs = Vec::new();
+    let mut preps = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_err("read dir", dir))? {
+        let entry = entry.map_err(io_err("read dir", dir))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(seq) = parse_segment_name(name) {
+            segs.push((seq, entry.path()));
+        } else if name.ends_with(".prep") {
+            preps.push(entry.path());
+        }
+    }
+    segs.sort();
+    Ok((segs, preps))
+}
+
+/// Outcome of opening the segments of a directory.
+pub(super) struct Opened {
+    pub(super) segments: Vec<Arc<Segment>>,
+    pub(super) tip: Tip,
+    pub(super) active_sealed: bool,
+    pub(super) report: RecoveryReport,
+    pub(super) log_id: Option<[u8; 16]>,
+}
+
+impl Opened {
+    /// Makes the recovered records readable and returns the view to publish.
+    pub(super) fn publish(&self) -> Published {
+        if let Some(last) = self.segments.last() {
+            last.map.publish(self.tip.end);
+        }
+        Published {
+            segments: Arc::new(self.segments.clone()),
+            tip: self.tip,
+        }
+    }
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir` for writing, recovering it.
+    ///
+    /// Fails with [`Error::Locked`] while another writer holds it, and with
+    /// [`Error::Corrupt`] on damage at or before the durable point (unless
+    /// [`RecoveryMode::Salvage`]). A torn tail is cut and reported in
+    /// [`Log::recovery_report`].
+    pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        let hook: Hook = opts.hook.clone();
+        hooked_fs::create_dir(&dir, &hook)?;
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = HookedFile::open_or_create(&lock_path, &hook)?.into_file();
+        // A reader probing for a live writer (`Store::list`) holds a shared
+        // lock for a moment; only a lock still held after a few tries is a writer.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if tries < 5 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: lock_path }),
+                Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
+            }
+        }
+        let (_, preps) = list_segments(&dir)?;
+        let mut removed = Vec::new();
+        for p in preps {
+            hooked_fs::remove_file(&p, &hook)?;
+            removed.push(p);
+        }
+        let mut salvaged: Option<TornTail> = None;
+        let mut opened = loop {
+            let (mut paths, _) = list_segments(&dir)?;
+            if paths.is_empty() {
+                break create_first_segment(&dir, &opts, &hook)?;
+            }
+            let successor = match last_roll(&paths, &hook)? {
+                LastRoll::Settled => None,
+                LastRoll::Holds(prev) => {
+                    // Intact, perhaps only in the page cache: make it durable
+                    // before anything is written after it.
+                    prev.sync()?;
+                    sync_dir(&dir, &hook)?;
+                    None
+                }
+                LastRoll::Torn => paths.pop(),
+            };
+            let result = open_segments(&paths, true, opts.recovery, &hook);
+            if let (Ok(_), Some((_, p))) = (&result, &successor) {
+                // Nothing in it was durable: a record there is durable only
+                // once the segment before it is.
+                hooked_fs::remove_file(p, &hook)?;
+                sync_dir(&dir, &hook)?;
+                removed.push(p.clone());
+            }
+            let damage = match result {
+                Ok(o) if opts.recovery == RecoveryMode::Salvage => match verify_opened(&o) {
+                    None => break o,
+                    Some(d) => d,
+                },
+                Ok(o) => break o,
+                Err(Error::Corrupt {
+                    segment,
+                    offset,
+                    seq,
+                    kind,
+                }) if opts.recovery == RecoveryMode::Salvage => Damage {
+                    segment,
+                    offset,
+                    seq,
+                    kind,
+                },
+                Err(e) => return Err(e),
+            };
+            // Salvage: cut the log at the first bad record and try again.
+            // Every cut removes bytes, so this ends.
+            removed.extend(cut_at(&dir, &paths, &damage, &hook)?);
+            salvaged.get_or_insert(TornTail {
+                segment: damage.segment.clone(),
+                offset: damage.offset,
+                seq: damage.seq,
+                reason: damage.kind.to_string(),
+                salvaged: true,
+            });
+        };
+        if salvaged.is_some() {
+            opened.report.torn_tail = salvaged;
+        }
+        opened.report.removed.splice(0..0, removed);
+        Ok(Log::from_opened(dir, opts, opened, Some(lock)))
+    }
+
+    /// Opens the log read-only, without taking the writer lock: it sees the
+    /// prefix committed at open; call [`Log::refresh`] to see more.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        let (paths, _) = list_segments(&dir)?;
+        if paths.is_empty() {
+            return Err(Error::not_found(format!(
+                "no segments in {}",
+                dir.display()
+            )));
+        }
+        let mut paths = paths;
+        if let LastRoll::Torn = last_roll(&paths, &None)? {
+            // What a recovering writer removes.
+            paths.pop();
+        }
+        let opened = open_segments(&paths, false, RecoveryMode::Strict, &None)?;
+        Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
+    }
+
+    pub(super) fn from_opened(
+        dir: PathBuf,
+        opts: LogOptions,
+        o: Opened,
+        lock: Option<File>,
+    ) -> Log {
+        let syncs = opts.durability == Durability::Sync;
+        let published = o.publish();
+        let last_indexed = o
+            .segments
+            .last()
+            .and_then(|s| s.index.read().last().map(|e| e.offset));
+        let writer = lock.is_some().then(|| {
+            Mutex::new(Writer {
+                segments: o.segments,
+                tip: o.tip,
+                last_indexed,
+                active_sealed: o.active_sealed,
+                prepared: None,
+                prep_counter: 0,
+                writeback_from: o.tip.end,
+            })
+        });
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let settle = Arc::new(Settle {
+            pending: Mutex::new(None),
+            dir: dir.clone(),
+            hook: opts.hook.clone(),
+            poisoned: poisoned.clone(),
+        });
+        Log {
+            inner: Arc::new(Inner {
+                dir,
+                opts,
+                log_id: o.log_id.unwrap_or_default(),
+                writer,
+                published: Mutex::new(published),
+                committed: Condvar::new(),
+                sync: Mutex::new(SyncState {
+                    durable_next: o.tip.next_seq,
+                    in_progress: false,
+                }),
+                synced: Condvar::new(),
+                poisoned,
+                settle,
+                syncs: AtomicBool::new(syncs),
+                report: o.report,
+                _lock: lock,
+            }),
+        }
+    }
+
+    /// Re-reads a read-only log to see what was committed since.
+    pub fn refresh(&mut self) -> Result<()> {
+        if self.inner.writer.is_some() {
+            return Ok(());
+        }
+        *self = Log::open_read_only(&self.inner.dir)?;
+        Ok(())
+    }
+}
+
+fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
+    let log_id = *uuid::Uuid::now_v7().as_bytes();
+    let zero = opts.durability == Durability::Sync;
+    let prep = Prepared::create(dir.join("first.prep"), opts.next_segment_len(0), zero, hook)?;
+    let header = SegmentHeader {
+        version: FORMAT_VERSION,
+        log_id,
+        first_seq: 0,
+        segment_len: prep.len(),
+        start_hash: EntryHash::genesis(),
+    };
+    let seg = prep.activate(dir, header, true, hook)?;
+    Ok(Opened {
+        segments: vec![Arc::new(seg)],
+        tip: Tip {
+            end: FIRST_RECORD_OFFSET,
+            next_seq: 0,
+            head: EntryHash::genesis(),
+            last_session_start: None,
+            session_start_offset: None,
+        },
+        active_sealed: false,
+        report: RecoveryReport::default(),
+        log_id: Some(log_id),
+    })
+}
+
+/// Whether the roll into the last segment may not have settled, and if so,
+/// whether the segment it sealed is intact.
+enum LastRoll {
+    /// The last segment has a mark or a seal, written only after the roll
+    /// into it settled; or it is the only segment.
+    Settled,
+    /// Unsettled, but the segment before it holds its records and its seal.
+    Holds(Box<Segment>),
+    /// Unsettled, and the segment before it is torn (a power failure before
+    /// its `fdatasync`): no record after the tear was ever durable, the last
+    /// segment's included.
+    Torn,
+}
+
+fn last_roll(paths: &[(u64, PathBuf)], hook: &Hook) -> Result<LastRoll> {
+    let [.., (_, prev), (_, last)] = paths else {
+        return Ok(LastRoll::Settled);
+    };
+    // A segment that does not open is damage that `open_segments` reports
+    // (and Salvage cuts), as it did before rolls settled late.
+    let Ok(last) = Segment::open(last, false, hook) else {
+        return Ok(LastRoll::Settled);
+    };
+    if last.read_mark().is_some() || matches!(last.read_footer(false), Ok(Some(_))) {
+        return Ok(LastRoll::Settled);
+    }
+    let Ok(prev) = Segment::open(prev, false, hook) else {
+        return Ok(LastRoll::Settled);
+    };
+    let f = match prev.read_footer(true) {
+        Ok(Some(f)) => f,
+        Ok(None) | Err(Error::Corrupt { .. }) => return Ok(LastRoll::Torn),
+        Err(e) => return Err(e),
+    };
+    let h = prev.header;
+    // Below its own mark, the segment was synced before it was sealed.
+    let mark = prev
+        .read_mark()
+        .filter(|m| m.next_seq >= h.first_seq && m.durable_end <= f.data_end);
+    let scan = prev.scan(
+        FIRST_RECORD_OFFSET,
+        f.data_end,
+        h.first_seq,
+        h.start_hash,
+        ScanMode {
+            trusted: mark,
+            check_archives: false,
+            crc_below_mark: false,
+            checkpoint: None,
+        },
+    );
+    Ok(if scan.agrees_with(&f) {
+        LastRoll::Holds(Box::new(prev))
+    } else {
+        LastRoll::Torn
+    })
+}
+
+/// The full check of a freshly opened log, for salvage mode.
+fn verify_opened(o: &Opened) -> Option<Damage> {
+    // A mark that disagrees with the records is no reason to cut any: the
+    // writer's open has just rewritten it from its own scan.
+    snapshot_of(&o.publish())
+        .verify()
+        .damage
+        .filter(|d| !matches!(d.kind, CorruptKind::Mark(_)))
+}
+
+/// Cuts the log at `damage`: later segments are removed, and the damaged one
+/// is zeroed from the bad record on (removed whole if its header is bad).
+fn cut_at(
+    dir: &Path,
+    paths: &[(u64, PathBuf)],
+    damage: &Damage,
+    hook: &Hook,
+) -> Result<Vec<PathBuf>> {
+    let Some(k) = paths.iter().position(|(_, p)| *p == damage.segment) else {
+        return Err(Error::Corrupt {
+            segment: damage.segment.clone(),
+            offset: damage.offset,
+            seq: damage.seq,
+            kind: damage.kind.clone(),
+        });
+    };
+    let mut removed = Vec::new();
+    let mut remove = |p: &Path| -> Result<()> {
+        hooked_fs::remove_file(p, hook)?;
+        removed.push(p.to_path_buf());
+        Ok(())
+    };
+    for (_, p) in paths[k + 1..].iter().rev() {
+        remove(p)?;
+    }
+    let path = &paths[k].1;
+    match Segment::open(path, true, hook) {
+        Ok(seg) if damage.offset >= FIRST_RECORD_OFFSET => {
+            seg.zero_range(damage.offset.min(seg.len()), seg.len())?;
+            seg.sync()?;
+        }
+        _ => remove(path)?,
+    }
+    sync_dir(dir, hook)?;
+    Ok(removed)
+}

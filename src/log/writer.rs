@@ -1,0 +1,387 @@
+//! The append path: encoding batches, chaining and writing records, rolls
+//! and preparing the next segment.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rkyv::util::AlignedVec;
+
+use super::commit::Unsettled;
+use super::{Durability, ExpectHead, Log, Tip, PAGE, WRITEBACK_CHUNK};
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::format::{
+    self, Footer, IndexEntry, RecordHeader, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
+    FORMAT_VERSION, INDEX_ENTRY_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::schema::{EntryKind, LogEntry};
+use crate::segment::{Prepared, Segment, INDEX_STRIDE_BYTES};
+
+thread_local! {
+    /// Each thread's buffer for encoding its batches, reused across calls
+    /// (taken out while in use, so a nested append gets a fresh one).
+    static ENCODE_BUFFER: Cell<AlignedVec> = Cell::new(AlignedVec::new());
+}
+
+/// A thread keeps its encoding buffer only up to this capacity.
+const MAX_KEPT_ENCODE_BUFFER: usize = 8 << 20;
+
+/// One record of an encoded batch.
+struct Encoded {
+    /// Offset of its (blank) header in the batch buffer.
+    start: usize,
+    payload_len: usize,
+    kind: EntryKind,
+    ts: u64,
+}
+
+/// Encodes `entries` into `buf`, record after record, framed by the record
+/// codec (`format::begin_record`, `format::end_record`): a blank header, the
+/// rkyv payload, zero padding. Every record starts 16-byte aligned, so each
+/// payload archives exactly as it would at offset 0.
+fn encode_batch(entries: &[LogEntry], buf: &mut AlignedVec, out: &mut Vec<Encoded>) -> Result<()> {
+    buf.clear();
+    for entry in entries {
+        let start = format::begin_record(buf);
+        *buf = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(entry, std::mem::take(buf))
+            .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
+        let payload_len = format::end_record(buf, start)
+            .map_err(|e| Error::invalid(format!("entry of {} bytes is too large", e.len)))?;
+        out.push(Encoded {
+            start,
+            payload_len: payload_len as usize,
+            kind: entry.kind(),
+            ts: entry.ts(),
+        });
+    }
+    Ok(())
+}
+
+/// The hash `entry` gets as record `seq` after a record with hash `prev`:
+/// the same bytes the writer produces.
+pub(crate) fn entry_hash(prev: &EntryHash, seq: u64, entry: &LogEntry) -> Result<EntryHash> {
+    let mut buf = AlignedVec::new();
+    let mut records = Vec::with_capacity(1);
+    encode_batch(std::slice::from_ref(entry), &mut buf, &mut records)?;
+    let header = RecordHeader {
+        prev_hash: *prev,
+        payload_len: records[0].payload_len as u32,
+        kind: entry.kind() as u8,
+        seq,
+        ts: entry.ts(),
+    };
+    Ok(format::write_record_header(&mut buf, &header))
+}
+
+pub(super) struct Writer {
+    pub(super) segments: Vec<Arc<Segment>>,
+    pub(super) tip: Tip,
+    pub(super) last_indexed: Option<u64>,
+    pub(super) active_sealed: bool,
+    pub(super) prepared: Option<JoinHandle<Result<Prepared>>>,
+    pub(super) prep_counter: u64,
+    /// Offset from which writeback has not been started.
+    pub(super) writeback_from: u64,
+}
+
+impl Log {
+    /// Appends one entry with the log's default durability.
+    pub fn append(&self, entry: &LogEntry) -> Result<(u64, EntryHash)> {
+        let r = self.append_batch(
+            std::slice::from_ref(entry),
+            self.inner.opts.durability,
+            ExpectHead::Any,
+        )?;
+        Ok(r[0])
+    }
+
+    /// Appends one entry with the given durability.
+    pub fn append_with(
+        &self,
+        entry: &LogEntry,
+        durability: Durability,
+    ) -> Result<(u64, EntryHash)> {
+        let r = self.append_batch(std::slice::from_ref(entry), durability, ExpectHead::Any)?;
+        Ok(r[0])
+    }
+
+    /// Appends entries in order under one lock, and (with `Sync`) one sync.
+    ///
+    /// Nothing is written unless the log's head is what `expect_head` says;
+    /// otherwise the result is [`Error::HeadConflict`].
+    pub fn append_batch(
+        &self,
+        entries: &[LogEntry],
+        durability: Durability,
+        expect_head: ExpectHead,
+    ) -> Result<Vec<(u64, EntryHash)>> {
+        if self.inner.writer.is_none() {
+            return Err(Error::invalid("log was opened read-only"));
+        }
+        for entry in entries {
+            entry.check()?;
+        }
+        // Encoding needs no lock: concurrent appenders encode in parallel, and
+        // an entry that cannot be encoded is refused without poisoning.
+        let mut buf = ENCODE_BUFFER.try_with(Cell::take).unwrap_or_default();
+        let mut records = Vec::with_capacity(entries.len());
+        let encoded = encode_batch(entries, &mut buf, &mut records);
+        let result =
+            encoded.and_then(|()| self.append_encoded(&mut buf, &records, durability, expect_head));
+        if buf.capacity() <= MAX_KEPT_ENCODE_BUFFER {
+            // Fails only while the thread's locals are being destroyed.
+            let _ = ENCODE_BUFFER.try_with(|c| c.set(buf));
+        }
+        result
+    }
+
+    /// The locked part of [`Log::append_batch`]: the batch's records are
+    /// encoded in `buf` with blank headers.
+    fn append_encoded(
+        &self,
+        buf: &mut [u8],
+        records: &[Encoded],
+        durability: Durability,
+        expect_head: ExpectHead,
+    ) -> Result<Vec<(u64, EntryHash)>> {
+        let inner = &*self.inner;
+        let Some(writer) = &inner.writer else {
+            return Err(Error::invalid("log was opened read-only"));
+        };
+        let mut w = writer.lock();
+        if inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        if let Some(expected) = expect_head.wanted() {
+            let actual = (w.tip.next_seq > 0).then_some(w.tip.head);
+            if actual != expected {
+                return Err(Error::HeadConflict {
+                    log: inner.dir.clone(),
+                    expected,
+                    actual,
+                });
+            }
+        }
+        let mut out = Vec::with_capacity(records.len());
+        let result = self.write_entries(&mut w, buf, records, &mut out);
+        // Publish only a batch written whole; after a failure the writer is
+        // poisoned and readers keep the last good view.
+        if result.is_ok() && !out.is_empty() {
+            let mut p = inner.published.lock();
+            // Compare identity, not names: a roll out of an empty segment
+            // replaces it with a file of the same name.
+            let rolled = p.segments.len() != w.segments.len()
+                || !matches!(
+                    (p.segments.last(), w.segments.last()),
+                    (Some(a), Some(b)) if Arc::ptr_eq(a, b)
+                );
+            if rolled {
+                p.segments = Arc::new(w.segments.clone());
+            }
+            p.tip = w.tip;
+            drop(p);
+            inner.committed.notify_all();
+        }
+        if let Err(e) = result {
+            inner.poisoned.store(true, Ordering::Release);
+            inner.synced.notify_all();
+            return Err(e);
+        }
+        self.maybe_prepare(&mut w);
+        drop(w);
+        if durability == Durability::Sync {
+            if let Some(&(last, _)) = out.last() {
+                self.wait_durable(last)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Chains the encoded records (headers, hashes) and writes them with as
+    /// few `pwrite`s as the segment boundaries allow. Records are
+    /// position-independent, so a record that does not fit is written to the
+    /// next segment unchanged.
+    fn write_entries(
+        &self,
+        w: &mut Writer,
+        buf: &mut [u8],
+        records: &[Encoded],
+        out: &mut Vec<(u64, EntryHash)>,
+    ) -> Result<()> {
+        // `buf[flushed..]` is not written yet; it goes to the active segment at `at`.
+        let mut flushed = 0usize;
+        let mut at = w.tip.end;
+        for (k, r) in records.iter().enumerate() {
+            let rec_end = records.get(k + 1).map_or(buf.len(), |n| n.start);
+            let rec_len = (rec_end - r.start) as u64;
+            let mut offset = at + (r.start - flushed) as u64;
+            let fits =
+                !w.active_sealed && w.segments.last().is_some_and(|s| s.fits(offset, rec_len));
+            if !fits {
+                self.flush(w, &buf[flushed..r.start], at)?;
+                flushed = r.start;
+                self.roll(w, rec_len)?;
+                at = w.tip.end;
+                offset = at;
+            }
+            let header = RecordHeader {
+                prev_hash: w.tip.head,
+                payload_len: r.payload_len as u32,
+                kind: r.kind as u8,
+                seq: w.tip.next_seq,
+                ts: r.ts,
+            };
+            let hash = format::write_record_header(&mut buf[r.start..], &header);
+            if w.last_indexed
+                .is_none_or(|last| offset - last >= INDEX_STRIDE_BYTES)
+            {
+                let seg = w.segments.last().expect("a log always has a segment");
+                seg.index.write().push(IndexEntry {
+                    seq: header.seq,
+                    offset,
+                });
+                w.last_indexed = Some(offset);
+            }
+            out.push((header.seq, hash));
+            w.tip.head = hash;
+            w.tip.next_seq += 1;
+            if r.kind == EntryKind::SessionStart {
+                w.tip.last_session_start = Some(header.seq);
+                w.tip.session_start_offset = Some(offset);
+            }
+        }
+        self.flush(w, &buf[flushed..], at)
+    }
+
+    /// Writes encoded records at `at` in the active segment and makes them
+    /// readable through its map (not yet published to snapshots).
+    fn flush(&self, w: &mut Writer, bytes: &[u8], at: u64) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let seg = w.segments.last().expect("a log always has a segment");
+        seg.write_at(at, bytes)?;
+        let end = at + bytes.len() as u64;
+        seg.map.publish(end);
+        w.tip.end = end;
+        // Start writeback early, so that the seal's fdatasync at the next
+        // roll (and a Sync commit) finds little left to write.
+        if end - w.writeback_from >= WRITEBACK_CHUNK {
+            seg.start_writeback(w.writeback_from, end);
+            w.writeback_from = end;
+        }
+        Ok(())
+    }
+
+    pub(super) fn maybe_prepare(&self, w: &mut Writer) {
+        if !self.inner.opts.prepare_ahead || w.prepared.is_some() {
+            return;
+        }
+        let Some(seg) = w.segments.last() else { return };
+        if w.tip.end < seg.len() / 2 {
+            return;
+        }
+        w.prep_counter += 1;
+        let path = self
+            .inner
+            .dir
+            .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
+        let len = self.inner.opts.next_segment_len(seg.len());
+        let hook = self.inner.opts.hook.clone();
+        let zero = self.inner.syncs.load(Ordering::Relaxed);
+        w.prepared = Some(std::thread::spawn(move || {
+            Prepared::create(path, len, zero, &hook)
+        }));
+    }
+
+    /// Seals the active segment (if it has records) and starts the next one,
+    /// large enough for a record of `rec_len` bytes.
+    fn roll(&self, w: &mut Writer, rec_len: u64) -> Result<()> {
+        let inner = &*self.inner;
+        let hook = &inner.opts.hook;
+        let active = w
+            .segments
+            .last()
+            .expect("a log always has a segment")
+            .clone();
+        let empty = w.tip.next_seq == active.header.first_seq;
+        // At most one roll is unsettled: the segment before the one being
+        // sealed must be durable before this seal can be written.
+        inner.settle.run()?;
+        let mut sealed = None;
+        if !w.active_sealed && !empty {
+            let footer = active.seal(Footer {
+                record_count: w.tip.next_seq - active.header.first_seq,
+                first_seq: active.header.first_seq,
+                last_hash: w.tip.head,
+                last_session_start: w.tip.last_session_start,
+                data_end: w.tip.end,
+                index_offset: 0,
+                index_count: 0,
+                index_crc: 0,
+            })?;
+            *active.footer.lock() = Some(footer);
+            sealed = Some(active.clone());
+        }
+        let needed = (SEGMENT_HEADER_LEN + FOOTER_LEN + 2 * INDEX_ENTRY_LEN) as u64 + rec_len;
+        let len = inner
+            .opts
+            .next_segment_len(active.len())
+            .max(needed.div_ceil(PAGE) * PAGE);
+        let prepared = match w.prepared.take().map(|h| h.join()) {
+            Some(Ok(Ok(p))) if p.len() >= len => Some(p),
+            Some(Ok(Ok(p))) => {
+                p.discard();
+                None
+            }
+            // A failed preparation is retried in the foreground, where its
+            // error reaches the caller.
+            _ => None,
+        };
+        let prepared = match prepared {
+            Some(p) => p,
+            None => {
+                w.prep_counter += 1;
+                let path = inner
+                    .dir
+                    .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
+                Prepared::create(path, len, inner.syncs.load(Ordering::Relaxed), hook)?
+            }
+        };
+        let header = SegmentHeader {
+            version: FORMAT_VERSION,
+            log_id: inner.log_id,
+            first_seq: w.tip.next_seq,
+            segment_len: prepared.len(),
+            start_hash: w.tip.head,
+        };
+        // An empty active segment has the same name; the rename replaces it.
+        let seg = Arc::new(prepared.activate(&inner.dir, header, false, hook)?);
+        // The seal's fdatasync and the directory's fsync happen off the lock.
+        // (A last segment that was sealed when the log opened, the open synced.)
+        *inner.settle.pending.lock() = Some(Unsettled {
+            sealed,
+            successor: seg.clone(),
+        });
+        if inner.opts.prepare_ahead {
+            let settle = inner.settle.clone();
+            // A failure poisons the log and the next append reports it. If
+            // no thread can be had, whatever needs the settle does it.
+            let _ = std::thread::Builder::new()
+                .name("session-store-settle".into())
+                .spawn(move || settle.run());
+        }
+        if !w.active_sealed && empty {
+            w.segments.pop();
+        }
+        w.segments.push(seg);
+        w.tip.end = FIRST_RECORD_OFFSET;
+        w.writeback_from = w.tip.end;
+        w.last_indexed = None;
+        w.tip.session_start_offset = None;
+        w.active_sealed = false;
+        Ok(())
+    }
+}
