@@ -1,66 +1,11 @@
-//! Byte layouts of segment files: pure functions, no I/O. Everything is little-endian.
+//! Byte layouts of segment files and the record codec: pure functions, no
+//! I/O. Everything is little-endian.
 //!
-//! ```text
-//! Segment file  {first_seq:020}.seg, preallocated to its full length
-//! +-------------------+---------+---------+-----+-----------------+--------------+---------+
-//! | header (256 B)    | record0 | record1 | ... | (unused, zeros) | index (16*n) | footer  |
-//! +-------------------+---------+---------+-----+-----------------+--------------+---------+
-//!                                                index and footer exist only once sealed;
-//!                                                the footer is the last 128 B of the file
-//!
-//! Segment header (256 B)
-//!   0  magic        [u8; 8]  "SSLOGSEG"
-//!   8  version      u32      2 (1 is still read; see "Versions" below)
-//!  12  flags        u32      0
-//!  16  log_id       [u8; 16]
-//!  32  first_seq    u64
-//!  40  segment_len  u64      file length, as allocated
-//!  48  start_hash   [u8; 32] hash of record first_seq-1 (genesis for the first segment)
-//!  80  header_crc   u32      CRC32 of bytes 0..80
-//!  84  reserved     [u8; 12]
-//!  96  mark slot 0  [u8; 64]
-//! 160  mark slot 1  [u8; 64]
-//! 224  reserved     [u8; 32] zeros
-//!
-//! Durable mark slot (64 B), written alternately by group commits
-//!   0  generation    u64
-//!   8  durable_end   u64      records below this offset were fdatasync'ed
-//!  16  next_seq      u64      seq of the record that starts at durable_end
-//!  24  durable_hash  [u8; 32] hash of the record just below durable_end
-//!  56  session_start u32      offset / 16 of the last SessionStart record in
-//!                             this segment below durable_end; 0 if none
-//!  60  crc           u32      CRC32 of bytes 0..60
-//!
-//! Record (64 B header + payload, padded with zeros to a multiple of 16)
-//!   0  magic        u32      "SREC"
-//!   4  crc          u32      CRC32 of bytes 8..64+payload_len
-//!   8  prev_hash    [u8; 32] hash of the previous record
-//!  40  payload_len  u32      >= 1
-//!  44  kind         u8       EntryKind code
-//!  45  flags        u8       0
-//!  46  reserved     u16      0
-//!  48  seq          u64
-//!  56  ts           u64      ms since the Unix epoch
-//!  64  payload      rkyv archive of a LogEntry, 16-byte aligned
-//!
-//! Chain link: hash = blake3::keyed_hash(prev_hash, record[40 .. 64+payload_len])
-//!
-//! Index entry (16 B): seq u64, offset u64
-//!
-//! Footer (128 B), the last bytes of a sealed segment
-//!   0  magic               [u8; 8] "SSLOGEND"
-//!   8  record_count        u64
-//!  16  first_seq           u64
-//!  24  last_seq            u64     (first_seq - 1 wrapping when empty)
-//!  32  last_hash           [u8; 32]
-//!  64  last_session_start  u64     seq of the last SessionStart in the log so far, u64::MAX if none
-//!  72  data_end            u64     offset just past the last record
-//!  80  index_offset        u64
-//!  88  index_count         u64
-//!  96  index_crc           u32
-//! 100  reserved            [u8; 24]
-//! 124  footer_crc          u32     CRC32 of bytes 0..124
-//! ```
+//! The diagrams of the segment header, the durable mark slot, the record,
+//! the index and the footer, and the version history, are in `DESIGN.md`
+//! ("Byte layouts", "Format version history"): one place for them. The
+//! offsets below are derived from one another and checked against those
+//! diagrams by the constant assertions and the unit tests.
 //!
 //! Versions: a version 1 segment differs only in its mark slot, which has no
 //! `session_start` field and keeps its CRC32 (of bytes 0..56) at 56, with 60..64
@@ -233,31 +178,74 @@ impl SegmentHeader {
     }
 }
 
-/// A durable mark: everything below `durable_end` was synced.
+// Positions in a segment. Three types describe one, with one vocabulary:
+// `end` (the offset just past the last record), `next_seq` (the seq of the
+// record that would start at `end`), `hash` (of the record just below `end`,
+// the segment's start hash if none) and `session_start` (the offset of the
+// last `SessionStart` record of the segment below `end`). [`Point`] is the
+// position itself; [`Mark`] is a point made durable, as a header slot stores
+// it; the log's `Tip` is the writer's point at the end of the active
+// segment, plus the seq of the log's last `SessionStart`.
+
+/// A position in a segment, on a record boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Point {
+    /// Offset just past the last record.
+    pub end: u64,
+    /// Seq of the record that would start at `end`.
+    pub next_seq: u64,
+    /// Hash of the record just below `end` (the start hash if none).
+    pub hash: EntryHash,
+    /// Offset of the last `SessionStart` record of this segment below `end`.
+    pub session_start: Option<u64>,
+}
+
+/// A durable mark: a [`Point`] below which everything was synced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
     /// Increases with every write; the valid slot with the highest wins.
     pub generation: u64,
     /// Offset in the segment below which records are durable.
-    pub durable_end: u64,
-    /// Seq of the record at `durable_end`.
+    pub end: u64,
+    /// Seq of the record at `end`.
     pub next_seq: u64,
-    /// Hash of the record just below `durable_end` (the start hash if none).
-    pub durable_hash: EntryHash,
+    /// Hash of the record just below `end` (the start hash if none).
+    pub hash: EntryHash,
     /// Offset of the last `SessionStart` record of this segment below
-    /// `durable_end`, if any. Always `None` in a version 1 mark, and in a
+    /// `end`, if any. Always `None` in a version 1 mark, and in a
     /// version 2 mark whose record lies beyond what the field can hold.
     pub session_start: Option<u64>,
 }
 
 impl Mark {
+    /// The mark of generation `generation` at `at`.
+    pub fn at(generation: u64, at: Point) -> Mark {
+        Mark {
+            generation,
+            end: at.end,
+            next_seq: at.next_seq,
+            hash: at.hash,
+            session_start: at.session_start,
+        }
+    }
+
+    /// The position this mark names.
+    pub fn point(&self) -> Point {
+        Point {
+            end: self.end,
+            next_seq: self.next_seq,
+            hash: self.hash,
+            session_start: self.session_start,
+        }
+    }
+
     /// The slot bytes, laid out for a segment of format `version`.
     pub fn encode(&self, version: u32) -> [u8; MARK_SLOT_LEN] {
         let mut b = [0u8; MARK_SLOT_LEN];
         b[..8].copy_from_slice(&self.generation.to_le_bytes());
-        b[8..16].copy_from_slice(&self.durable_end.to_le_bytes());
+        b[8..16].copy_from_slice(&self.end.to_le_bytes());
         b[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
-        b[24..56].copy_from_slice(self.durable_hash.as_bytes());
+        b[24..56].copy_from_slice(self.hash.as_bytes());
         let crc_at = if version == 1 {
             MARK_CRC_V1
         } else {
@@ -289,9 +277,9 @@ impl Mark {
                 let valid = u32_at(b, crc_at) == crc(&b[..crc_at]) && b.iter().any(|&x| x != 0);
                 valid.then(|| Mark {
                     generation: u64_at(b, 0),
-                    durable_end: u64_at(b, 8),
+                    end: u64_at(b, 8),
                     next_seq: u64_at(b, 16),
-                    durable_hash: hash_at(b, 24),
+                    hash: hash_at(b, 24),
                     session_start: match u32_at(b, MARK_SESSION_START) {
                         0 => None,
                         _ if version == 1 => None,
@@ -683,16 +671,16 @@ mod tests {
             for g in 1..=3u64 {
                 let m = Mark {
                     generation: g,
-                    durable_end: g * 100,
+                    end: g * 100,
                     next_seq: g,
-                    durable_hash: EntryHash([g as u8; 32]),
+                    hash: EntryHash([g as u8; 32]),
                     session_start: Some(256 + 16 * g),
                 };
                 let at = Mark::slot_offset(g);
                 hdr[at..at + MARK_SLOT_LEN].copy_from_slice(&m.encode(version));
             }
             let newest = Mark::newest(&hdr).unwrap();
-            assert_eq!(newest.durable_end, 300);
+            assert_eq!(newest.end, 300);
             // Version 1 has no field for it.
             let expect = (version >= 2).then_some(256 + 48);
             assert_eq!(newest.session_start, expect, "version {version}");
@@ -701,7 +689,7 @@ mod tests {
             for byte in [9, MARK_SESSION_START + 1] {
                 let mut torn = hdr;
                 torn[Mark::slot_offset(3) + byte] ^= 0xff;
-                assert_eq!(Mark::newest(&torn).unwrap().durable_end, 200, "byte {byte}");
+                assert_eq!(Mark::newest(&torn).unwrap().end, 200, "byte {byte}");
             }
         }
     }
@@ -710,9 +698,9 @@ mod tests {
     fn a_session_start_offset_the_slot_cannot_hold_is_left_out() {
         let m = |session_start| Mark {
             generation: 1,
-            durable_end: 1 << 40,
+            end: 1 << 40,
             next_seq: 1,
-            durable_hash: EntryHash([1; 32]),
+            hash: EntryHash([1; 32]),
             session_start,
         };
         let mut hdr = header().encode();

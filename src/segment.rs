@@ -10,7 +10,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{
-    self, Footer, IndexEntry, Mark, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
+    self, Footer, IndexEntry, Mark, Point, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
     INDEX_ENTRY_LEN, MARK_SLOT_0, MARK_SLOT_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::fs::{io_err, sync_dir, Hook, HookedFile};
@@ -39,19 +39,6 @@ pub(crate) struct Segment {
     pub(crate) mark: Mutex<Option<Mark>>,
     /// What the last completed `fdatasync` covered.
     pub(crate) synced: Mutex<Option<Point>>,
-}
-
-/// A point in the active segment, as a durable mark records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Point {
-    /// Offset just past the last record.
-    pub(crate) end: u64,
-    /// Seq of the record that would start at `end`.
-    pub(crate) next_seq: u64,
-    /// Hash of the record just below `end` (the start hash if none).
-    pub(crate) hash: EntryHash,
-    /// Offset of the last `SessionStart` record of this segment below `end`.
-    pub(crate) session_start: Option<u64>,
 }
 
 /// The file name of the segment whose first record is `first_seq`.
@@ -390,13 +377,7 @@ impl Segment {
     pub(crate) fn write_mark(&self, at: Point) -> Result<()> {
         let mut last = self.mark.lock();
         let generation = last.map_or(1, |m| m.generation + 1);
-        let mark = Mark {
-            generation,
-            durable_end: at.end,
-            next_seq: at.next_seq,
-            durable_hash: at.hash,
-            session_start: at.session_start,
-        };
+        let mark = Mark::at(generation, at);
         let bytes = mark.encode(self.header.version);
         self.write_at(Mark::slot_offset(generation) as u64, &bytes)?;
         *last = Some(mark);
@@ -413,7 +394,7 @@ impl Segment {
             // A mark must never name records that are gone, even after a
             // crash in the middle of this: below one, clear both slots
             // durably first (the caller writes the new mark).
-            if self.read_mark().is_some_and(|m| m.durable_end > from) {
+            if self.read_mark().is_some_and(|m| m.end > from) {
                 self.write_at(MARK_SLOT_0 as u64, &[0u8; 2 * MARK_SLOT_LEN])?;
                 self.sync()?;
             }
@@ -476,15 +457,15 @@ pub(crate) fn scan_bytes(
     };
     let trusted = mode
         .trusted
-        .filter(|m| m.durable_end >= from && (m.durable_end as usize) <= bytes.len());
+        .filter(|m| m.end >= from && (m.end as usize) <= bytes.len());
     let mut hash_known = true;
     let mut last_start = None;
     let mut off = from as usize;
     let mut last_indexed: Option<u64> = None;
     loop {
         if let Some(m) = trusted {
-            if off as u64 == m.durable_end {
-                hash = m.durable_hash;
+            if off as u64 == m.end {
+                hash = m.hash;
                 hash_known = true;
             }
         }
@@ -510,7 +491,7 @@ pub(crate) fn scan_bytes(
         let h = rec.header;
         let body_end = off + rec.body.len();
         let rec_end = off + rec.len();
-        let in_trusted = trusted.is_some_and(|m| (off as u64) < m.durable_end);
+        let in_trusted = trusted.is_some_and(|m| (off as u64) < m.end);
         if mode.crc_below_mark || !in_trusted {
             if let Err(kind) = rec.check_crc() {
                 scan.stop = Some((off as u64, seq, kind));
@@ -556,10 +537,10 @@ pub(crate) fn scan_bytes(
         // The chain is not hashed below the mark, so the record that ends at
         // it must match the mark's hash: otherwise an edit with a fixed-up
         // CRC there would pass, and the next mark would adopt it.
-        if let Some(m) = trusted.filter(|m| rec_end as u64 == m.durable_end) {
+        if let Some(m) = trusted.filter(|m| rec_end as u64 == m.end) {
             let actual = rec.link();
-            if actual != m.durable_hash {
-                let expected = m.durable_hash;
+            if actual != m.hash {
+                let expected = m.hash;
                 scan.stop = Some((off as u64, seq, CorruptKind::ChainLink { expected, actual }));
                 break;
             }

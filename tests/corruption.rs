@@ -110,10 +110,7 @@ fn classify(bytes: &[u8], sealed: bool, records_before: u64) -> Vec<Expect> {
         let other = Mark::slot_offset(mark.generation + 1);
         out[newest..newest + MARK_SLOT_LEN].fill(Unchecked("newest mark slot"));
         out[other..other + MARK_SLOT_LEN].fill(Unchecked("older mark slot"));
-        let below = sp
-            .iter()
-            .filter(|s| (s.start as u64) < mark.durable_end)
-            .count();
+        let below = sp.iter().filter(|s| (s.start as u64) < mark.end).count();
         assert!(below >= 1 && below + 2 <= sp.len(), "records on both sides");
         for (k, s) in sp.iter().enumerate() {
             let e = if k < below {

@@ -128,9 +128,9 @@ fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
         ),
         (
             "pointer past the end",
-            Box::new(|m| m.session_start = Some(m.durable_end)),
+            Box::new(|m| m.session_start = Some(m.end)),
         ),
-        ("end inside the header", Box::new(|m| m.durable_end = 128)),
+        ("end inside the header", Box::new(|m| m.end = 128)),
         ("seq before the segment", Box::new(|m| m.next_seq = 0)),
         ("more records than fit", Box::new(|m| m.next_seq = u64::MAX)),
     ];
@@ -146,9 +146,9 @@ fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
     // a lost synced write looks like: the full scan refuses it, as before.
     for (what, end) in [
         ("end past the file", 1 << 40),
-        ("misaligned end", good.durable_end + 8),
+        ("misaligned end", good.end + 8),
     ] {
-        forge_mark(&active, |m| m.durable_end = end);
+        forge_mark(&active, |m| m.end = end);
         match Log::open_read_only(dir.path()) {
             Err(Error::Corrupt { segment, .. }) => assert_eq!(segment, active, "{what}"),
             other => panic!("{what}: expected Corrupt, got {other:?}"),
@@ -175,7 +175,7 @@ fn a_mark_that_cannot_be_believed_falls_back_to_the_full_scan() {
     let original = fs::read(&active).unwrap();
     let lies: Vec<Forgery> = vec![
         ("seq", Box::new(|m| m.next_seq += 5)),
-        ("hash", Box::new(|m| m.durable_hash = EntryHash([7; 32]))),
+        ("hash", Box::new(|m| m.hash = EntryHash([7; 32]))),
     ];
     for (what, f) in &lies {
         forge_mark(&active, f);
@@ -205,7 +205,7 @@ fn flip_below_the_mark(dir: &Path) -> (PathBuf, Span, u64) {
     let active = segment_files(dir).pop().unwrap();
     let spans = common::spans(&fs::read(&active).unwrap());
     let victim = *spans.iter().find(|s| s.seq == ss + 2).unwrap();
-    assert!((victim.start as u64) < mark_of(&active).unwrap().durable_end);
+    assert!((victim.start as u64) < mark_of(&active).unwrap().end);
     edit(&active, |b| b[victim.start + 70] ^= 0x01);
     (active, victim, ss)
 }
@@ -232,7 +232,7 @@ fn a_salvage_cut_below_the_mark_clears_the_mark_before_zeroing() {
     assert_eq!(log.next_seq(), ss + 2);
     log.close().unwrap();
     let m = mark_of(&active).unwrap();
-    assert_eq!((m.next_seq, m.durable_end), (ss + 2, victim.start as u64));
+    assert_eq!((m.next_seq, m.end), (ss + 2, victim.start as u64));
     assert_eq!(
         Log::open_read_only(dir.path()).unwrap().verify().damage,
         None

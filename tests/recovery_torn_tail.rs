@@ -219,12 +219,9 @@ fn marked_log(dir: &Path) -> (Vec<u8>, Vec<Span>, u64) {
     let sp = spans(&bytes);
     assert_eq!(sp.len(), 9);
     let mark = mark_of(seg).expect("two commits write a mark");
-    assert_eq!(
-        mark.durable_end, sp[6].start as u64,
-        "the mark lags one commit"
-    );
+    assert_eq!(mark.end, sp[6].start as u64, "the mark lags one commit");
     assert_eq!(mark.next_seq, 6);
-    (bytes, sp, mark.durable_end)
+    (bytes, sp, mark.end)
 }
 
 /// Zeroing from every offset across the mark: records 4 and 5 lie below it
@@ -382,7 +379,7 @@ fn close_and_clean_reopen_protect_every_record() {
             let sp = spans(&orig);
             assert_eq!(sp.len() as u64, n);
             assert_eq!(
-                mark_of(&seg).map(|m| m.durable_end),
+                mark_of(&seg).map(|m| m.end),
                 Some(sp[n as usize - 1].end as u64),
                 "{commits} commits, {via}: the mark is exact"
             );

@@ -179,7 +179,7 @@ fn close_after_an_oversized_first_record_marks_the_new_file() {
     log.close().unwrap();
     let file = &segment_files(dir.path())[0];
     let end = spans(&fs::read(file).unwrap())[0].end as u64;
-    assert_eq!(mark_of(file).map(|m| m.durable_end), Some(end));
+    assert_eq!(mark_of(file).map(|m| m.end), Some(end));
 }
 
 #[test]

@@ -8,9 +8,10 @@ use parking_lot::Mutex;
 
 use super::Log;
 use crate::error::{Error, Result};
+use crate::format::Point;
 use crate::format::FIRST_RECORD_OFFSET;
 use crate::fs::{sync_dir, Hook};
-use crate::segment::{Point, Segment};
+use crate::segment::Segment;
 
 #[derive(Default)]
 pub(super) struct SyncState {
@@ -135,7 +136,7 @@ impl Log {
         let previous = *seg.mark.lock();
         let last_synced = *seg.synced.lock();
         if let Some(at) = last_synced {
-            if previous.is_none_or(|m| m.durable_end != at.end) {
+            if previous.is_none_or(|m| m.end != at.end) {
                 seg.write_mark(at)?;
             }
         }
@@ -160,7 +161,7 @@ impl Log {
         // The mark names only what an fdatasync covered: another clone may
         // have appended since `sync` returned.
         let synced = *seg.synced.lock();
-        let marked = seg.mark.lock().map(|m| (m.durable_end, m.next_seq));
+        let marked = seg.mark.lock().map(|m| (m.end, m.next_seq));
         if let (None, Some(at)) = (*seg.footer.lock(), synced) {
             if marked != Some((at.end, at.next_seq)) {
                 seg.write_mark(at)?;

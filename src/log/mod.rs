@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::chain::EntryHash;
+use crate::format::Point;
 use crate::fs::IoHook;
-use crate::segment::{Point, Segment};
+use crate::segment::Segment;
 
 mod commit;
 mod opening;
@@ -206,16 +207,20 @@ struct Published {
 
 /// Where the log ends: what the writer extends, and what it publishes.
 #[derive(Clone, Copy)]
+/// The writer's position at the end of the active segment, in the
+/// vocabulary of [`Point`] (see `format`), plus the seq of the log's last
+/// `SessionStart`.
 struct Tip {
     /// Offset just past the last record in the active segment.
     end: u64,
+    /// Seq of the next record.
     next_seq: u64,
     /// Hash of the last record (the start hash if none).
-    head: EntryHash,
+    hash: EntryHash,
+    /// Offset of the last `SessionStart` in the active segment, for its marks.
+    session_start: Option<u64>,
     /// Seq of the last `SessionStart` in the log.
     last_session_start: Option<u64>,
-    /// Offset of the last `SessionStart` in the active segment, for its marks.
-    session_start_offset: Option<u64>,
 }
 
 impl Tip {
@@ -224,8 +229,8 @@ impl Tip {
         Point {
             end: self.end,
             next_seq: self.next_seq,
-            hash: self.head,
-            session_start: self.session_start_offset,
+            hash: self.hash,
+            session_start: self.session_start,
         }
     }
 }
@@ -291,7 +296,7 @@ impl Log {
     /// Seq and hash of the last record, if any.
     pub fn head(&self) -> Option<(u64, EntryHash)> {
         let p = self.inner.published.lock();
-        (p.tip.next_seq > first_seq(&p)).then(|| (p.tip.next_seq - 1, p.tip.head))
+        (p.tip.next_seq > first_seq(&p)).then(|| (p.tip.next_seq - 1, p.tip.hash))
     }
 
     /// Number of the next record.

@@ -116,7 +116,7 @@ fn open_last(
     let mark = seg.read_mark();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let scan = scan_last(&seg, mark, limit, writable);
-    let session_start_offset = scan.last_session_start.map(|(_, offset)| offset);
+    let session_start = scan.last_session_start.map(|(_, offset)| offset);
     let mut last_session_start = prefix.last_session_start;
     if let Some((seq, _)) = scan.last_session_start {
         last_session_start = Some(seq);
@@ -140,10 +140,10 @@ fn open_last(
             tip: Tip {
                 end: f.data_end,
                 next_seq: scan.next_seq,
-                head: scan.last_hash,
+                hash: scan.last_hash,
                 // The footer, which verify checks, rather than the mark.
                 last_session_start: f.last_session_start,
-                session_start_offset,
+                session_start,
             },
             active_sealed: true,
             report,
@@ -154,9 +154,9 @@ fn open_last(
     let tip = Tip {
         end: scan.end,
         next_seq: scan.next_seq,
-        head: scan.last_hash,
+        hash: scan.last_hash,
         last_session_start,
-        session_start_offset,
+        session_start,
     };
     if writable {
         cut_tail_and_mark(&seg, mark, &tip, &mut report)?;
@@ -197,10 +197,10 @@ fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> S
         );
     };
     let mut tail = seg.scan(
-        m.durable_end,
+        m.end,
         limit,
         m.next_seq,
-        m.durable_hash,
+        m.hash,
         ScanMode {
             trusted: None,
             check_archives: false,
@@ -225,7 +225,7 @@ fn torn_tail(
     scan: &Scan,
     mode: RecoveryMode,
 ) -> Result<Option<TornTail>> {
-    let durable_end = mark.map_or(FIRST_RECORD_OFFSET, |m| m.durable_end);
+    let durable_end = mark.map_or(FIRST_RECORD_OFFSET, |m| m.end);
     // Records that end (zeros) before the mark were synced and are gone:
     // that is damage too, not a clean end.
     let stop = scan.stop.clone().or_else(|| {
@@ -268,7 +268,7 @@ fn cut_tail_and_mark(
     }
     let point = tip.point();
     let exact = mark.is_some_and(|m| {
-        m.durable_end == point.end
+        m.end == point.end
             && m.next_seq == point.next_seq
             && (!seg.header.marks_session_start() || m.session_start == point.session_start)
     });
@@ -308,30 +308,28 @@ pub(super) fn mark_to_start_at(
     let header_end = FIRST_RECORD_OFFSET;
     // No more records than fit below the end; and an end whose every
     // SessionStart offset the mark's field can hold (else "none" is unsure).
-    let most_records = (m.durable_end.saturating_sub(header_end)) / MIN_RECORD_LEN;
+    let most_records = (m.end.saturating_sub(header_end)) / MIN_RECORD_LEN;
     let consistent = h.marks_session_start()
-        && (header_end..=limit).contains(&m.durable_end)
-        && m.durable_end <= MARK_SESSION_START_LIMIT
-        && m.durable_end.is_multiple_of(RECORD_ALIGN as u64)
+        && (header_end..=limit).contains(&m.end)
+        && m.end <= MARK_SESSION_START_LIMIT
+        && m.end.is_multiple_of(RECORD_ALIGN as u64)
         && m.next_seq >= h.first_seq
         && m.next_seq - h.first_seq <= most_records
-        && (m.durable_end == header_end) == (m.next_seq == h.first_seq)
-        && (m.next_seq > h.first_seq || m.durable_hash == h.start_hash);
+        && (m.end == header_end) == (m.next_seq == h.first_seq)
+        && (m.next_seq > h.first_seq || m.hash == h.start_hash);
     if !consistent {
         return None;
     }
     let Some(offset) = m.session_start else {
         return Some((m, None));
     };
-    if offset < header_end || offset + RECORD_HEADER_LEN as u64 > m.durable_end {
+    if offset < header_end || offset + RECORD_HEADER_LEN as u64 > m.end {
         return None;
     }
-    let rec = seg
-        .map
-        .with_view(offset as usize, m.durable_end as usize, |b| {
-            RecordHeader::read(b).ok()
-        })?;
-    let whole = offset + rec.record_len() as u64 <= m.durable_end;
+    let rec = seg.map.with_view(offset as usize, m.end as usize, |b| {
+        RecordHeader::read(b).ok()
+    })?;
+    let whole = offset + rec.record_len() as u64 <= m.end;
     let named =
         rec.kind == EntryKind::SessionStart as u8 && (h.first_seq..m.next_seq).contains(&rec.seq);
     (whole && named).then_some((m, Some((rec.seq, offset))))

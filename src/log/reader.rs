@@ -27,7 +27,7 @@ pub(super) fn snapshot_of(p: &Published) -> Snapshot {
     Snapshot {
         segs,
         next_seq: p.tip.next_seq,
-        head: p.tip.head,
+        head: p.tip.hash,
         last_session_start: p.tip.last_session_start,
     }
 }

@@ -259,9 +259,9 @@ fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Op
         tip: Tip {
             end: FIRST_RECORD_OFFSET,
             next_seq: 0,
-            head: EntryHash::genesis(),
+            hash: EntryHash::genesis(),
             last_session_start: None,
-            session_start_offset: None,
+            session_start: None,
         },
         active_sealed: false,
         report: RecoveryReport::default(),
@@ -307,7 +307,7 @@ fn last_roll(paths: &[(u64, PathBuf)], hook: &Hook) -> Result<LastRoll> {
     // Below its own mark, the segment was synced before it was sealed.
     let mark = prev
         .read_mark()
-        .filter(|m| m.next_seq >= h.first_seq && m.durable_end <= f.data_end);
+        .filter(|m| m.next_seq >= h.first_seq && m.end <= f.data_end);
     let scan = prev.scan(
         FIRST_RECORD_OFFSET,
         f.data_end,

@@ -138,8 +138,8 @@ impl Snapshot {
         let mark = self
             .segs
             .last()
-            .and_then(|(seg, end)| seg.read_mark().filter(|m| m.durable_end <= *end));
-        let scans = self.scan_segments(mark.map(|m| m.durable_end));
+            .and_then(|(seg, end)| seg.read_mark().filter(|m| m.end <= *end));
+        let scans = self.scan_segments(mark.map(|m| m.end));
         let mut expect: Option<(u64, EntryHash)> = None;
         let mut last_session_start = None;
         let last = self.segs.len().saturating_sub(1);
@@ -225,12 +225,12 @@ impl Snapshot {
 /// it, so each must be what the records say at that point.
 fn mark_disagrees(m: &Mark, h: &SegmentHeader, scan: &Scan) -> Option<(u64, String)> {
     let why = match scan.checkpoint {
-        None => format!("its end {} is not a record boundary", m.durable_end),
+        None => format!("its end {} is not a record boundary", m.end),
         Some(at) if at.next_seq != m.next_seq => format!(
             "names seq {} at its end, the records {}",
             m.next_seq, at.next_seq
         ),
-        Some(at) if at.hash != m.durable_hash => {
+        Some(at) if at.hash != m.hash => {
             "its hash is not the hash of the record below its end".to_string()
         }
         Some(at) if h.marks_session_start() && at.session_start != m.session_start => format!(

@@ -155,7 +155,7 @@ impl Log {
             return Err(Error::Poisoned);
         }
         if let Some(expected) = expect_head.wanted() {
-            let actual = (w.tip.next_seq > 0).then_some(w.tip.head);
+            let actual = (w.tip.next_seq > 0).then_some(w.tip.hash);
             if actual != expected {
                 return Err(Error::HeadConflict {
                     log: inner.dir.clone(),
@@ -227,7 +227,7 @@ impl Log {
                 offset = at;
             }
             let header = RecordHeader {
-                prev_hash: w.tip.head,
+                prev_hash: w.tip.hash,
                 payload_len: r.payload_len as u32,
                 kind: r.kind as u8,
                 seq: w.tip.next_seq,
@@ -245,11 +245,11 @@ impl Log {
                 w.last_indexed = Some(offset);
             }
             out.push((header.seq, hash));
-            w.tip.head = hash;
+            w.tip.hash = hash;
             w.tip.next_seq += 1;
             if r.kind == EntryKind::SessionStart {
                 w.tip.last_session_start = Some(header.seq);
-                w.tip.session_start_offset = Some(offset);
+                w.tip.session_start = Some(offset);
             }
         }
         self.flush(w, &buf[flushed..], at)
@@ -315,7 +315,7 @@ impl Log {
             let footer = active.seal(Footer {
                 record_count: w.tip.next_seq - active.header.first_seq,
                 first_seq: active.header.first_seq,
-                last_hash: w.tip.head,
+                last_hash: w.tip.hash,
                 last_session_start: w.tip.last_session_start,
                 data_end: w.tip.end,
                 index_offset: 0,
@@ -355,7 +355,7 @@ impl Log {
             log_id: inner.log_id,
             first_seq: w.tip.next_seq,
             segment_len: prepared.len(),
-            start_hash: w.tip.head,
+            start_hash: w.tip.hash,
         };
         // An empty active segment has the same name; the rename replaces it.
         let seg = Arc::new(prepared.activate(&inner.dir, header, false, hook)?);
@@ -380,7 +380,7 @@ impl Log {
         w.tip.end = FIRST_RECORD_OFFSET;
         w.writeback_from = w.tip.end;
         w.last_indexed = None;
-        w.tip.session_start_offset = None;
+        w.tip.session_start = None;
         w.active_sealed = false;
         Ok(())
     }
