@@ -12,8 +12,7 @@
 //! `POWER_LOSS_TRIALS` raises the count (default 2,000, bounded by
 //! `POWER_LOSS_SECONDS`, default 120).
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::collections::HashMap;
 use std::io;
@@ -203,7 +202,7 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
 fn entry(rng: &mut Rng, i: u64) -> LogEntry {
     // Now and then a compaction, so that marks name SessionStarts.
     if rng.below(8) == 0 {
-        return common::session_start(i);
+        return engine::session_start(i);
     }
     let size = match rng.below(10) {
         0 => 3000 + rng.below(9000) as usize,

@@ -2,13 +2,12 @@
 //! the durable mark is cut to a clean prefix and reported, damage before it is
 //! `Corrupt` (or cut with `Salvage`), and the log keeps working afterwards.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::fs::{self, OpenOptions};
 use std::path::Path;
 
-use common::{edit, entries, entry, mark_of, opts, segment_files, spans, sweep_tempdir, Span};
+use engine::{edit, entries, entry, mark_of, opts, segment_files, spans, sweep_tempdir, Span};
 use session_store::log::{Durability, Log, RecoveryMode};
 use session_store::{CorruptKind, Error};
 

@@ -154,7 +154,7 @@ pub fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
 /// Which kind of I/O operation a [`Countdown`] fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpKind {
-    /// A write through the map.
+    /// A `pwrite` into a segment file: its header, records, marks or footer.
     Write,
     /// An `fdatasync` of a segment.
     Sync,
