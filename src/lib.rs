@@ -28,27 +28,49 @@
 #![deny(unsafe_code)]
 
 mod catalog;
-pub mod chain;
-pub mod error;
-pub mod export;
-pub mod format;
-pub mod history;
-pub mod item;
-pub mod log;
-pub mod schema;
-pub mod segment;
-pub mod state;
-pub mod store;
-
+mod chain;
+mod error;
+mod export;
+mod history;
+mod item;
+mod log;
 mod mmap;
+mod schema;
+mod segment;
+mod state;
+mod store;
 
-pub use chain::EntryHash;
+// The byte layouts, public only to the tests, benches and fuzz targets
+// (feature `whitebox`); not a stable API.
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub mod format;
+// Without `whitebox`, what only the tests use (`Footer::last_seq`) is dead.
+#[cfg(not(feature = "whitebox"))]
+#[allow(dead_code)]
+mod format;
+
+pub use chain::{EntryHash, ParseHashError};
 pub use error::{CorruptKind, Error, Result};
-pub use item::{ContentPart, Item, ItemStatus, Role};
-pub use log::{Durability, Log, LogOptions, RecoveryMode};
-pub use schema::{
-    group_delta, EntryKind, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
-    RequestConfig, SessionId, SessionOrigin, WorkerResult,
+pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
+pub use history::{
+    agy, CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryReader, HistoryRole,
+    HistoryService, Locator, NotFoundReason,
 };
-pub use state::{check_history, collect_state, Problem, RestoredState};
-pub use store::{ListFilter, SessionInfo, Store, StoreOptions};
+pub use item::{ContentPart, Item, ItemStatus, Role};
+pub use log::{
+    Damage, Durability, Iter, Log, LogOptions, RecordView, RecoveryMode, RecoveryReport, Snapshot,
+    TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE,
+};
+pub use schema::{
+    group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
+    LoggedContentPart, LoggedItem, LoggedRole, RequestConfig, SessionId, SessionOrigin,
+    WorkerResult,
+};
+pub use segment::{IoHook, IoOp};
+pub use state::{
+    check_history, collect_state, ExtensionRecord, Problem, RestoredState, UsageRecord,
+};
+pub use store::{
+    ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry, Subscription,
+};

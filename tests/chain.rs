@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use engine::{edit, entry, opts, segment_files, spans};
 use session_store::format::{self, SegmentHeader, FOOTER_LEN};
-use session_store::log::{Durability, Log};
-use session_store::{CorruptKind, EntryHash, Error};
+use session_store::{CorruptKind, Durability, EntryHash, Error, Log};
 
 const SEG: u64 = 8 << 10;
 const RECORDS: u64 = 60;

@@ -15,8 +15,7 @@ use std::time::Instant;
 
 use engine::{entry, opts, segment_files, session_start, spans, sweep_tempdir};
 use session_store::format::{Footer, Mark, FOOTER_LEN, INDEX_ENTRY_LEN, MARK_SLOT_LEN};
-use session_store::log::{Durability, Log, LogOptions, RecoveryMode};
-use session_store::{Error, LogEntry, RestoredState};
+use session_store::{Durability, Error, Log, LogEntry, LogOptions, RecoveryMode, RestoredState};
 
 const SEG: u64 = 8 << 10;
 

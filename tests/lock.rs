@@ -12,8 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use engine::{entry, opts};
-use session_store::log::Log;
-use session_store::Error;
+use session_store::{Error, Log};
 
 const ROLE: &str = "SESSION_STORE_LOCK_TEST_ROLE";
 const SEG: u64 = 16 << 10;

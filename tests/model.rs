@@ -6,8 +6,7 @@ mod engine;
 use proptest::prelude::*;
 
 use engine::{entry, opts, sweep_tempdir};
-use session_store::log::{Durability, Log, LogOptions, Snapshot};
-use session_store::{EntryHash, LogEntry};
+use session_store::{Durability, EntryHash, Log, LogEntry, LogOptions, Snapshot};
 
 const SEG: u64 = 8 << 10;
 

@@ -10,8 +10,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use engine::{entries, entry, opts, segment_files, spans, sweep_tempdir, Countdown, OpKind};
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::{Error, LogEntry};
+use session_store::{Durability, Error, Log, LogEntry, LogOptions};
 
 const SEG: u64 = 8 << 10;
 const APPENDS: u64 = 60;

@@ -20,9 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::segment::{IoHook, IoOp};
-use session_store::{Item, LogEntry, LoggedItem};
+use session_store::{Durability, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem};
 
 #[derive(Debug, Clone)]
 enum Event {

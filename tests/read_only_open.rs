@@ -14,8 +14,7 @@ use engine::{
     edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir, Countdown, OpKind, Span,
 };
 use session_store::format::{self, Footer, Mark, FOOTER_LEN, MARK_SLOT_LEN, SEGMENT_HEADER_LEN};
-use session_store::log::{Durability, Log, RecoveryMode};
-use session_store::{CorruptKind, EntryHash, Error, LogEntry};
+use session_store::{CorruptKind, Durability, EntryHash, Error, Log, LogEntry, RecoveryMode};
 
 const SEG: u64 = 16 << 10;
 

@@ -8,8 +8,7 @@ use std::fs::{self, OpenOptions};
 use std::path::Path;
 
 use engine::{edit, entries, entry, mark_of, opts, segment_files, spans, sweep_tempdir, Span};
-use session_store::log::{Durability, Log, RecoveryMode};
-use session_store::{CorruptKind, Error};
+use session_store::{CorruptKind, Durability, Error, Log, RecoveryMode};
 
 const SEG: u64 = 64 << 10;
 const RECORDS: u64 = 12;

@@ -42,7 +42,7 @@ use shards::Shard;
 const SHARDS: usize = 16;
 
 /// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
