@@ -25,12 +25,21 @@
 //! Every record carries a CRC32 and chains the previous record's BLAKE3
 //! hash; see `DESIGN.md` for the byte layout, the fsync points, recovery and
 //! the threat model.
+//!
+//! # Features
+//!
+//! - `cli` (default): the `session-store` command-line tool; implies `history`.
+//! - `history`: readers of other agents' transcripts (`HistoryService`,
+//!   `agy`), with a bundled SQLite.
+//!
+//! With `default-features = false` the crate is the bare library.
 #![deny(unsafe_code)]
 
 mod catalog;
 mod chain;
 mod error;
 mod export;
+#[cfg(feature = "history")]
 mod history;
 mod item;
 mod log;
@@ -53,6 +62,7 @@ mod format;
 pub use chain::{EntryHash, ParseHashError};
 pub use error::{CorruptKind, Error, Result};
 pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
+#[cfg(feature = "history")]
 pub use history::{
     agy, CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryReader, HistoryRole,
     HistoryService, Locator, NotFoundReason,
