@@ -6,8 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use session_store::log::{Log, LogOptions};
-use session_store::{Item, RequestConfig, Store, StoreOptions};
+use session_store::{Item, Log, LogOptions, RequestConfig, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
@@ -109,7 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for rec in snap.iter() {
         let rec = rec?;
         let prev = (rec.seq > 0).then_some(&rec.prev_hash);
-        lines.push_str(&session_store::export::entry_line(
+        lines.push_str(&session_store::entry_line(
             rec.seq,
             &rec.hash,
             prev,

@@ -25,32 +25,64 @@
 //! Every record carries a CRC32 and chains the previous record's BLAKE3
 //! hash; see `DESIGN.md` for the byte layout, the fsync points, recovery and
 //! the threat model.
+//!
+//! # Features
+//!
+//! - `cli` (default): the `session-store` command-line tool; implies `history`.
+//! - `history`: readers of other agents' transcripts (`HistoryService`,
+//!   `agy`), with a bundled SQLite.
+//!
+//! With `default-features = false` the crate is the bare library.
 #![deny(unsafe_code)]
 
 mod catalog;
-pub mod chain;
-pub mod error;
-pub mod export;
-pub mod format;
+mod chain;
+mod error;
+mod export;
 mod fs;
-pub mod history;
-pub mod item;
-pub mod log;
-pub mod schema;
-pub mod segment;
-pub mod state;
-pub mod store;
-
+#[cfg(feature = "history")]
+mod history;
+mod item;
+mod log;
 mod mmap;
+mod schema;
+mod segment;
+mod state;
+mod store;
 
-pub use chain::EntryHash;
+// The byte layouts, public only to the tests, benches and fuzz targets
+// (feature `whitebox`); not a stable API.
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub mod format;
+// Without `whitebox`, what only the tests use (`Footer::last_seq`) is dead.
+#[cfg(not(feature = "whitebox"))]
+#[allow(dead_code)]
+mod format;
+
+pub use chain::{EntryHash, ParseHashError};
 pub use error::{CorruptKind, Error, Result};
+pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
 pub use fs::{IoHook, IoOp};
-pub use item::{ContentPart, Item, ItemStatus, Role};
-pub use log::{Durability, ExpectHead, Log, LogOptions, RecoveryMode};
-pub use schema::{
-    group_delta, EntryKind, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
-    RequestConfig, SessionId, SessionOrigin, WorkerResult,
+#[cfg(feature = "history")]
+pub use history::{
+    agy, CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryReader, HistoryRole,
+    HistoryService, Locator, NotFoundReason,
 };
-pub use state::{check_history, collect_state, Problem, RestoredState};
-pub use store::{ListFilter, SessionInfo, Store, StoreOptions};
+pub use item::{ContentPart, Item, ItemStatus, Role};
+pub use log::{
+    Damage, Durability, ExpectHead, Iter, Log, LogOptions, RecordView, RecoveryMode,
+    RecoveryReport, Snapshot, TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE,
+    DEFAULT_SEGMENT_SIZE,
+};
+pub use schema::{
+    group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
+    LoggedContentPart, LoggedItem, LoggedRole, RequestConfig, SessionId, SessionOrigin,
+    WorkerResult,
+};
+pub use state::{
+    check_history, collect_state, ExtensionRecord, Problem, RestoredState, UsageRecord,
+};
+pub use store::{
+    ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry, Subscription,
+};

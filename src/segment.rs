@@ -14,7 +14,6 @@ use crate::format::{
     INDEX_ENTRY_LEN, MARK_SLOT_0, MARK_SLOT_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::fs::{io_err, sync_dir, Hook, HookedFile};
-pub use crate::fs::{IoHook, IoOp};
 use crate::mmap::{self, Map};
 use crate::schema::EntryKind;
 

@@ -2,16 +2,14 @@
 //! segment of another log (even with the same entries), a segment that does
 //! not continue its predecessor, and a record edited with a fixed-up CRC.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::{edit, entry, opts, segment_files, spans};
+use engine::{edit, entry, opts, segment_files, spans};
 use session_store::format::{self, SegmentHeader, FOOTER_LEN};
-use session_store::log::{Durability, Log};
-use session_store::{CorruptKind, EntryHash, Error};
+use session_store::{CorruptKind, Durability, EntryHash, Error, Log};
 
 const SEG: u64 = 8 << 10;
 const RECORDS: u64 = 60;
@@ -160,7 +158,7 @@ fn a_segment_that_does_not_continue_its_predecessor_is_refused() {
 
 /// Changes one text byte of record `k` of `path` and recomputes its CRC, as a
 /// forger without the chain would. Returns the records' spans.
-fn forge(path: &Path, k: usize) -> Vec<common::Span> {
+fn forge(path: &Path, k: usize) -> Vec<engine::Span> {
     let mut sp = Vec::new();
     edit(path, |b| {
         sp = spans(b);

@@ -2,8 +2,7 @@
 //! appends and rolls, against `Sync` appends that return before they are
 //! durable or go missing under contention, and against waiters never woken.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::collections::HashMap;
 use std::io;
@@ -13,10 +12,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{entry, opts, read_all};
-use session_store::log::{Durability, Log};
-use session_store::segment::{IoHook, IoOp};
-use session_store::EntryHash;
+use engine::{entry, opts, read_all};
+use session_store::{Durability, EntryHash, IoHook, IoOp, Log};
 
 /// Text size of entry `i`: mostly small, now and then larger than a segment.
 fn size(i: u64) -> usize {

@@ -4,8 +4,7 @@
 //! both as a reader (which trusts the durable mark and defers sealed indexes)
 //! and as a writer.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
@@ -14,10 +13,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{entry, opts, segment_files, session_start, spans, sweep_tempdir};
+use engine::{entry, opts, segment_files, session_start, spans, sweep_tempdir};
 use session_store::format::{Footer, Mark, FOOTER_LEN, INDEX_ENTRY_LEN, MARK_SLOT_LEN};
-use session_store::log::{Durability, Log, LogOptions, RecoveryMode};
-use session_store::{Error, LogEntry, RestoredState};
+use session_store::{Durability, Error, Log, LogEntry, LogOptions, RecoveryMode, RestoredState};
 
 const SEG: u64 = 8 << 10;
 

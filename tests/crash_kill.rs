@@ -14,8 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::{Item, LogEntry, LoggedItem};
+use session_store::{Durability, Item, Log, LogEntry, LogOptions, LoggedItem};
 
 fn entry(i: u64) -> LogEntry {
     let size = (i * 7919 % 5000) as usize;

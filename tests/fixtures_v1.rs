@@ -8,9 +8,8 @@
 
 use std::path::PathBuf;
 
-use session_store::log::{Log, LogOptions};
 use session_store::{
-    group_delta, Item, JsonText, LogEntry, LoggedItem, RequestConfig, WorkerResult,
+    group_delta, Item, JsonText, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, WorkerResult,
 };
 
 /// The head hash the fixture was written with.

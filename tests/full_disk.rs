@@ -7,8 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::{Error, Item, LogEntry, LoggedItem};
+use session_store::{Durability, Error, Item, Log, LogEntry, LogOptions, LoggedItem};
 
 fn entry(i: u64) -> LogEntry {
     LogEntry::UserInput {

@@ -6,15 +6,14 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use rusqlite::Connection;
 use serde_json::{json, Value};
-use session_store::history::agy::{
+use session_store::agy::{
     self, discover_by_cwd, discover_by_session, parse_transcript_bytes, transcript_path,
     AgyTranscript,
 };
-use session_store::history::{
-    Discovery, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Locator, NotFoundReason,
+use session_store::{
+    ContentPart, Discovery, Error, HistoryMessage, HistoryReader, HistoryRole, HistoryService,
+    Item, Locator, NotFoundReason, Role,
 };
-use session_store::item::{ContentPart, Item, Role};
-use session_store::Error;
 
 // ---------------------------------------------------------------- helpers
 

@@ -5,16 +5,14 @@
 //! The other process is this test binary again, running only [`child`] with
 //! the role in an environment variable.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::{entry, opts};
-use session_store::log::Log;
-use session_store::Error;
+use engine::{entry, opts};
+use session_store::{Error, Log};
 
 const ROLE: &str = "SESSION_STORE_LOCK_TEST_ROLE";
 const SEG: u64 = 16 << 10;

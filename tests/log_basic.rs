@@ -1,8 +1,7 @@
 //! Guards the basic promises of the log: what is appended is read back, in
 //! order, with a valid chain, across rolls and reopens.
 
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::{Item, LogEntry, LoggedItem};
+use session_store::{Durability, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem};
 
 fn entry(i: u64, size: usize) -> LogEntry {
     LogEntry::UserInput {
@@ -124,8 +123,6 @@ fn non_finite_floats_are_refused_before_anything_is_written() {
 fn a_seal_left_unsynced_is_synced_on_reopen() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
-
-    use session_store::segment::{IoHook, IoOp};
 
     #[derive(Default)]
     struct Hook {

@@ -1,14 +1,12 @@
 //! Guards against any sequence of appends, syncs, reopens, reads and checks
 //! leaving the log different from a plain `Vec` of what was appended.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use proptest::prelude::*;
 
-use common::{entry, opts, sweep_tempdir};
-use session_store::log::{Durability, Log, LogOptions, Snapshot};
-use session_store::{EntryHash, LogEntry};
+use engine::{entry, opts, sweep_tempdir};
+use session_store::{Durability, EntryHash, Log, LogEntry, LogOptions, Snapshot};
 
 const SEG: u64 = 8 << 10;
 

@@ -3,16 +3,14 @@
 //! error reaches the caller, the writer refuses everything after, and a
 //! reopen recovers a prefix that verifies and takes appends.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::fs;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{entries, entry, opts, segment_files, spans, sweep_tempdir, Countdown, OpKind};
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::{Error, LogEntry};
+use engine::{entries, entry, opts, segment_files, spans, sweep_tempdir, Countdown, OpKind};
+use session_store::{Durability, Error, Log, LogEntry, LogOptions};
 
 const SEG: u64 = 8 << 10;
 const APPENDS: u64 = 60;

@@ -12,17 +12,14 @@
 //! `POWER_LOSS_TRIALS` raises the count (default 2,000, bounded by
 //! `POWER_LOSS_SECONDS`, default 120).
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use session_store::log::{Durability, Log, LogOptions};
-use session_store::segment::{IoHook, IoOp};
-use session_store::{Item, LogEntry, LoggedItem};
+use session_store::{Durability, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem};
 
 #[derive(Debug, Clone)]
 enum Event {
@@ -57,7 +54,7 @@ impl IoHook for Recorder {
     }
 }
 
-use common::Rng;
+use engine::Rng;
 
 /// One file as the crash sees it: bytes known durable, and writes since.
 struct Inode {
@@ -156,7 +153,7 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
             bytes[*off as usize..*off as usize + data.len()].copy_from_slice(data);
         }
         for (off, data) in &inode.pending {
-            common::unsynced_write(&mut bytes, *off as usize, data, rng);
+            engine::unsynced_write(&mut bytes, *off as usize, data, rng);
         }
         std::fs::write(out.join(path.file_name().unwrap()), bytes).unwrap();
     }
@@ -165,7 +162,7 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
 fn entry(rng: &mut Rng, i: u64) -> LogEntry {
     // Now and then a compaction, so that marks name SessionStarts.
     if rng.below(8) == 0 {
-        return common::session_start(i);
+        return engine::session_start(i);
     }
     let size = match rng.below(10) {
         0 => 3000 + rng.below(9000) as usize,
@@ -324,5 +321,5 @@ fn trial(seed: u64, crashes: usize) -> usize {
 
 #[test]
 fn power_loss_keeps_a_verified_prefix_with_every_acknowledged_record() {
-    common::run_seeded_trials("POWER_LOSS", 2000, 120, 200, |seed| trial(seed, 8));
+    engine::run_seeded_trials("POWER_LOSS", 2000, 120, 200, |seed| trial(seed, 8));
 }

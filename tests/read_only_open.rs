@@ -5,23 +5,21 @@
 //! gives, fall back when the mark cannot be believed, and leave damage in what
 //! it skipped to the iterator and to `verify`.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::{
+use engine::{
     edit, entry, mark_of, opts, read_all, segment_files, sweep_tempdir, Countdown, OpKind, Span,
 };
 use session_store::format::{self, Footer, Mark, FOOTER_LEN, MARK_SLOT_LEN, SEGMENT_HEADER_LEN};
-use session_store::log::{Durability, Log, RecoveryMode};
-use session_store::{CorruptKind, EntryHash, Error, LogEntry};
+use session_store::{CorruptKind, Durability, EntryHash, Error, Log, LogEntry, RecoveryMode};
 
 const SEG: u64 = 16 << 10;
 
 fn start(i: u64) -> LogEntry {
-    common::session_start(i)
+    engine::session_start(i)
 }
 
 /// A log with sealed segments, a `SessionStart` below the active segment's
@@ -203,7 +201,7 @@ fn flip_below_the_mark(dir: &Path) -> (PathBuf, Span, u64) {
     let ss = writer.snapshot().last_session_start().unwrap();
     writer.close().unwrap();
     let active = segment_files(dir).pop().unwrap();
-    let spans = common::spans(&fs::read(&active).unwrap());
+    let spans = engine::spans(&fs::read(&active).unwrap());
     let victim = *spans.iter().find(|s| s.seq == ss + 2).unwrap();
     assert!((victim.start as u64) < mark_of(&active).unwrap().end);
     edit(&active, |b| b[victim.start + 70] ^= 0x01);
@@ -348,8 +346,8 @@ fn verify_scans_segments_in_parallel_and_reports_the_first_damage() {
     let files = segment_files(dir.path());
     assert!(files.len() >= 4);
     // Damage the last record of the second segment and the first of the third.
-    let second = common::spans(&fs::read(&files[1]).unwrap());
-    let third = common::spans(&fs::read(&files[2]).unwrap());
+    let second = engine::spans(&fs::read(&files[1]).unwrap());
+    let third = engine::spans(&fs::read(&files[2]).unwrap());
     let (a, b) = (second.last().unwrap(), &third[0]);
     edit(&files[2], |bytes| bytes[b.start + 70] ^= 0x01);
     let d = Log::open_read_only(dir.path())

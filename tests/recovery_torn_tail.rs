@@ -2,15 +2,13 @@
 //! the durable mark is cut to a clean prefix and reported, damage before it is
 //! `Corrupt` (or cut with `Salvage`), and the log keeps working afterwards.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::fs::{self, OpenOptions};
 use std::path::Path;
 
-use common::{edit, entries, entry, mark_of, opts, segment_files, spans, sweep_tempdir, Span};
-use session_store::log::{Durability, Log, RecoveryMode};
-use session_store::{CorruptKind, Error};
+use engine::{edit, entries, entry, mark_of, opts, segment_files, spans, sweep_tempdir, Span};
+use session_store::{CorruptKind, Durability, Error, Log, RecoveryMode};
 
 const SEG: u64 = 64 << 10;
 const RECORDS: u64 = 12;

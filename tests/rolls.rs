@@ -2,8 +2,7 @@
 //! segment: a record that fills a segment exactly, records larger than a
 //! segment, and a crash at each step of a roll.
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::collections::HashMap;
 use std::fs;
@@ -12,13 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{
+use engine::{
     entries, entry, files_with_ext, mark_of, opts, segment_files, spans, Countdown, OpKind,
 };
 use session_store::format::{Footer, FOOTER_LEN, INDEX_ENTRY_LEN};
-use session_store::log::{Log, LogOptions};
-use session_store::segment::{IoHook, IoOp};
-use session_store::{Error, LogEntry};
+use session_store::{Error, IoHook, IoOp, Log, LogEntry, LogOptions};
 
 const SEG: u64 = 16 << 10;
 
@@ -378,7 +375,7 @@ fn a_torn_seal_before_an_unsettled_roll_is_a_torn_tail_and_its_successor_goes() 
         // The power failed before the sealed segment's fdatasync: its seal
         // (and here, one record's bytes too) never reached the disk.
         let mut kept = first_of_second as usize;
-        common::edit(&files[0], |b| {
+        engine::edit(&files[0], |b| {
             let n = b.len();
             b[n - FOOTER_LEN..].fill(0);
             if damage == 1 {
@@ -476,7 +473,7 @@ fn a_durable_commit_after_a_roll_vouches_for_the_seal_before_it() {
     );
     drop(log);
     // So damage to the sealed segment is corruption now, never a torn tail.
-    common::edit(&files[0], |b| {
+    engine::edit(&files[0], |b| {
         let n = b.len();
         b[n - FOOTER_LEN..].fill(0);
     });

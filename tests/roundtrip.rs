@@ -7,11 +7,10 @@ mod common;
 use common::{archive_at, every_entry, every_item, hash, TS};
 use proptest::prelude::*;
 use serde_json::Value;
-use session_store::export::{entry_line, parse_line};
-use session_store::schema::ArchivedLogEntry;
 use session_store::{
-    collect_state, ContentPart, Item, ItemStatus, JsonText, LogEntry, LoggedItem, RequestConfig,
-    RestoredState, Role, SessionOrigin, WorkerResult,
+    collect_state, entry_line, parse_line, ArchivedLogEntry, ContentPart, Item, ItemStatus,
+    JsonText, LogEntry, LoggedItem, RequestConfig, RestoredState, Role, SessionOrigin,
+    WorkerResult,
 };
 
 const MIB: usize = 1 << 20;

@@ -4,8 +4,7 @@
 
 use std::path::Path;
 
-use session_store::log::{Log, LogOptions, RecoveryMode};
-use session_store::{Error, Item, LogEntry, LoggedItem};
+use session_store::{Error, Item, Log, LogEntry, LogOptions, LoggedItem, RecoveryMode};
 
 fn entry(i: u64) -> LogEntry {
     LogEntry::UserInput {

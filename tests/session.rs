@@ -10,18 +10,23 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use session_store::export::{entry_line, parse_line, WireLine};
 use session_store::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
-use session_store::segment::{IoHook, IoOp};
-use session_store::state::UsageRecord;
-use session_store::store::now_ms;
 use session_store::{
-    ContentPart, EntryHash, EntryKind, Error, Item, ItemStatus, JsonText, ListFilter, LogEntry,
-    LogOptions, LoggedItem, Problem, RequestConfig, RestoredState, Role, SessionId, SessionOrigin,
-    Store, StoreOptions, WorkerResult,
+    entry_line, parse_line, ContentPart, EntryHash, EntryKind, Error, IoHook, IoOp, Item,
+    ItemStatus, JsonText, ListFilter, LogEntry, LogOptions, LoggedItem, Problem, RequestConfig,
+    RestoredState, Role, SessionId, SessionOrigin, Store, StoreOptions, UsageRecord, WireLine,
+    WorkerResult,
 };
+
+/// Milliseconds since the Unix epoch, now: the clock the store stamps entries with.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
 
 /// Small segments, so that a few turns already roll.
 const SEGMENT_BYTES: u64 = 16 << 10;
@@ -1648,7 +1653,7 @@ fn a_subscription_sees_every_entry_once_in_order_across_rolls() {
     // One more, appended after the subscriber caught up, arrives once.
     let mut head = head;
     store.save_turn_end(id, &mut head, 33).unwrap();
-    let session_store::store::SubscribedEntry {
+    let session_store::SubscribedEntry {
         seq, hash, entry, ..
     } = sub.next_timeout(wait).unwrap().unwrap();
     assert_eq!((seq, hash), (total, head));

@@ -6,10 +6,9 @@ mod common;
 
 use common::{call, full_config, origin, reasoning, result, TS};
 use proptest::prelude::*;
-use session_store::state::{ExtensionRecord, UsageRecord};
 use session_store::{
-    check_history, collect_state, group_delta, Item, JsonText, LogEntry, LoggedItem, Problem,
-    RequestConfig, RestoredState, WorkerResult,
+    check_history, collect_state, group_delta, ExtensionRecord, Item, JsonText, LogEntry,
+    LoggedItem, Problem, RequestConfig, RestoredState, UsageRecord, WorkerResult,
 };
 
 fn logged(items: &[Item]) -> Vec<LoggedItem> {

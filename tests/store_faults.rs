@@ -16,15 +16,14 @@
 //! `POWER_LOSS_STORE_TRIALS` raises the count (default 600, bounded by
 //! `POWER_LOSS_STORE_SECONDS`, default 90).
 
-#[path = "engine/mod.rs"]
-mod common;
+mod engine;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use common::Rng;
+use engine::Rng;
 use session_store::{
     Durability, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions,
 };
@@ -321,7 +320,7 @@ fn file_bytes(f: &FileData, rng: &mut Rng) -> Vec<u8> {
         bytes[*off as usize..*off as usize + data.len()].copy_from_slice(data);
     }
     for (off, data) in &f.pending {
-        len = len.max(common::unsynced_write(&mut bytes, *off as usize, data, rng));
+        len = len.max(engine::unsynced_write(&mut bytes, *off as usize, data, rng));
     }
     bytes.truncate(len);
     bytes
@@ -642,7 +641,7 @@ fn check_image(root: &Path, models: &[Model], k: usize, rng: &mut Rng, ctx: &str
 #[test]
 fn power_loss_keeps_every_acknowledged_session_creation_save_and_deletion() {
     let (trials, _) =
-        common::run_seeded_trials("POWER_LOSS_STORE", 600, 90, 100, |seed| trial(seed, 8));
+        engine::run_seeded_trials("POWER_LOSS_STORE", 600, 90, 100, |seed| trial(seed, 8));
     let seen = SESSIONS_SEEN.load(std::sync::atomic::Ordering::Relaxed);
     println!("{seen} sessions found in the crash images");
     assert!(

@@ -6,10 +6,9 @@ mod common;
 use std::io::Cursor;
 
 use common::{hash, origin, session_id};
-use session_store::export::{entry_line, parse_line, LineReader};
 use session_store::{
-    Error, Item, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole, RequestConfig,
-    WorkerResult,
+    entry_line, parse_line, Error, Item, JsonText, LineReader, LogEntry, LoggedContentPart,
+    LoggedItem, LoggedRole, RequestConfig, WorkerResult,
 };
 
 /// `value` serializes to exactly `expected`, and `expected` parses back to `value`.

@@ -6,8 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 #[path = "scratch.rs"]
 mod scratch;
-use session_store::export::{entry_line, parse_line, LineReader};
-use session_store::EntryHash;
+use session_store::{entry_line, parse_line, EntryHash, LineReader};
 
 fuzz_target!(|data: &[u8]| {
     let mut reader = LineReader::new(data);

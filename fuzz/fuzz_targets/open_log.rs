@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "scratch.rs"]
 mod scratch;
 use session_store::format::SegmentHeader;
-use session_store::log::{Log, LogOptions, RecoveryMode};
+use session_store::{Log, LogOptions, RecoveryMode};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks how many segment files the rest is split into.

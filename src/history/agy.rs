@@ -149,8 +149,8 @@ pub fn discover_by_session(home: &Path, id: &str) -> Discovery {
 /// Find the newest transcript of the workspace that is exactly `cwd`.
 ///
 /// Reads `conversation_summaries.db` read-only and compares each recorded
-/// workspace URI with `cwd` after lexical normalisation
-/// ([`super::file_uri`]); only equal paths match. Among matching
+/// workspace URI with `cwd` after lexical normalisation (separators, `.`
+/// and `..`; symlinks are not resolved); only equal paths match. Among matching
 /// conversations whose transcript exists, the newest wins: greatest
 /// `last_modified_time` (when the column exists; SQLite's ordering of
 /// types), then greatest transcript mtime, then greatest id.

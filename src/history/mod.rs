@@ -14,7 +14,7 @@
 //! Readers so far: [`agy`] (Antigravity CLI, source `"agy-jsonl"`).
 
 pub mod agy;
-pub mod file_uri;
+mod file_uri;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use session_store::format::{self, Mark, SEGMENT_HEADER_LEN};
-use session_store::log::{Log, LogOptions};
-use session_store::segment::{IoHook, IoOp};
-use session_store::{EntryHash, Item, LogEntry, LoggedItem, RequestConfig};
+use session_store::{
+    EntryHash, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem, RequestConfig,
+};
 
 /// Entry number `i`, with a text of about `size` bytes. The same `(i, size)`
 /// always gives the same entry, so readers can recompute what they expect.
@@ -150,7 +150,7 @@ pub fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
 /// Which kind of I/O operation a [`Countdown`] fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpKind {
-    /// A write through the map.
+    /// A `pwrite` into a segment file: its header, records, marks or footer.
     Write,
     /// An `fdatasync` of a segment.
     Sync,

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use session_store::state::UsageRecord;
-use session_store::{Item, Log, RequestConfig, Store, WorkerResult};
+use session_store::{Item, Log, RequestConfig, Store, UsageRecord, WorkerResult};
 
 use crate::progress;
 use crate::transfer::write_session;

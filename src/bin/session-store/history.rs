@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use session_store::history::{Discovery, HistoryService, Locator};
+use session_store::{Discovery, HistoryService, Locator};
 
 use crate::open_store;
 

@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use session_store::export::{entry_line, parse_line, LineReader};
-use session_store::log::RecordView;
-use session_store::{EntryHash, SessionId, Store};
+use session_store::{entry_line, parse_line, EntryHash, LineReader, RecordView, SessionId, Store};
 
 use crate::{open_reader, open_store, parse_id, progress};
 

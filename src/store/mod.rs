@@ -1,0 +1,337 @@
+//! The store: many sessions, one log directory each, with the session API an
+//! agent runtime embeds.
+//!
+//! Layout under the root: `sessions/<uuid>/` holds one log's segments, its
+//! `LOCK` and its `catalog`; `trash/` holds sessions being deleted;
+//! `staging/` holds sessions being created, which are renamed into
+//! `sessions/` whole.
+//!
+//! This file holds the store itself: opening, options and the listing.
+//! The rest is one concern a file:
+//! - `shards`: the cache of open sessions (one writer each), eviction, close;
+//! - `staging`: creating a session in `staging/`, placing it, deleting it;
+//! - `session`: the session API, saves, restore, forks, import, reads;
+//! - `subscription`: following a session's entries as they are committed.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+use serde::Serialize;
+
+use crate::catalog::{self, CachedSession, HeadSlot, Identity, ListCache, CATALOG_FILE};
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
+use crate::log::LogOptions;
+use crate::schema::{SessionId, SessionOrigin};
+
+mod session;
+mod shards;
+mod staging;
+mod subscription;
+
+pub use shards::SessionHandle;
+pub use subscription::{SubscribedEntry, Subscription};
+
+use shards::Shard;
+
+const SHARDS: usize = 16;
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Options for each session's log.
+    pub log: LogOptions,
+    /// How many session logs may be open at once (file descriptors and maps).
+    /// Exceeded only while callers hold more handles than this: a log that
+    /// another handle still uses is never evicted.
+    pub max_open_sessions: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            log: LogOptions::default(),
+            max_open_sessions: 256,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Sets the log options.
+    pub fn log(mut self, log: LogOptions) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Sets the open-session budget.
+    pub fn max_open_sessions(mut self, n: usize) -> Self {
+        self.max_open_sessions = n.max(1);
+        self
+    }
+}
+
+/// What `list()` shows of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionInfo {
+    /// The id.
+    pub id: SessionId,
+    /// Creation time, ms.
+    pub created_ms: u64,
+    /// Last write, ms.
+    pub updated_ms: u64,
+    /// An excerpt of the first user text.
+    pub title: Option<String>,
+    /// Entries in the log.
+    pub entries: u64,
+    /// Bytes of record data.
+    pub bytes: u64,
+    /// Hash of the last entry.
+    pub head: Option<EntryHash>,
+    /// Fork origin.
+    pub forked_from: Option<SessionOrigin>,
+    /// Compaction origin.
+    pub compacted_from: Option<SessionOrigin>,
+}
+
+/// Filters for [`Store::list_filtered`].
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only sessions written at or after this time, ms.
+    pub updated_since_ms: Option<u64>,
+    /// Only forks of this session.
+    pub forked_from: Option<SessionId>,
+    /// Only titles containing this text (case-insensitive).
+    pub title_contains: Option<String>,
+}
+
+struct Inner {
+    root: PathBuf,
+    opts: StoreOptions,
+    shards: Vec<Mutex<Shard>>,
+    /// One per shard: signalled when an open that others wait for ends.
+    opened: Vec<Condvar>,
+    cache: Arc<ListCache>,
+    /// The first failure to close an evicted session, which no caller was
+    /// waiting for: `Store::close` reports it.
+    eviction_failure: Mutex<Option<Error>>,
+}
+
+/// A store of sessions. `Send + Sync`; clones are cheap and share everything.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("root", &self.inner.root)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) a store at `root` with default options.
+    pub fn open(root: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens (or creates) a store at `root`.
+    pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
+        let root = root.as_ref().to_path_buf();
+        let hook = &opts.log.hook;
+        let new_root = !root.is_dir();
+        let mut created = new_root;
+        for dir in ["sessions", "trash", "staging"] {
+            let dir = root.join(dir);
+            if !dir.is_dir() {
+                hooked_fs::create_dir(&dir, hook)?;
+                created = true;
+            }
+        }
+        // The directories hold every session: their names must be durable
+        // before any session in them is acknowledged.
+        if created {
+            sync_dir(&root, hook)?;
+        }
+        if new_root {
+            let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+            sync_dir(parent.unwrap_or(Path::new(".")), hook)?;
+        }
+        // Finish deletions a crash interrupted.
+        if let Ok(entries) = fs::read_dir(root.join("trash")) {
+            for e in entries.flatten() {
+                let _ = hooked_fs::remove_dir_all(&e.path(), hook);
+            }
+        }
+        let cache = Arc::new(ListCache::open(&root, hook)?);
+        let shards = opts.max_open_sessions.clamp(1, SHARDS);
+        Ok(Store {
+            inner: Arc::new(Inner {
+                cache,
+                root,
+                opts,
+                shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
+                opened: (0..shards).map(|_| Condvar::new()).collect(),
+                eviction_failure: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The fault seam every write of this store goes through.
+    fn hook(&self) -> &Hook {
+        &self.inner.opts.log.hook
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// The directory of a session.
+    pub fn session_dir(&self, id: SessionId) -> PathBuf {
+        self.inner.root.join("sessions").join(id.to_string())
+    }
+
+    /// Whether a session exists.
+    pub fn exists(&self, id: SessionId) -> bool {
+        self.session_dir(id).join(CATALOG_FILE).exists()
+    }
+
+    /// All sessions, newest first, from the catalog files alone.
+    pub fn list(&self) -> Result<Vec<SessionInfo>> {
+        self.list_filtered(&ListFilter::default())
+    }
+
+    /// Sessions matching `filter`, newest first.
+    pub fn list_filtered(&self, filter: &ListFilter) -> Result<Vec<SessionInfo>> {
+        let sessions = self.inner.root.join("sessions");
+        // Membership from the directory, contents from the listing cache in
+        // one read; the catalog files only where the cache cannot be trusted.
+        let cached = ListCache::read_all(&self.inner.root)?;
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&sessions).map_err(io_err("read dir", &sessions))? {
+            let entry = entry.map_err(io_err("read dir", &sessions))?;
+            let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<SessionId>().ok())
+            else {
+                continue;
+            };
+            let trusted = cached
+                .get(&id)
+                .filter(|c| !c.head.dirty || self.is_open_here(id) || self.writer_elsewhere(id));
+            let info = match trusted {
+                Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
+                None => match self.info(id)? {
+                    Some(info) => info,
+                    None => continue,
+                },
+            };
+            if filter.updated_since_ms.is_some_and(|t| info.updated_ms < t)
+                || filter
+                    .forked_from
+                    .is_some_and(|f| info.forked_from.map(|o| o.session_id) != Some(f))
+            {
+                continue;
+            }
+            if let Some(needle) = &filter.title_contains {
+                let needle = needle.to_lowercase();
+                if !info
+                    .title
+                    .as_deref()
+                    .is_some_and(|t| t.to_lowercase().contains(&needle))
+                {
+                    continue;
+                }
+            }
+            out.push(info);
+        }
+        out.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
+        Ok(out)
+    }
+
+    /// One session's listing entry; `None` if it does not exist (or is half-created).
+    pub fn info(&self, id: SessionId) -> Result<Option<SessionInfo>> {
+        let path = self.session_dir(id).join(CATALOG_FILE);
+        let record = match catalog::read(&path) {
+            Ok(r) => r,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(identity) = record.identity else {
+            return Ok(None);
+        };
+        let head = match record.head {
+            Some(h) if !h.dirty || self.is_open_here(id) || self.writer_elsewhere(id) => h,
+            // Stale after a crash (or never written): rebuild from the log.
+            _ => self
+                .session(id)?
+                .head_slot(true, record.head.map(|h| h.updated_ms)),
+        };
+        if !head.dirty {
+            self.backfill_cache(CachedSession {
+                id,
+                head,
+                title: record.title.clone(),
+                identity: identity.clone(),
+            });
+        }
+        Ok(Some(session_info(id, &identity, &head, record.title)))
+    }
+
+    /// Copies a clean catalog into the listing cache, so the next `list`
+    /// need not open the file. Only while holding the session's writer lock
+    /// for a moment, so no writer's dirty slot is overwritten with a clean,
+    /// older one. Best effort: the cache is only a copy.
+    fn backfill_cache(&self, entry: CachedSession) {
+        let Ok(lock) = File::open(self.session_dir(entry.id).join("LOCK")) else {
+            return;
+        };
+        if lock.try_lock().is_ok() {
+            let _ = self.inner.cache.put(&entry);
+        }
+    }
+
+    fn writer_elsewhere(&self, id: SessionId) -> bool {
+        let path = self.session_dir(id).join("LOCK");
+        match File::open(&path) {
+            Ok(f) => matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
+    }
+}
+
+fn session_info(
+    id: SessionId,
+    identity: &Identity,
+    head: &HeadSlot,
+    title: Option<String>,
+) -> SessionInfo {
+    let entries = head.next_seq - head.first_seq;
+    SessionInfo {
+        id,
+        created_ms: identity.created_ms,
+        updated_ms: head.updated_ms,
+        title,
+        entries,
+        bytes: head.bytes,
+        head: (entries > 0).then_some(head.head),
+        forked_from: identity.forked_from,
+        compacted_from: identity.compacted_from,
+    }
+}

@@ -1,0 +1,376 @@
+//! The session API an agent runtime calls: saves that check the head,
+//! restore, forks and compaction, import of the wire form, and reads.
+
+use super::staging::user_text;
+use super::{now_ms, Store};
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::export::WireLine;
+use crate::item::Item;
+use crate::log::{entry_hash, ExpectHead, Log, RecoveryReport, Snapshot};
+use crate::schema::{
+    group_delta, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin,
+    WorkerResult,
+};
+use crate::state::RestoredState;
+
+impl Store {
+    /// Appends new history items, grouped with [`group_delta`], if the
+    /// session's head is `head`; advances `head`. On a mismatch nothing is
+    /// written and the result is [`Error::HeadMismatch`].
+    pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
+        let entries = group_delta(items, now_ms());
+        self.save_entries(id, head, &entries)
+    }
+
+    /// Appends entries if the head matches; advances `head`.
+    pub fn save_entries(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        entries: &[LogEntry],
+    ) -> Result<()> {
+        if entries.is_empty() {
+            // Nothing to write, but a stale head must still be reported.
+            let actual = self.head(id)?;
+            if actual != Some(*head) {
+                return Err(Error::HeadMismatch {
+                    session: id.to_string(),
+                    expected: Some(*head),
+                    actual,
+                });
+            }
+            return Ok(());
+        }
+        let s = self.session(id)?;
+        let written = s
+            .log
+            .append_batch(
+                entries,
+                self.inner.opts.log.durability,
+                ExpectHead::Hash(*head),
+            )
+            .map_err(|e| match e {
+                Error::HeadConflict {
+                    expected, actual, ..
+                } => Error::HeadMismatch {
+                    session: id.to_string(),
+                    expected,
+                    actual,
+                },
+                e => e,
+            })?;
+        if let Some(&(_, h)) = written.last() {
+            *head = h;
+        }
+        if !s.catalog.has_title() {
+            if let Some(t) = entries.iter().flat_map(|e| e.items()).find_map(user_text) {
+                s.catalog.set_title(&t)?;
+            }
+        }
+        s.touch(true, None)
+    }
+
+    /// Records the end of a turn.
+    pub fn save_turn_end(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        turn_count: u64,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::TurnEnd {
+                ts: now_ms(),
+                turn_count,
+            }],
+        )
+    }
+
+    /// Records a completed run.
+    pub fn save_run_completed(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        interrupted: bool,
+        result: WorkerResult,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::RunCompleted {
+                ts: now_ms(),
+                interrupted,
+                result,
+            }],
+        )
+    }
+
+    /// Records a failed run.
+    pub fn save_run_errored(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        interrupted: bool,
+        message: &str,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::RunErrored {
+                ts: now_ms(),
+                interrupted,
+                message: message.to_owned(),
+            }],
+        )
+    }
+
+    /// Records token usage.
+    pub fn save_usage(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        usage: crate::state::UsageRecord,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::LlmUsage {
+                ts: if usage.ts == 0 { now_ms() } else { usage.ts },
+                history_len: usage.history_len,
+                input_total_tokens: usage.input_total_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
+                output_tokens: usage.output_tokens,
+            }],
+        )
+    }
+
+    /// Records extension data.
+    pub fn save_extension(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        domain: &str,
+        payload: JsonText,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::Extension {
+                ts: now_ms(),
+                domain: domain.to_owned(),
+                payload,
+            }],
+        )
+    }
+
+    /// Records a config change.
+    pub fn save_config_changed(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        config: RequestConfig,
+    ) -> Result<()> {
+        self.save_entries(
+            id,
+            head,
+            &[LogEntry::ConfigChanged {
+                ts: now_ms(),
+                config,
+            }],
+        )
+    }
+
+    /// Replays the session from its last `SessionStart`.
+    pub fn restore(&self, id: SessionId) -> Result<RestoredState> {
+        self.reader(id)?.restore()
+    }
+
+    /// The session's current head.
+    pub fn head(&self, id: SessionId) -> Result<Option<EntryHash>> {
+        Ok(self.session(id)?.log.head().map(|(_, h)| h))
+    }
+
+    /// If the stored head is `head`, returns `(id, head)`; otherwise forks the
+    /// session at `head` and returns the fork's id and head. This keeps two
+    /// writers with divergent histories apart.
+    pub fn ensure_head_or_fork(
+        &self,
+        id: SessionId,
+        head: EntryHash,
+    ) -> Result<(SessionId, EntryHash)> {
+        match self.head(id)? {
+            Some(h) if h == head => Ok((id, head)),
+            _ => self.fork_at(id, head),
+        }
+    }
+
+    /// Starts a new session holding the source's history up to the entry
+    /// whose hash is `at_hash`.
+    pub fn fork_at(&self, id: SessionId, at_hash: EntryHash) -> Result<(SessionId, EntryHash)> {
+        let snap = self.snapshot(id)?;
+        let mut seq = None;
+        for rec in snap.iter() {
+            let rec = rec?;
+            if rec.hash == at_hash {
+                seq = Some(rec.seq);
+                break;
+            }
+        }
+        let seq =
+            seq.ok_or_else(|| Error::not_found(format!("entry {at_hash} in session {id}")))?;
+        self.fork_snapshot(id, &snap, seq)
+    }
+
+    /// Like [`Store::fork_at`], by seq.
+    pub fn fork_at_seq(&self, id: SessionId, seq: u64) -> Result<(SessionId, EntryHash)> {
+        let snap = self.snapshot(id)?;
+        if seq >= snap.next_seq() {
+            return Err(Error::not_found(format!("seq {seq} in session {id}")));
+        }
+        self.fork_snapshot(id, &snap, seq)
+    }
+
+    fn fork_snapshot(
+        &self,
+        id: SessionId,
+        snap: &Snapshot,
+        seq: u64,
+    ) -> Result<(SessionId, EntryHash)> {
+        let mut state = RestoredState::default();
+        let mut at_hash = None;
+        for rec in snap.iter() {
+            let rec = rec?;
+            if rec.seq > seq {
+                break;
+            }
+            state.apply_archived(rec.entry);
+            at_hash = Some(rec.hash);
+        }
+        let at_hash =
+            at_hash.ok_or_else(|| Error::not_found(format!("seq {seq} in session {id}")))?;
+        let origin = SessionOrigin {
+            session_id: id,
+            at_hash,
+        };
+        self.start_from_state(&state, Some(origin), None)
+    }
+
+    /// Creates a session whose `SessionStart` carries `state`'s history.
+    fn start_from_state(
+        &self,
+        state: &RestoredState,
+        forked_from: Option<SessionOrigin>,
+        compacted_from: Option<SessionOrigin>,
+    ) -> Result<(SessionId, EntryHash)> {
+        let new_id = SessionId::new_v7();
+        let entry = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: state.system_prompt.clone(),
+            config: state.config.clone(),
+            history: state.history.iter().map(LoggedItem::from).collect(),
+            forked_from,
+            compacted_from,
+        };
+        let head = self.create_with_entries(new_id, &[entry])?;
+        Ok((new_id, head))
+    }
+
+    /// Starts a new session from a compacted state, recording where it came from.
+    pub fn create_compacted_session(
+        &self,
+        state: &RestoredState,
+        source: SessionId,
+        source_head: EntryHash,
+    ) -> Result<(SessionId, EntryHash)> {
+        let origin = SessionOrigin {
+            session_id: source,
+            at_hash: source_head,
+        };
+        self.start_from_state(state, None, Some(origin))
+    }
+
+    /// Creates a new session from wire-form lines, checking any `seq`, `hash`
+    /// and `prev_hash` they carry against what the chain computes. Nothing is
+    /// written unless every line checks out.
+    pub fn import(&self, lines: &[(u64, WireLine)]) -> Result<SessionId> {
+        let wire = |line: u64, message: String| Error::Wire {
+            line,
+            column: 0,
+            message,
+        };
+        let Some((first_line, first)) = lines.first() else {
+            return Err(wire(1, "empty input: no entries to import".into()));
+        };
+        if !matches!(first.entry, LogEntry::SessionStart { .. }) {
+            return Err(wire(
+                *first_line,
+                "the first entry must be a session_start".into(),
+            ));
+        }
+        let mut prev = EntryHash::genesis();
+        let mut prev_shown: Option<EntryHash> = None;
+        for (i, (line, w)) in lines.iter().enumerate() {
+            let seq = i as u64;
+            if let Some(s) = w.seq {
+                if s != seq {
+                    return Err(wire(
+                        *line,
+                        format!("seq gap: expected seq {seq}, found {s}"),
+                    ));
+                }
+            }
+            if let Some(p) = w.prev_hash {
+                if p != prev_shown {
+                    return Err(wire(
+                        *line,
+                        "broken chain: prev_hash does not match the previous entry's hash".into(),
+                    ));
+                }
+            }
+            let hash = entry_hash(&prev, seq, &w.entry)?;
+            if let Some(h) = w.hash {
+                if h != hash {
+                    return Err(wire(
+                        *line,
+                        format!("broken chain: hash {h} does not match the computed {hash}"),
+                    ));
+                }
+            }
+            prev = hash;
+            prev_shown = Some(hash);
+        }
+        let entries: Vec<LogEntry> = lines.iter().map(|(_, w)| w.entry.clone()).collect();
+        let id = SessionId::new_v7();
+        self.create_with_entries(id, &entries)?;
+        Ok(id)
+    }
+
+    /// A consistent view of a session's committed records.
+    pub fn snapshot(&self, id: SessionId) -> Result<Snapshot> {
+        Ok(self.reader(id)?.snapshot())
+    }
+
+    /// A log to read the session from: this store's writer when it has one,
+    /// otherwise the writer when it can be had, otherwise (another process
+    /// holds the session) a read-only view of what that writer has committed.
+    fn reader(&self, id: SessionId) -> Result<Log> {
+        match self.session(id) {
+            Ok(s) => Ok(s.log),
+            Err(Error::Locked { .. }) => Log::open_read_only(self.session_dir(id)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The session's log.
+    pub fn log(&self, id: SessionId) -> Result<Log> {
+        Ok(self.session(id)?.log)
+    }
+
+    /// What recovery found when the session was opened.
+    pub fn recovery_report(&self, id: SessionId) -> Result<RecoveryReport> {
+        Ok(self.session(id)?.log.recovery_report().clone())
+    }
+}

@@ -1,0 +1,258 @@
+//! The cache of open sessions: one writer `Log` and catalog per session,
+//! in shards that each hold a budget of open logs, evicting the least
+//! recently used one that no handle still holds.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{now_ms, Store};
+use crate::catalog::{HeadSlot, SessionCatalog, CATALOG_FILE};
+use crate::error::{Error, Result};
+use crate::log::Log;
+use crate::schema::SessionId;
+
+struct OpenSession {
+    log: Log,
+    catalog: Arc<SessionCatalog>,
+    tick: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Shard {
+    open: HashMap<SessionId, OpenSession>,
+    /// Sessions a thread is opening or closing, outside the shard lock.
+    opening: HashSet<SessionId>,
+    tick: u64,
+}
+
+impl Shard {
+    /// Takes an open session out to be closed, marked in transition until
+    /// `Store::close_sessions` is done: before that, a new open would find
+    /// its lock taken.
+    fn take_to_close(&mut self, id: SessionId) -> Option<(SessionId, OpenSession)> {
+        let s = self.open.remove(&id)?;
+        self.opening.insert(id);
+        Some((id, s))
+    }
+}
+
+/// A cheap handle to one open session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    id: SessionId,
+    pub(super) log: Log,
+    pub(super) catalog: Arc<SessionCatalog>,
+}
+
+impl Store {
+    /// The shard of a session: there are at most `SHARDS`, and no more than
+    /// `max_open_sessions`, so that every shard may hold at least one log.
+    fn slot(&self, id: SessionId) -> usize {
+        id.0[15] as usize % self.inner.shards.len()
+    }
+
+    fn shard(&self, id: SessionId) -> &Mutex<Shard> {
+        &self.inner.shards[self.slot(id)]
+    }
+
+    /// Drops this store's open log of a session, if it has one, without a
+    /// clean close: `Store::delete` takes the writer lock next.
+    pub(super) fn drop_open(&self, id: SessionId) {
+        let open = self.shard(id).lock().open.remove(&id);
+        drop(open);
+    }
+
+    /// Opens (or finds open) a session's log, as the one writer.
+    ///
+    /// The open itself (recovery, a scan of the active segment) runs outside
+    /// the shard lock, so that it does not hold up the shard's other
+    /// sessions; a second caller for the same session waits for it.
+    pub fn session(&self, id: SessionId) -> Result<SessionHandle> {
+        let slot = self.slot(id);
+        let mut shard = self.inner.shards[slot].lock();
+        loop {
+            shard.tick += 1;
+            let tick = shard.tick;
+            if let Some(s) = shard.open.get_mut(&id) {
+                s.tick = tick;
+                return Ok(SessionHandle {
+                    id,
+                    log: s.log.clone(),
+                    catalog: s.catalog.clone(),
+                });
+            }
+            if !shard.opening.contains(&id) {
+                break;
+            }
+            self.inner.opened[slot].wait(&mut shard);
+        }
+        shard.opening.insert(id);
+        drop(shard);
+        let opened = self.open_session(id);
+        let mut shard = self.inner.shards[slot].lock();
+        shard.opening.remove(&id);
+        self.inner.opened[slot].notify_all();
+        let handle = opened?;
+        // The shards' budgets add up to `max_open_sessions` exactly.
+        let (max, shards) = (self.inner.opts.max_open_sessions, self.inner.shards.len());
+        let budget = (max / shards + usize::from(slot < max % shards)).max(1);
+        // Evict the least recently used sessions that no one else holds. A
+        // loop, not one eviction: a shard that went over budget while all its
+        // sessions were in use comes back under it.
+        let mut evicted = Vec::new();
+        while shard.open.len() >= budget {
+            let Some(victim) = shard
+                .open
+                .iter()
+                .filter(|(_, s)| s.log.is_unshared())
+                .min_by_key(|(_, s)| s.tick)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            evicted.extend(shard.take_to_close(victim));
+        }
+        shard.tick += 1;
+        let tick = shard.tick;
+        shard.open.insert(
+            id,
+            OpenSession {
+                log: handle.log.clone(),
+                catalog: handle.catalog.clone(),
+                tick,
+            },
+        );
+        drop(shard);
+        if let Err(e) = self.close_sessions(slot, evicted) {
+            self.inner.eviction_failure.lock().get_or_insert(e);
+        }
+        Ok(handle)
+    }
+
+    /// Closes sessions taken out of shard `slot` with `Shard::take_to_close`,
+    /// outside the shard lock (closing syncs), then lets their waiters in.
+    /// Returns the first failure; every session is closed (or, on a
+    /// failure, left poisoned for the next open to recover) either way.
+    fn close_sessions(&self, slot: usize, sessions: Vec<(SessionId, OpenSession)>) -> Result<()> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<SessionId> = sessions.iter().map(|(id, _)| *id).collect();
+        let mut result = Ok(());
+        for (_, s) in sessions {
+            // The first failure stands; it names the session's segment or
+            // catalog file.
+            result = result.and(close_session(s));
+        }
+        let mut shard = self.inner.shards[slot].lock();
+        for id in &ids {
+            shard.opening.remove(id);
+        }
+        drop(shard);
+        self.inner.opened[slot].notify_all();
+        result
+    }
+
+    /// Opens a session's log as writer and its catalog, and marks the
+    /// catalog dirty with the head the log has.
+    fn open_session(&self, id: SessionId) -> Result<SessionHandle> {
+        let dir = self.session_dir(id);
+        let catalog_path = dir.join(CATALOG_FILE);
+        if !catalog_path.exists() {
+            return Err(Error::not_found(format!("session {id}")));
+        }
+        let log = Log::open(&dir, self.inner.opts.log.clone())?;
+        let catalog = Arc::new(SessionCatalog::open(
+            id,
+            catalog_path,
+            Some(&self.inner.cache),
+            self.hook(),
+        )?);
+        let handle = SessionHandle { id, log, catalog };
+        // The log is authoritative: rebuild the head slot from it now.
+        let updated_ms = Some(handle.catalog.updated_ms()).filter(|&ms| ms > 0);
+        handle
+            .catalog
+            .begin_writing(handle.head_slot(true, updated_ms))?;
+        Ok(handle)
+    }
+
+    /// Closes every open session that no other handle uses cleanly (sync,
+    /// exact durable marks, clean catalog); the others stay open.
+    ///
+    /// Returns the first failure to close a session, this call's or an
+    /// earlier eviction's (a session whose close failed is poisoned and
+    /// recovers when next opened).
+    pub fn close(&self) -> Result<()> {
+        let mut result = match self.inner.eviction_failure.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        for (slot, shard) in self.inner.shards.iter().enumerate() {
+            // A session another handle still uses stays open: marking it
+            // clean while it can still be written would mislead `list`.
+            let open: Vec<_> = {
+                let mut shard = shard.lock();
+                let ids: Vec<SessionId> = shard
+                    .open
+                    .iter()
+                    .filter(|(_, s)| s.log.is_unshared())
+                    .map(|(id, _)| *id)
+                    .collect();
+                ids.into_iter()
+                    .filter_map(|id| shard.take_to_close(id))
+                    .collect()
+            };
+            // The first failure stands.
+            result = result.and(self.close_sessions(slot, open));
+        }
+        result
+    }
+
+    pub(super) fn is_open_here(&self, id: SessionId) -> bool {
+        self.shard(id).lock().open.contains_key(&id)
+    }
+}
+
+fn close_session(s: OpenSession) -> Result<()> {
+    let handle = SessionHandle {
+        id: SessionId([0; 16]),
+        log: s.log.clone(),
+        catalog: s.catalog,
+    };
+    // A failed close leaves the catalog dirty: `list` then reads the log.
+    s.log.close()?;
+    // Closing is not a write: keep the time of the last one.
+    let updated_ms = handle.catalog.updated_ms();
+    handle.touch(false, Some(updated_ms))
+}
+
+impl SessionHandle {
+    /// The session id.
+    pub fn id(&self) -> SessionId {
+        self.id
+    }
+
+    /// The session's log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    pub(super) fn head_slot(&self, dirty: bool, updated_ms: Option<u64>) -> HeadSlot {
+        let snap = self.log.snapshot();
+        HeadSlot {
+            dirty,
+            next_seq: snap.next_seq(),
+            bytes: snap.bytes(),
+            updated_ms: updated_ms.unwrap_or_else(now_ms),
+            first_seq: snap.first_seq(),
+            head: snap.head().map(|(_, h)| h).unwrap_or_default(),
+        }
+    }
+
+    pub(super) fn touch(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
+        self.catalog.set_head(self.head_slot(dirty, updated_ms))
+    }
+}

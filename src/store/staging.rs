@@ -1,0 +1,198 @@
+//! Creating and deleting sessions. A new session is built whole in
+//! `staging/` and renamed into `sessions/`; a deleted one is renamed into
+//! `trash/` first, so a crash never leaves half a session under `sessions/`.
+
+use std::path::Path;
+
+use super::{now_ms, Store};
+use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, HookedFile};
+use crate::item::Item;
+use crate::log::{Durability, ExpectHead, Log, LogOptions};
+use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId};
+
+impl Store {
+    /// Creates a session with a fresh UUID v7 id. Returns it and its head.
+    pub fn create_session(
+        &self,
+        system_prompt: Option<&str>,
+        config: RequestConfig,
+        history: &[Item],
+    ) -> Result<(SessionId, EntryHash)> {
+        let id = SessionId::new_v7();
+        let head = self.create_session_with_id(id, system_prompt, config, history)?;
+        Ok((id, head))
+    }
+
+    /// Creates a session with a caller-chosen id.
+    pub fn create_session_with_id(
+        &self,
+        id: SessionId,
+        system_prompt: Option<&str>,
+        config: RequestConfig,
+        history: &[Item],
+    ) -> Result<EntryHash> {
+        let entry = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: system_prompt.map(str::to_owned),
+            config,
+            history: history.iter().map(LoggedItem::from).collect(),
+            forked_from: None,
+            compacted_from: None,
+        };
+        self.create_with_entries(id, &[entry])
+    }
+
+    /// Creates a session whose log starts with `entries` (the first a `SessionStart`).
+    pub(super) fn create_with_entries(
+        &self,
+        id: SessionId,
+        entries: &[LogEntry],
+    ) -> Result<EntryHash> {
+        let Some(LogEntry::SessionStart {
+            history,
+            forked_from,
+            compacted_from,
+            ..
+        }) = entries.first()
+        else {
+            return Err(Error::invalid(
+                "a session must start with a session_start entry",
+            ));
+        };
+        let dir = self.session_dir(id);
+        if dir.join(CATALOG_FILE).exists() {
+            return Err(Error::invalid(format!("session {id} already exists")));
+        }
+        let title = entries
+            .iter()
+            .flat_map(|e| e.items())
+            .chain(history.iter())
+            .find_map(user_text);
+        let identity = Identity {
+            created_ms: id.created_ms().unwrap_or_else(now_ms),
+            forked_from: *forked_from,
+            compacted_from: *compacted_from,
+        };
+        // The session is built whole in `staging/` and renamed into place, so
+        // that a failure or a crash never leaves a half-made session under
+        // `sessions/`, where it would block its id.
+        let staged = self
+            .inner
+            .root
+            .join("staging")
+            .join(format!("{id}-{}", SessionId::new_v7()));
+        let built = self.build_session(&staged, entries, &identity, title.as_deref());
+        let placed = built.and_then(|()| self.place_session(id, &staged, &dir));
+        if let Err(e) = placed {
+            let _ = hooked_fs::remove_dir_all(&staged, self.hook());
+            return Err(e);
+        }
+        self.inner.cache.place_new(id);
+        let handle = self.session(id)?;
+        Ok(handle.log.head().map(|(_, h)| h).expect("just written"))
+    }
+
+    /// Writes a new session's log and catalog in `dir`, durably.
+    fn build_session(
+        &self,
+        dir: &Path,
+        entries: &[LogEntry],
+        identity: &Identity,
+        title: Option<&str>,
+    ) -> Result<()> {
+        hooked_fs::create_dir(dir, self.hook())?;
+        // The log first, then the catalog: a session "exists" once its catalog does.
+        let opts = LogOptions {
+            prepare_ahead: false,
+            ..self.inner.opts.log.clone()
+        };
+        let log = Log::open(dir, opts)?;
+        log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
+        log.close()?;
+        catalog::create(&dir.join(CATALOG_FILE), identity, title, self.hook())?;
+        sync_dir(dir, self.hook())
+    }
+
+    /// Renames a staged session to `dir`, durably. A directory already there
+    /// without a catalog is what an older version left of a failed creation:
+    /// it is moved to `trash/` first.
+    fn place_session(&self, id: SessionId, staged: &Path, dir: &Path) -> Result<()> {
+        let sessions = self.inner.root.join("sessions");
+        // Placings take turns, across processes too: otherwise two creators
+        // of one id could both find the leftover, and the second would move
+        // the first one's new session to the trash.
+        let lock_path = self.inner.root.join("staging").join("LOCK");
+        let lock = HookedFile::open_or_create(&lock_path, self.hook())?;
+        lock.file().lock().map_err(io_err("lock", &lock_path))?;
+        let mut renamed = hooked_fs::rename(staged, dir, self.hook());
+        let occupied = matches!(
+            &renamed,
+            Err(Error::Io { source, .. }) if matches!(
+                source.kind(),
+                std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists
+            )
+        );
+        if occupied {
+            if dir.join(CATALOG_FILE).exists() {
+                return Err(Error::invalid(format!("session {id} already exists")));
+            }
+            let trash = self
+                .inner
+                .root
+                .join("trash")
+                .join(format!("{id}-unfinished-{}", now_ms()));
+            hooked_fs::rename(dir, &trash, self.hook())?;
+            renamed = hooked_fs::rename(staged, dir, self.hook());
+        }
+        renamed?;
+        sync_dir(&sessions, self.hook())?;
+        sync_dir(&self.inner.root.join("staging"), self.hook())
+    }
+
+    /// Deletes a session durably. Forks of it keep working: they carry their history.
+    pub fn delete(&self, id: SessionId) -> Result<()> {
+        let dir = self.session_dir(id);
+        if !dir.join(CATALOG_FILE).exists() {
+            return Err(Error::not_found(format!("session {id}")));
+        }
+        self.drop_open(id);
+        // Take the writer lock so no other process is writing it.
+        let log = Log::open(
+            &dir,
+            LogOptions {
+                prepare_ahead: false,
+                ..self.inner.opts.log.clone()
+            },
+        )?;
+        let trash = self
+            .inner
+            .root
+            .join("trash")
+            .join(format!("{id}-{}", now_ms()));
+        hooked_fs::rename(&dir, &trash, self.hook())?;
+        sync_dir(&self.inner.root.join("sessions"), self.hook())?;
+        sync_dir(&self.inner.root.join("trash"), self.hook())?;
+        drop(log);
+        // The listing cache is a copy: forgetting the slot after the durable
+        // rename is enough (a stale slot names a directory that is gone).
+        let catalog = trash.join(CATALOG_FILE);
+        SessionCatalog::open(id, catalog, Some(&self.inner.cache), self.hook())?.forget()?;
+        hooked_fs::remove_dir_all(&trash, self.hook())
+    }
+}
+
+pub(super) fn user_text(item: &LoggedItem) -> Option<String> {
+    match item {
+        LoggedItem::Message {
+            role: crate::schema::LoggedRole::User,
+            ..
+        } => {
+            let t = item.clone().into_item().text().unwrap_or_default();
+            (!t.trim().is_empty()).then_some(t)
+        }
+        _ => None,
+    }
+}
