@@ -491,64 +491,12 @@ pub(crate) fn scan_bytes(
         let body_end = off + rec.body.len();
         let rec_end = off + rec.len();
         let in_trusted = trusted.is_some_and(|m| (off as u64) < m.end);
-        if mode.crc_below_mark || !in_trusted {
-            if let Err(kind) = rec.check_crc() {
-                scan.stop = Some((off as u64, seq, kind));
-                break;
-            }
-        }
-        if h.seq != next_seq {
-            scan.stop = Some((
-                off as u64,
-                seq,
-                CorruptKind::SeqGap {
-                    expected: next_seq,
-                    found: h.seq,
-                },
-            ));
+        let expected_hash = hash_known.then_some(hash);
+        let mark_at_end = trusted.filter(|m| rec_end as u64 == m.end);
+        let checked = check_record(&rec, next_seq, expected_hash, mark_at_end, in_trusted, mode);
+        if let Err(kind) = checked {
+            scan.stop = Some((off as u64, seq, kind));
             break;
-        }
-        if next_seq == u64::MAX {
-            // The last seq there can be: no record may claim it, since the
-            // one after it could not be numbered.
-            let found = h.seq;
-            scan.stop = Some((
-                off as u64,
-                seq,
-                CorruptKind::SeqGap {
-                    expected: next_seq,
-                    found,
-                },
-            ));
-            break;
-        }
-        if hash_known && h.prev_hash != hash {
-            scan.stop = Some((
-                off as u64,
-                seq,
-                CorruptKind::ChainLink {
-                    expected: hash,
-                    actual: h.prev_hash,
-                },
-            ));
-            break;
-        }
-        // The chain is not hashed below the mark, so the record that ends at
-        // it must match the mark's hash: otherwise an edit with a fixed-up
-        // CRC there would pass, and the next mark would adopt it.
-        if let Some(m) = trusted.filter(|m| rec_end as u64 == m.end) {
-            let actual = rec.link();
-            if actual != m.hash {
-                let expected = m.hash;
-                scan.stop = Some((off as u64, seq, CorruptKind::ChainLink { expected, actual }));
-                break;
-            }
-        }
-        if mode.check_archives {
-            if let Err(why) = crate::schema::LogEntry::access_archive(rec.payload()) {
-                scan.stop = Some((off as u64, seq, CorruptKind::InvalidArchive(why)));
-                break;
-            }
         }
         if in_trusted {
             hash_known = false;
@@ -580,4 +528,53 @@ pub(crate) fn scan_bytes(
         (false, Some((at, body_end))) => format::record_link(&bytes[at..body_end]),
     };
     scan
+}
+
+/// The checks of one record of a scan that expects `next_seq`, chained from
+/// `hash` when it is known: its CRC (unless below a trusted mark, and the
+/// mode does not ask), seq, link, the mark's hash if the record ends at the
+/// mark, and (if the mode asks) its archive.
+fn check_record(
+    rec: &format::RecordRef<'_>,
+    next_seq: u64,
+    hash: Option<EntryHash>,
+    mark_at_end: Option<Mark>,
+    in_trusted: bool,
+    mode: ScanMode,
+) -> Result<(), CorruptKind> {
+    let h = rec.header;
+    if mode.crc_below_mark || !in_trusted {
+        rec.check_crc()?;
+    }
+    // `next_seq == u64::MAX` is the last seq there can be: no record may
+    // claim it, since the one after it could not be numbered.
+    if h.seq != next_seq || next_seq == u64::MAX {
+        return Err(CorruptKind::SeqGap {
+            expected: next_seq,
+            found: h.seq,
+        });
+    }
+    if let Some(expected) = hash.filter(|&e| e != h.prev_hash) {
+        return Err(CorruptKind::ChainLink {
+            expected,
+            actual: h.prev_hash,
+        });
+    }
+    // The chain is not hashed below the mark, so the record that ends at it
+    // must match the mark's hash: otherwise an edit with a fixed-up CRC there
+    // would pass, and the next mark would adopt it.
+    if let Some(m) = mark_at_end {
+        let actual = rec.link();
+        if actual != m.hash {
+            return Err(CorruptKind::ChainLink {
+                expected: m.hash,
+                actual,
+            });
+        }
+    }
+    if mode.check_archives {
+        crate::schema::LogEntry::access_archive(rec.payload())
+            .map_err(CorruptKind::InvalidArchive)?;
+    }
+    Ok(())
 }

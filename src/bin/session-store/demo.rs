@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use session_store::{Item, Log, RequestConfig, Store, UsageRecord, WorkerResult};
+use session_store::{Item, Log, RequestConfig, SessionId, Store, UsageRecord, WorkerResult};
 
 use crate::progress;
 use crate::transfer::write_session;
@@ -70,13 +70,110 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "store: {}", root.display())?;
     let store = Store::open(&root)?;
+    let started = Instant::now();
+    let w = write_sessions(&store, &a)?;
+    let write_secs = started.elapsed().as_secs_f64();
+    store.close()?;
+
+    // Restore and check everything, through a fresh store.
+    let store = Store::open(&root)?;
+    let started = Instant::now();
+    let mut restored_items = 0u64;
+    for &id in &w.ids {
+        let state = store.restore(id)?;
+        let problems = state.check();
+        ensure!(
+            problems.is_empty(),
+            "session {id} is not ready to send: {problems:?}"
+        );
+        restored_items += state.history.len() as u64;
+    }
+    let restore_secs = started.elapsed().as_secs_f64();
+    store.close()?;
+
+    let started = Instant::now();
+    let (mut verified, mut verified_bytes) = (0u64, 0u64);
+    for &id in &w.ids {
+        let report = Log::open_read_only(store.session_dir(id))?.verify();
+        ensure!(report.damage.is_none(), "session {id}: {:?}", report.damage);
+        verified += report.records;
+        verified_bytes += report.bytes;
+    }
+    let verify_secs = started.elapsed().as_secs_f64();
+
+    let listed = store.list()?;
+    let export_path = root.join(format!("export-{}.jsonl", w.ids[0]));
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&export_path)?);
+    let lines = write_session(&store, w.ids[0], &mut f)?;
+    f.flush()?;
+
+    let mb = w.payload_bytes as f64 / 1e6;
+    let items = w.items_written;
+    writeln!(
+        out,
+        "wrote     {} sessions ({} compactions, {} forks), {items} items, {mb:.1} MB of items",
+        w.ids.len(),
+        w.compactions,
+        w.forks
+    )?;
+    writeln!(
+        out,
+        "          save_delta {:.0} items/s, {:.1} MB/s (Buffered); all writing incl. {} session creations with their fsyncs: {:.2} s",
+        items as f64 / w.append_secs,
+        mb / w.append_secs,
+        w.ids.len(),
+        write_secs
+    )?;
+    writeln!(
+        out,
+        "restored  {} sessions, {restored_items} live items, all ready to send, {:.0} items/s",
+        w.ids.len(),
+        restored_items as f64 / restore_secs
+    )?;
+    writeln!(
+        out,
+        "verified  {verified} records, {:.1} MB, every CRC and chain link, {:.0} MB/s",
+        verified_bytes as f64 / 1e6,
+        verified_bytes as f64 / 1e6 / verify_secs
+    )?;
+    writeln!(
+        out,
+        "listed    {} sessions; newest: {} \"{}\"",
+        listed.len(),
+        listed[0].id,
+        listed[0].title.as_deref().unwrap_or("")
+    )?;
+    writeln!(
+        out,
+        "exported  {} ({lines} lines of JSONL)",
+        export_path.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the demo's writing phase did.
+struct Written {
+    ids: Vec<SessionId>,
+    items_written: u64,
+    payload_bytes: u64,
+    append_secs: f64,
+    forks: u32,
+    compactions: u32,
+}
+
+/// Writes `a.sessions` sessions of `a.turns` turns each, compacting every
+/// fourth and forking every fifth.
+fn write_sessions(store: &Store, a: &Args) -> Result<Written> {
     let mut rng = Rng(0x5e55_1015_u64 | 1);
     let bar = progress(u64::from(a.sessions), "write");
-    let started = Instant::now();
-    let (mut items_written, mut payload_bytes) = (0u64, 0u64);
-    let mut append_secs = 0f64;
-    let mut ids = Vec::new();
-    let (mut forks, mut compactions) = (0, 0);
+    let mut w = Written {
+        ids: Vec::new(),
+        items_written: 0,
+        payload_bytes: 0,
+        append_secs: 0.0,
+        forks: 0,
+        compactions: 0,
+    };
     for s in 0..a.sessions {
         let config = RequestConfig {
             model: Some("gpt-5.1-codex".into()),
@@ -85,47 +182,17 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         };
         let (id, mut head) =
             store.create_session(Some("You are a careful coding agent."), config, &[])?;
-        ids.push(id);
+        w.ids.push(id);
         for t in 0..a.turns {
-            let call_id = format!("call_{s}_{t}");
-            let user = Item::user_text(format!("Turn {t}: {}", rng.text(200)));
-            let assistant_out = vec![
-                Item::Reasoning {
-                    id: Some(format!("rs_{s}_{t}")),
-                    text: String::new(),
-                    summary: vec![rng.text(200)],
-                    encrypted_content: Some(rng.opaque(3000)),
-                    status: None,
-                },
-                Item::ToolCall {
-                    id: Some(format!("fc_{s}_{t}")),
-                    call_id: call_id.clone(),
-                    name: "shell".into(),
-                    arguments: serde_json::json!({ "cmd": rng.text(280) }).to_string(),
-                    status: None,
-                },
-            ];
-            let big = if rng.next().is_multiple_of(50) {
-                64 << 10
-            } else {
-                4000
-            };
-            let result = Item::ToolResult {
-                id: None,
-                call_id,
-                summary: "exit 0".into(),
-                content: Some(rng.text(big)),
-            };
-            let answer = Item::assistant_text(rng.text(1000));
-            let turn = [vec![user], assistant_out, vec![result], vec![answer]].concat();
+            let turn = demo_turn(&mut rng, s, t);
             for item in &turn {
-                payload_bytes += serde_json::to_string(item)?.len() as u64;
+                w.payload_bytes += serde_json::to_string(item)?.len() as u64;
             }
-            items_written += turn.len() as u64;
+            w.items_written += turn.len() as u64;
             let t0 = Instant::now();
             store.save_delta(id, &mut head, &turn[..3])?;
             store.save_delta(id, &mut head, &turn[3..])?;
-            append_secs += t0.elapsed().as_secs_f64();
+            w.append_secs += t0.elapsed().as_secs_f64();
             store.save_usage(
                 id,
                 &mut head,
@@ -159,85 +226,50 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                 Item::system_text(format!("Summary of earlier work: {}", rng.text(300))),
             );
             let (new_id, _) = store.create_compacted_session(&compacted, id, head)?;
-            ids.push(new_id);
-            compactions += 1;
+            w.ids.push(new_id);
+            w.compactions += 1;
         }
         if s % 5 == 1 {
             let (fork_id, _) = store.fork_at_seq(id, 6)?;
-            ids.push(fork_id);
-            forks += 1;
+            w.ids.push(fork_id);
+            w.forks += 1;
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let write_secs = started.elapsed().as_secs_f64();
-    store.close()?;
+    Ok(w)
+}
 
-    // Restore and check everything, through a fresh store.
-    let store = Store::open(&root)?;
-    let started = Instant::now();
-    let mut restored_items = 0u64;
-    for &id in &ids {
-        let state = store.restore(id)?;
-        let problems = state.check();
-        ensure!(
-            problems.is_empty(),
-            "session {id} is not ready to send: {problems:?}"
-        );
-        restored_items += state.history.len() as u64;
-    }
-    let restore_secs = started.elapsed().as_secs_f64();
-    store.close()?;
-
-    let started = Instant::now();
-    let (mut verified, mut verified_bytes) = (0u64, 0u64);
-    for &id in &ids {
-        let report = Log::open_read_only(store.session_dir(id))?.verify();
-        ensure!(report.damage.is_none(), "session {id}: {:?}", report.damage);
-        verified += report.records;
-        verified_bytes += report.bytes;
-    }
-    let verify_secs = started.elapsed().as_secs_f64();
-
-    let listed = store.list()?;
-    let export_path = root.join(format!("export-{}.jsonl", ids[0]));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&export_path)?);
-    let lines = write_session(&store, ids[0], &mut f)?;
-    f.flush()?;
-
-    let mb = payload_bytes as f64 / 1e6;
-    writeln!(out, "wrote     {} sessions ({} compactions, {} forks), {items_written} items, {mb:.1} MB of items", ids.len(), compactions, forks)?;
-    writeln!(
-        out,
-        "          save_delta {:.0} items/s, {:.1} MB/s (Buffered); all writing incl. {} session creations with their fsyncs: {:.2} s",
-        items_written as f64 / append_secs,
-        mb / append_secs,
-        ids.len(),
-        write_secs
-    )?;
-    writeln!(
-        out,
-        "restored  {} sessions, {restored_items} live items, all ready to send, {:.0} items/s",
-        ids.len(),
-        restored_items as f64 / restore_secs
-    )?;
-    writeln!(
-        out,
-        "verified  {verified} records, {:.1} MB, every CRC and chain link, {:.0} MB/s",
-        verified_bytes as f64 / 1e6,
-        verified_bytes as f64 / 1e6 / verify_secs
-    )?;
-    writeln!(
-        out,
-        "listed    {} sessions; newest: {} \"{}\"",
-        listed.len(),
-        listed[0].id,
-        listed[0].title.as_deref().unwrap_or("")
-    )?;
-    writeln!(
-        out,
-        "exported  {} ({lines} lines of JSONL)",
-        export_path.display()
-    )?;
-    Ok(ExitCode::SUCCESS)
+/// Turn `t` of session `s`: the user's input, reasoning with encrypted
+/// content, a tool call, its result (now and then a large one), the answer.
+fn demo_turn(rng: &mut Rng, s: u32, t: u32) -> Vec<Item> {
+    let call_id = format!("call_{s}_{t}");
+    let user = Item::user_text(format!("Turn {t}: {}", rng.text(200)));
+    let reasoning = Item::Reasoning {
+        id: Some(format!("rs_{s}_{t}")),
+        text: String::new(),
+        summary: vec![rng.text(200)],
+        encrypted_content: Some(rng.opaque(3000)),
+        status: None,
+    };
+    let call = Item::ToolCall {
+        id: Some(format!("fc_{s}_{t}")),
+        call_id: call_id.clone(),
+        name: "shell".into(),
+        arguments: serde_json::json!({ "cmd": rng.text(280) }).to_string(),
+        status: None,
+    };
+    let big = if rng.next().is_multiple_of(50) {
+        64 << 10
+    } else {
+        4000
+    };
+    let result = Item::ToolResult {
+        id: None,
+        call_id,
+        summary: "exit 0".into(),
+        content: Some(rng.text(big)),
+    };
+    let answer = Item::assistant_text(rng.text(1000));
+    vec![user, reasoning, call, result, answer]
 }
