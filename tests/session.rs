@@ -2070,3 +2070,72 @@ fn close_keeps_sessions_in_use_open() {
         .unwrap();
     assert_eq!(info.head, Some(head));
 }
+
+/// Counts the writer opens of session logs (each creates its directory if
+/// missing, which the hook sees even when it exists).
+#[derive(Default)]
+struct CountOpens(std::sync::atomic::AtomicUsize);
+
+impl IoHook for CountOpens {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if let IoOp::CreateDir { path } = op {
+            if path.parent().is_some_and(|p| p.ends_with("sessions")) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn sessions_within_the_open_budget_stay_open_however_they_spread_over_shards() {
+    let dir = tempdir();
+    let hook = Arc::new(CountOpens::default());
+    let store = Store::open_with(
+        dir.path(),
+        options()
+            .log(LogOptions::default().hook(hook.clone()))
+            .max_open_sessions(20),
+    )
+    .unwrap();
+    // Twenty sessions in one shard (the store shards by the id's last byte).
+    let mut sessions: Vec<(SessionId, EntryHash)> = (0..20u8)
+        .map(|i| {
+            let mut id = SessionId::new_v7();
+            id.0[15] = 7;
+            id.0[14] = i;
+            let head = store
+                .create_session_with_id(id, None, RequestConfig::default(), &[])
+                .unwrap();
+            (id, head)
+        })
+        .collect();
+    let opened = hook.0.load(Ordering::SeqCst);
+    for round in 0..3 {
+        for (id, head) in &mut sessions {
+            store
+                .save_delta(*id, head, &[Item::user_text(format!("round {round}"))])
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        hook.0.load(Ordering::SeqCst),
+        opened,
+        "sessions were closed and reopened within the budget"
+    );
+    // One more session than the budget: the least recently used one goes.
+    let (extra, _) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let locked = |id: SessionId| {
+        let lock = File::open(store.session_dir(id).join("LOCK")).unwrap();
+        matches!(lock.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
+    };
+    assert!(locked(extra));
+    assert!(
+        !locked(sessions[0].0),
+        "the least recently used session stayed open"
+    );
+    let open = sessions.iter().filter(|(id, _)| locked(*id)).count();
+    assert_eq!(open, 19);
+}

@@ -15,6 +15,7 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -122,6 +123,12 @@ struct Inner {
     /// One per shard: signalled when an open that others wait for ends.
     opened: Vec<Condvar>,
     cache: Arc<ListCache>,
+    /// Sessions open in all shards together: eviction starts only when
+    /// this passes `max_open_sessions`, however they spread over shards.
+    open_count: AtomicUsize,
+    /// The clock of last use, store-wide, so that eviction picks the least
+    /// recently used session of all shards.
+    tick: AtomicU64,
     /// The first failure to close an evicted session, which no caller was
     /// waiting for: `Store::close` reports it.
     eviction_failure: Mutex<Option<Error>>,
@@ -176,7 +183,7 @@ impl Store {
             }
         }
         let cache = Arc::new(ListCache::open(&root, hook)?);
-        let shards = opts.max_open_sessions.clamp(1, SHARDS);
+        let shards = SHARDS;
         Ok(Store {
             inner: Arc::new(Inner {
                 cache,
@@ -185,6 +192,8 @@ impl Store {
                 shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
                 opened: (0..shards).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
+                open_count: AtomicUsize::new(0),
+                tick: AtomicU64::new(0),
             }),
         })
     }

@@ -3,6 +3,7 @@
 
 use super::staging::user_text;
 use super::{now_ms, Store};
+use crate::catalog::CATALOG_FILE;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::WireLine;
@@ -353,15 +354,20 @@ impl Store {
         Ok(self.reader(id)?.snapshot())
     }
 
-    /// A log to read the session from: this store's writer when it has one,
-    /// otherwise the writer when it can be had, otherwise (another process
-    /// holds the session) a read-only view of what that writer has committed.
+    /// A log to read the session from: this store's writer when it has the
+    /// session open, otherwise a read-only view of what is committed, which
+    /// takes no lock, writes nothing and syncs nothing (a crashed writer's
+    /// torn tail is left for the next writer to cut; the view ends before
+    /// it, as that writer's will).
     fn reader(&self, id: SessionId) -> Result<Log> {
-        match self.session(id) {
-            Ok(s) => Ok(s.log),
-            Err(Error::Locked { .. }) => Log::open_read_only(self.session_dir(id)),
-            Err(e) => Err(e),
+        if let Some(log) = self.open_log_here(id) {
+            return Ok(log);
         }
+        let dir = self.session_dir(id);
+        if !dir.join(CATALOG_FILE).exists() {
+            return Err(Error::not_found(format!("session {id}")));
+        }
+        Log::open_read_only(dir)
     }
 
     /// The session's log.

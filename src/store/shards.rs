@@ -1,8 +1,10 @@
 //! The cache of open sessions: one writer `Log` and catalog per session,
-//! in shards that each hold a budget of open logs, evicting the least
-//! recently used one that no handle still holds.
+//! in shards (so that a lookup contends only with its shard), with one
+//! store-wide budget of open logs: past it, the least recently used session
+//! of all shards that no handle still holds is closed.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -24,7 +26,6 @@ pub(super) struct Shard {
     open: HashMap<SessionId, OpenSession>,
     /// Sessions a thread is opening or closing, outside the shard lock.
     opening: HashSet<SessionId>,
-    tick: u64,
 }
 
 impl Shard {
@@ -47,8 +48,7 @@ pub struct SessionHandle {
 }
 
 impl Store {
-    /// The shard of a session: there are at most `SHARDS`, and no more than
-    /// `max_open_sessions`, so that every shard may hold at least one log.
+    /// The shard of a session.
     fn slot(&self, id: SessionId) -> usize {
         id.0[15] as usize % self.inner.shards.len()
     }
@@ -61,7 +61,15 @@ impl Store {
     /// clean close: `Store::delete` takes the writer lock next.
     pub(super) fn drop_open(&self, id: SessionId) {
         let open = self.shard(id).lock().open.remove(&id);
+        if open.is_some() {
+            self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+        }
         drop(open);
+    }
+
+    /// The next value of the store-wide clock of last use.
+    fn next_tick(&self) -> u64 {
+        self.inner.tick.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Opens (or finds open) a session's log, as the one writer.
@@ -73,10 +81,8 @@ impl Store {
         let slot = self.slot(id);
         let mut shard = self.inner.shards[slot].lock();
         loop {
-            shard.tick += 1;
-            let tick = shard.tick;
             if let Some(s) = shard.open.get_mut(&id) {
-                s.tick = tick;
+                s.tick = self.next_tick();
                 return Ok(SessionHandle {
                     id,
                     log: s.log.clone(),
@@ -95,40 +101,61 @@ impl Store {
         shard.opening.remove(&id);
         self.inner.opened[slot].notify_all();
         let handle = opened?;
-        // The shards' budgets add up to `max_open_sessions` exactly.
-        let (max, shards) = (self.inner.opts.max_open_sessions, self.inner.shards.len());
-        let budget = (max / shards + usize::from(slot < max % shards)).max(1);
-        // Evict the least recently used sessions that no one else holds. A
-        // loop, not one eviction: a shard that went over budget while all its
-        // sessions were in use comes back under it.
-        let mut evicted = Vec::new();
-        while shard.open.len() >= budget {
-            let Some(victim) = shard
-                .open
-                .iter()
-                .filter(|(_, s)| s.log.is_unshared())
-                .min_by_key(|(_, s)| s.tick)
-                .map(|(k, _)| *k)
-            else {
-                break;
-            };
-            evicted.extend(shard.take_to_close(victim));
-        }
-        shard.tick += 1;
-        let tick = shard.tick;
         shard.open.insert(
             id,
             OpenSession {
                 log: handle.log.clone(),
                 catalog: handle.catalog.clone(),
-                tick,
+                tick: self.next_tick(),
             },
         );
         drop(shard);
-        if let Err(e) = self.close_sessions(slot, evicted) {
-            self.inner.eviction_failure.lock().get_or_insert(e);
+        self.inner.open_count.fetch_add(1, Ordering::AcqRel);
+        for (slot, evicted) in self.evict_over_budget(id) {
+            if let Err(e) = self.close_sessions(slot, vec![evicted]) {
+                self.inner.eviction_failure.lock().get_or_insert(e);
+            }
         }
         Ok(handle)
+    }
+
+    /// Takes sessions out of the shards, least recently used first among
+    /// those no handle holds (and never `keep`), until the open sessions fit
+    /// `max_open_sessions` again; returns them with their shards, to be
+    /// closed outside the shard locks. A store over budget because all its
+    /// sessions are in use comes back under it at the next open.
+    fn evict_over_budget(&self, keep: SessionId) -> Vec<(usize, (SessionId, OpenSession))> {
+        let max = self.inner.opts.max_open_sessions;
+        let mut out = Vec::new();
+        while self.inner.open_count.load(Ordering::Acquire) > max {
+            let mut oldest: Option<(u64, usize, SessionId)> = None;
+            for (slot, shard) in self.inner.shards.iter().enumerate() {
+                let shard = shard.lock();
+                let lru = shard
+                    .open
+                    .iter()
+                    .filter(|(id, s)| **id != keep && s.log.is_unshared())
+                    .min_by_key(|(_, s)| s.tick);
+                if let Some((id, s)) = lru {
+                    if oldest.is_none_or(|(tick, _, _)| s.tick < tick) {
+                        oldest = Some((s.tick, slot, *id));
+                    }
+                }
+            }
+            let Some((_, slot, victim)) = oldest else {
+                break;
+            };
+            let mut shard = self.inner.shards[slot].lock();
+            // Used again, or taken by another evictor, since the look.
+            if !shard.open.get(&victim).is_some_and(|s| s.log.is_unshared()) {
+                continue;
+            }
+            if let Some(taken) = shard.take_to_close(victim) {
+                self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+                out.push((slot, taken));
+            }
+        }
+        out
     }
 
     /// Closes sessions taken out of shard `slot` with `Shard::take_to_close`,
@@ -201,9 +228,14 @@ impl Store {
                     .filter(|(_, s)| s.log.is_unshared())
                     .map(|(id, _)| *id)
                     .collect();
-                ids.into_iter()
+                let taken: Vec<_> = ids
+                    .into_iter()
                     .filter_map(|id| shard.take_to_close(id))
-                    .collect()
+                    .collect();
+                self.inner
+                    .open_count
+                    .fetch_sub(taken.len(), Ordering::AcqRel);
+                taken
             };
             // The first failure stands.
             result = result.and(self.close_sessions(slot, open));
@@ -213,6 +245,11 @@ impl Store {
 
     pub(super) fn is_open_here(&self, id: SessionId) -> bool {
         self.shard(id).lock().open.contains_key(&id)
+    }
+
+    /// This store's writer of a session, if it has the session open.
+    pub(super) fn open_log_here(&self, id: SessionId) -> Option<Log> {
+        self.shard(id).lock().open.get(&id).map(|s| s.log.clone())
     }
 }
 
