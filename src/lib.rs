@@ -44,10 +44,11 @@ mod mmap;
 
 pub use chain::EntryHash;
 pub use error::{CorruptKind, Error, Result};
-pub use item::{ContentPart, Item, ItemStatus, Role};
+pub use item::{CallLink, ContentPart, Item, ItemStatus, Role, ToolOutput};
 pub use log::{Durability, Log, LogOptions, RecoveryMode};
 pub use schema::{
-    group_delta, EntryKind, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
+    group_delta, EntryKind, JsonText, LogEntry, LoggedContentPart, LoggedInputAudio,
+    LoggedInputFile, LoggedInputImage, LoggedItem, LoggedOutputText, LoggedRole, LoggedToolOutput,
     RequestConfig, SessionId, SessionOrigin, WorkerResult,
 };
 pub use state::{check_history, collect_state, Problem, RestoredState};

@@ -118,7 +118,8 @@ fn the_committed_v1_log_still_reads_and_verifies() {
 }
 
 /// A writer continues a version 1 log: its active segment keeps version 1
-/// marks, the segments it rolls to are version 2, and readers take the mix.
+/// marks, the segments it rolls to are of the current version, and readers
+/// take the mix.
 #[test]
 fn a_v1_log_is_continued_and_rolled_into_v2_segments() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,7 +169,9 @@ fn a_v1_log_is_continued_and_rolled_into_v2_segments() {
     let after = segments();
     assert!(after.len() > before.len(), "the appends rolled");
     assert_eq!(version(&after[before.len() - 1]), 1);
-    assert!(after[before.len()..].iter().all(|p| version(p) == 2));
+    assert!(after[before.len()..]
+        .iter()
+        .all(|p| version(p) == session_store::format::FORMAT_VERSION));
 
     let reader = Log::open_read_only(dir.path()).unwrap();
     assert_eq!(reader.verify().damage, None);
