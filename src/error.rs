@@ -71,6 +71,22 @@ pub enum Error {
         /// The head on disk.
         actual: Option<EntryHash>,
     },
+    /// An item does not fit a provider's wire form (the Responses API's or the
+    /// Messages API's), either way: its JSON does not fit the item model, or the
+    /// item has no form in that API.
+    #[error("{api} item {index}, `{field}`: {message}")]
+    ItemForm {
+        /// `"responses"` or `"anthropic"`.
+        api: &'static str,
+        /// The item's index in the history (for Anthropic, the message's index
+        /// on the way in and the item's on the way out).
+        index: usize,
+        /// The field, as a path inside the item (`content[1].detail`), or
+        /// `type` for the item as a whole.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A line of the JSON wire form is unacceptable.
     #[error("line {line}, column {column}: {message}")]
     Wire {

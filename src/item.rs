@@ -8,7 +8,12 @@
 //! and of the Anthropic Messages API: the ones the crate needs to understand
 //! (messages, calls and their outputs, reasoning and thinking) are typed, and
 //! everything else is kept as its JSON, byte for byte ([`Item::Opaque`],
-//! [`ContentPart::Opaque`]).
+//! [`ContentPart::Opaque`]). The two wire forms sit in [`responses`] and
+//! [`anthropic`].
+
+pub mod anthropic;
+mod fields;
+pub mod responses;
 
 use serde::{Deserialize, Serialize};
 

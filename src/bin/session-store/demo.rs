@@ -11,7 +11,7 @@ use session_store::state::UsageRecord;
 use session_store::{Item, Log, RequestConfig, Store, WorkerResult};
 
 use crate::progress;
-use crate::transfer::write_session;
+use crate::transfer::{write_session, Format};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -203,7 +203,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let listed = store.list()?;
     let export_path = root.join(format!("export-{}.jsonl", ids[0]));
     let mut f = std::io::BufWriter::new(std::fs::File::create(&export_path)?);
-    let lines = write_session(&store, ids[0], &mut f)?;
+    let lines = write_session(&store, ids[0], Format::Wire, &mut f)?;
     f.flush()?;
 
     let mb = payload_bytes as f64 / 1e6;
