@@ -1421,4 +1421,45 @@ mod tests {
         };
         assert!(LogEntry::access_archive(&ok.to_archive()).is_ok());
     }
+
+    #[test]
+    fn an_archive_whose_item_json_is_not_json_is_rejected() {
+        let forged = |json: &str| JsonText(json.to_string());
+        let parts = |json: JsonText| {
+            vec![LoggedContentPart::OutputText(Box::new(LoggedOutputText {
+                text: String::new(),
+                annotations: None,
+                logprobs: Some(json),
+            }))]
+        };
+        for bad in ["{not json", ""] {
+            for item in [
+                LoggedItem::Opaque {
+                    role: None,
+                    json: forged(bad),
+                },
+                LoggedItem::Message {
+                    role: LoggedRole::User,
+                    content: vec![LoggedContentPart::Opaque { json: forged(bad) }],
+                },
+                LoggedItem::Message {
+                    role: LoggedRole::Assistant,
+                    content: parts(forged(bad)),
+                },
+                LoggedItem::ToolOutput {
+                    call_id: "c".into(),
+                    output: Some(LoggedToolOutput::Parts(parts(forged(bad)))),
+                    is_error: None,
+                    custom: false,
+                },
+            ] {
+                let entry = LogEntry::ToolResults {
+                    ts: 1,
+                    items: vec![item],
+                };
+                let err = LogEntry::access_archive(&entry.to_archive()).unwrap_err();
+                assert!(err.contains("not valid JSON"), "{err}");
+            }
+        }
+    }
 }

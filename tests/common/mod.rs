@@ -4,7 +4,7 @@
 
 use session_store::{
     ContentPart, EntryHash, Item, ItemStatus, JsonText, LogEntry, LoggedItem, RequestConfig, Role,
-    SessionId, SessionOrigin, WorkerResult,
+    SessionId, SessionOrigin, ToolOutput, WorkerResult,
 };
 
 /// A timestamp in the range real logs carry.
@@ -126,6 +126,97 @@ pub fn every_item() -> Vec<Item> {
             summary: vec![],
             encrypted_content: None,
             status: None,
+        },
+        Item::Message {
+            id: Some("msg_3".into()),
+            role: Role::Developer,
+            content: vec![
+                ContentPart::InputImage {
+                    image_url: Some("data:image/png;base64,AAAA".into()),
+                    file_id: None,
+                    detail: Some("low".into()),
+                },
+                ContentPart::InputFile {
+                    file_id: Some("file-1".into()),
+                    file_data: Some("aGk=".into()),
+                    filename: Some("a.txt".into()),
+                    file_url: None,
+                },
+                ContentPart::InputAudio {
+                    data: "UklGRg==".into(),
+                    format: "wav".into(),
+                },
+                ContentPart::Opaque {
+                    json: JsonText::parse(r#"{"type":"image","source":{"z":1,"a":2.50}}"#).unwrap(),
+                },
+            ],
+            status: None,
+        },
+        Item::Message {
+            id: None,
+            role: Role::Assistant,
+            content: vec![ContentPart::OutputText {
+                text: "cited".into(),
+                annotations: Some(
+                    JsonText::parse(r#"[{"type":"url_citation","url":"u"}]"#).unwrap(),
+                ),
+                logprobs: Some(JsonText::parse(r#"[{"token":"c","logprob":-1.0e-2}]"#).unwrap()),
+            }],
+            status: None,
+        },
+        Item::CustomToolCall {
+            id: Some("ctc_1".into()),
+            call_id: "call_3".into(),
+            name: "apply_patch".into(),
+            input: "*** Begin Patch\n".into(),
+            status: Some(ItemStatus::Completed),
+        },
+        Item::ToolOutput {
+            id: Some("ctco_1".into()),
+            call_id: "call_3".into(),
+            output: Some(ToolOutput::Parts(vec![
+                ContentPart::Text { text: "ok".into() },
+                ContentPart::Opaque {
+                    json: JsonText::parse(r#"{"type":"image","n":1e2}"#).unwrap(),
+                },
+            ])),
+            is_error: Some(false),
+            custom: true,
+            status: Some(ItemStatus::Completed),
+        },
+        Item::ToolOutput {
+            id: None,
+            call_id: "call_4".into(),
+            output: None,
+            is_error: None,
+            custom: false,
+            status: None,
+        },
+        Item::ReasoningParts {
+            id: Some("rs_2".into()),
+            summary: vec!["s".into()],
+            content: vec!["one".into(), "two".into()],
+            encrypted_content: Some("gAAAA+/==".into()),
+            status: None,
+        },
+        Item::Thinking {
+            thinking: "hmm".into(),
+            signature: Some("EqQB+/sig==".into()),
+        },
+        Item::RedactedThinking {
+            data: "EmwKAh+/==".into(),
+        },
+        Item::Opaque {
+            role: None,
+            json: JsonText::parse(
+                r#"{"type":"web_search_call","id":"ws_1","status":"completed","z":1,"a":1.0e3}"#,
+            )
+            .unwrap(),
+        },
+        Item::Opaque {
+            role: Some(Role::Assistant),
+            json: JsonText::parse(r#"{"type":"server_tool_use","id":"srvtoolu_1","input":{}}"#)
+                .unwrap(),
         },
     ]
 }
