@@ -17,6 +17,25 @@
 //! Two spellings read as one: `content` given as a string is one `text`
 //! block, and a `null` field counts as absent. Two consecutive messages of one
 //! role come out as one, as the API reads them.
+//!
+//! ```
+//! use session_store::{Item, RequestConfig, Store};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let (id, mut head) = store.create_session(Some("Be brief."), RequestConfig::model("claude-x"), &[])?;
+//! let reply = r#"{"role":"assistant","content":[
+//!     {"type":"thinking","thinking":"List it.","signature":"EqQB+/=="},
+//!     {"type":"tool_use","id":"toolu_1","name":"ls","input":{"path":"."}}]}"#;
+//! store.save_delta(id, &mut head, &Item::from_anthropic_message(reply)?)?;
+//!
+//! let messages = Item::to_anthropic_messages(&store.restore(id)?.history)?;
+//! assert_eq!(
+//!     messages,
+//!     [r#"{"role":"assistant","content":[{"type":"thinking","thinking":"List it.","signature":"EqQB+/=="},{"type":"tool_use","id":"toolu_1","name":"ls","input":{"path":"."}}]}"#]
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use serde_json::value::RawValue;
 

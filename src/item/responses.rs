@@ -12,6 +12,34 @@
 //! `input_text` part, and a message without `type` is a `"message"`; a `null`
 //! field counts as absent. A text part of an assistant message is written as
 //! `output_text` with `"annotations": []`, any other as `input_text`.
+//!
+//! ```
+//! use session_store::item::responses;
+//! use session_store::{Item, RequestConfig, Store};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+//! let output = [
+//!     r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#,
+//!     r#"{"id":"ws_1","type":"web_search_call","status":"completed","action":{"type":"search","query":"rkyv"}}"#,
+//!     r#"{"id":"fc_1","type":"function_call","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+//! ];
+//! let items = output.iter().map(|json| Item::from_responses_json(json)).collect::<Result<Vec<_>, _>>()?;
+//! store.save_delta(id, &mut head, &items)?;
+//!
+//! let input = responses::history_to_json(&store.restore(id)?.history)?;
+//! assert_eq!(
+//!     input,
+//!     format!(
+//!         "[{},{},{}]",
+//!         r#"{"type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#,
+//!         output[1],
+//!         r#"{"type":"function_call","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+//!     )
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use serde_json::value::RawValue;
 
