@@ -7,9 +7,10 @@
 //! `REGENERATE_FIXTURES=1 cargo test --test fixtures_schema_v1` rewrites it;
 //! only do that with the code of the schema it is named after.
 
+mod common;
+
 use std::path::PathBuf;
 
-use session_store::log::{Log, LogOptions};
 use session_store::{
     ContentPart, EntryHash, Item, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
     RequestConfig, SessionId, SessionOrigin, WorkerResult,
@@ -153,33 +154,10 @@ fn entries() -> Vec<LogEntry> {
 #[test]
 fn the_committed_schema_v1_log_reads_with_todays_types() {
     let dir = fixture_dir();
-    if std::env::var("REGENERATE_FIXTURES").is_ok() {
-        let _ = std::fs::remove_dir_all(&dir);
-        let opts = LogOptions {
-            prepare_ahead: false,
-            ..LogOptions::default().segment_size(16 << 10)
-        };
-        let log = Log::open(&dir, opts).unwrap();
-        for e in entries() {
-            log.append(&e).unwrap();
-        }
-        let head = log.head().unwrap().1;
-        log.close().unwrap();
-        let _ = std::fs::remove_file(dir.join("LOCK"));
-        println!("new head: {head}");
+    if common::regenerate_fixture(&dir, &entries()) {
         return;
     }
-    let log = Log::open_read_only(&dir).expect("the schema v1 fixture opens");
-    let report = log.verify();
-    assert_eq!(report.damage, None);
-    assert_eq!(report.torn_tail, None);
-    let got: Vec<LogEntry> = log
-        .snapshot()
-        .entries_from(0)
-        .map(|r| r.unwrap().2)
-        .collect();
-    assert_eq!(got, entries());
-    assert_eq!(log.head().unwrap().1.to_string(), HEAD);
+    let log = common::read_fixture(&dir, &entries(), HEAD);
 
     let state = log.restore().unwrap();
     let expected: Vec<Item> = entries()

@@ -6,6 +6,8 @@
 //! `REGENERATE_FIXTURES=1 cargo test --test fixtures_v1` rewrites it (only for
 //! a deliberate format version bump).
 
+mod common;
+
 use std::path::PathBuf;
 
 use session_store::log::{Log, LogOptions};
@@ -84,44 +86,21 @@ fn entries() -> Vec<LogEntry> {
 #[test]
 fn the_committed_v1_log_still_reads_and_verifies() {
     let dir = fixture_dir();
-    if std::env::var("REGENERATE_FIXTURES").is_ok() {
-        let _ = std::fs::remove_dir_all(&dir);
-        let opts = LogOptions {
-            prepare_ahead: false,
-            ..LogOptions::default().segment_size(16 << 10)
-        };
-        let log = Log::open(&dir, opts).unwrap();
-        for e in entries() {
-            log.append(&e).unwrap();
-        }
-        let head = log.head().unwrap().1;
-        log.close().unwrap();
-        let _ = std::fs::remove_file(dir.join("LOCK"));
-        println!("new head: {head}");
+    if common::regenerate_fixture(&dir, &entries()) {
         return;
     }
-    let log = Log::open_read_only(&dir).expect("the v1 fixture opens");
+    let log = common::read_fixture(&dir, &entries(), HEAD_V1);
     assert!(
         log.segment_paths().len() >= 3,
         "the fixture spans several segments"
     );
-    let report = log.verify();
-    assert_eq!(report.damage, None);
-    assert_eq!(report.torn_tail, None);
-    let got: Vec<LogEntry> = log
-        .snapshot()
-        .entries_from(0)
-        .map(|r| r.unwrap().2)
-        .collect();
-    assert_eq!(got, entries());
-    assert_eq!(log.head().unwrap().1.to_string(), HEAD_V1);
 }
 
 /// A writer continues a version 1 log: its active segment keeps version 1
 /// marks, the segments it rolls to are of the current version, and readers
 /// take the mix.
 #[test]
-fn a_v1_log_is_continued_and_rolled_into_v2_segments() {
+fn a_v1_log_is_continued_and_rolled_into_current_segments() {
     let dir = tempfile::tempdir().unwrap();
     for f in std::fs::read_dir(fixture_dir()).unwrap() {
         let f = f.unwrap().path();

@@ -39,9 +39,9 @@
 
 use serde_json::value::RawValue;
 
-use super::fields::{as_string, list, one_line, Fields, Obj, Place};
+use super::fields::{as_string, history_list, list, one_line, Fields, Obj, Place};
 use super::{ContentPart, Item, Role, ToolOutput};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::schema::JsonText;
 
 const API: &str = "anthropic";
@@ -85,15 +85,9 @@ impl Item {
 
 /// Reads a history: a JSON list of messages.
 pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
-    let messages: Vec<&RawValue> = serde_json::from_str(json).map_err(|e| Error::ItemForm {
-        api: API,
-        index: 0,
-        field: String::new(),
-        message: format!("not a JSON list: {e}"),
-    })?;
     let mut items = Vec::new();
-    for (index, raw) in messages.iter().enumerate() {
-        items.extend(read_message(raw.get(), Place { api: API, index })?);
+    for (raw, place) in history_list(json, API)? {
+        items.extend(read_message(raw.get(), place)?);
     }
     Ok(items)
 }
@@ -110,9 +104,7 @@ fn read_message(json: &str, place: Place) -> Result<Vec<Item>> {
         "assistant" => Role::Assistant,
         other => return Err(f.error("role", format!("unknown role {other:?}"))),
     };
-    let raw = f
-        .raw("content")
-        .ok_or_else(|| f.error("content", "missing"))?;
+    let raw = f.required("content")?;
     let mut items = Vec::new();
     if let Some(text) = as_string(raw) {
         items.push(Item::Message {
@@ -122,8 +114,7 @@ fn read_message(json: &str, place: Place) -> Result<Vec<Item>> {
             status: None,
         });
     } else {
-        let blocks: Vec<&RawValue> = serde_json::from_str(raw.get())
-            .map_err(|_| f.error("content", "expected a string or a list"))?;
+        let blocks = f.elements(raw, "content")?;
         let mut parts: Option<Vec<ContentPart>> = None;
         for (i, raw) in blocks.iter().enumerate() {
             let b = f.nested(raw, &format!("content[{i}]"))?;
@@ -187,7 +178,7 @@ fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
             side(&b, Role::Assistant)?;
             let call_id = b.string("id")?;
             let name = b.string("name")?;
-            let input = b.raw("input").ok_or_else(|| b.error("input", "missing"))?;
+            let input = b.required("input")?;
             Block::Item(Item::ToolCall {
                 id: None,
                 call_id,
@@ -245,8 +236,7 @@ fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
     let output = match (text, content) {
         (Some(text), _) => Some(ToolOutput::Text(text)),
         (None, Some(raw)) => {
-            let blocks: Vec<&RawValue> = serde_json::from_str(raw.get())
-                .map_err(|_| b.error("content", "expected a string or a list"))?;
+            let blocks = b.elements(raw, "content")?;
             let parts = blocks
                 .iter()
                 .enumerate()

@@ -70,6 +70,11 @@ impl<'a> Fields<'a> {
         self.map.remove(name).filter(|raw| raw.get() != "null")
     }
 
+    /// Takes field `name`, raw, which must be there and not `null`.
+    pub fn required(&mut self, name: &str) -> Result<&'a RawValue> {
+        self.raw(name).ok_or_else(|| self.error(name, "missing"))
+    }
+
     /// Takes field `name` as a `T`, if present and not `null`.
     pub fn optional<T: Deserialize<'a>>(&mut self, name: &str, what: &str) -> Result<Option<T>> {
         self.raw(name)
@@ -103,6 +108,12 @@ impl<'a> Fields<'a> {
             .transpose()
     }
 
+    /// The elements of `raw`, the value of field `name`, which holds either a
+    /// string (handled by the caller) or a list.
+    pub fn elements(&self, raw: &'a RawValue, name: &str) -> Result<Vec<&'a RawValue>> {
+        serde_json::from_str(raw.get()).map_err(|_| self.error(name, "expected a string or a list"))
+    }
+
     /// Drops the fields a typed item does not keep (provider ids, statuses).
     pub fn drop(&mut self, names: &[&str]) {
         for name in names {
@@ -118,6 +129,21 @@ impl<'a> Fields<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// The elements of a history given as a JSON list, raw, each with its place.
+pub(crate) fn history_list<'a>(
+    json: &'a str,
+    api: &'static str,
+) -> Result<Vec<(&'a RawValue, Place)>> {
+    let items: Vec<&RawValue> = serde_json::from_str(json).map_err(|e| {
+        Place { api, index: 0 }.error(String::new(), format!("not a JSON list: {e}"))
+    })?;
+    Ok(items
+        .into_iter()
+        .enumerate()
+        .map(|(index, raw)| (raw, Place { api, index }))
+        .collect())
 }
 
 /// The value of `raw`, if it is a JSON string.

@@ -43,9 +43,9 @@
 
 use serde_json::value::RawValue;
 
-use super::fields::{as_string, list, Fields, Obj, Place};
+use super::fields::{as_string, history_list, list, Fields, Obj, Place};
 use super::{ContentPart, Item, Role, ToolOutput};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::schema::JsonText;
 
 const API: &str = "responses";
@@ -66,16 +66,9 @@ impl Item {
 
 /// Reads a history: a JSON list of Responses items.
 pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
-    let items: Vec<&RawValue> = serde_json::from_str(json).map_err(|e| Error::ItemForm {
-        api: API,
-        index: 0,
-        field: String::new(),
-        message: format!("not a JSON list: {e}"),
-    })?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(index, raw)| read_item(raw.get(), Place { api: API, index }))
+    history_list(json, API)?
+        .into_iter()
+        .map(|(raw, place)| read_item(raw.get(), place))
         .collect()
 }
 
@@ -116,9 +109,7 @@ fn read_item(json: &str, place: Place) -> Result<Item> {
         },
         Some(kind @ ("function_call_output" | "custom_tool_call_output")) => {
             let call_id = f.string("call_id")?;
-            let output = f
-                .raw("output")
-                .ok_or_else(|| f.error("output", "missing"))?;
+            let output = f.required("output")?;
             match (as_string(output), kind) {
                 (Some(summary), "function_call_output") => Item::ToolResult {
                     id: None,
@@ -159,9 +150,7 @@ fn read_message(f: &mut Fields<'_>) -> Result<Item> {
         "developer" => Role::Developer,
         other => return Err(f.error("role", format!("unknown role {other:?}"))),
     };
-    let raw = f
-        .raw("content")
-        .ok_or_else(|| f.error("content", "missing"))?;
+    let raw = f.required("content")?;
     let content = match as_string(raw) {
         Some(text) => vec![ContentPart::Text { text }],
         None => read_parts(f, raw, "content", Some(role))?,
@@ -175,15 +164,13 @@ fn read_message(f: &mut Fields<'_>) -> Result<Item> {
 }
 
 /// Content parts of a message of `role`, or of a tool output (`role` `None`).
-fn read_parts(
-    f: &Fields<'_>,
-    raw: &RawValue,
+fn read_parts<'a>(
+    f: &Fields<'a>,
+    raw: &'a RawValue,
     name: &str,
     role: Option<Role>,
 ) -> Result<Vec<ContentPart>> {
-    let parts: Vec<&RawValue> = serde_json::from_str(raw.get())
-        .map_err(|_| f.error(name, "expected a string or a list"))?;
-    parts
+    f.elements(raw, name)?
         .iter()
         .enumerate()
         .map(|(i, raw)| read_part(f.nested(raw, &format!("{name}[{i}]"))?, raw, role))
@@ -232,9 +219,7 @@ fn read_part(mut p: Fields<'_>, raw: &RawValue, role: Option<Role>) -> Result<Co
             file_url: p.opt_string("file_url")?,
         },
         "input_audio" => {
-            let audio = p
-                .raw("input_audio")
-                .ok_or_else(|| p.error("input_audio", "missing"))?;
+            let audio = p.required("input_audio")?;
             let mut a = p.nested(audio, "input_audio")?;
             let part = ContentPart::InputAudio {
                 data: a.string("data")?,

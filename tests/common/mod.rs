@@ -324,3 +324,43 @@ pub fn archive_at(entry: &LogEntry, offset: usize) -> rkyv::util::AlignedVec {
     out.extend_from_slice(&bytes);
     out
 }
+
+/// With `REGENERATE_FIXTURES` set, writes `entries` as the committed fixture
+/// log in `dir` (replacing it) in small segments, prints the new head hash, and
+/// returns true; otherwise returns false.
+pub fn regenerate_fixture(dir: &std::path::Path, entries: &[LogEntry]) -> bool {
+    if std::env::var("REGENERATE_FIXTURES").is_err() {
+        return false;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let opts = session_store::LogOptions {
+        prepare_ahead: false,
+        ..session_store::LogOptions::default().segment_size(16 << 10)
+    };
+    let log = session_store::Log::open(dir, opts).unwrap();
+    for e in entries {
+        log.append(e).unwrap();
+    }
+    let head = log.head().unwrap().1;
+    log.close().unwrap();
+    let _ = std::fs::remove_file(dir.join("LOCK"));
+    println!("new head: {head}");
+    true
+}
+
+/// Opens the committed fixture log in `dir` read-only and checks that it
+/// verifies clean and reads back exactly `entries` up to the head `head`.
+pub fn read_fixture(dir: &std::path::Path, entries: &[LogEntry], head: &str) -> session_store::Log {
+    let log = session_store::Log::open_read_only(dir).expect("the fixture opens");
+    let report = log.verify();
+    assert_eq!(report.damage, None);
+    assert_eq!(report.torn_tail, None);
+    let got: Vec<LogEntry> = log
+        .snapshot()
+        .entries_from(0)
+        .map(|r| r.unwrap().2)
+        .collect();
+    assert_eq!(got, entries);
+    assert_eq!(log.head().unwrap().1.to_string(), head);
+    log
+}
