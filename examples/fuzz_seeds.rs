@@ -126,6 +126,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     items_store.close()?;
     let items_log = Log::open_read_only(items_store.session_dir(items_id))?;
     fs::write(dir.join("exported-provider-items"), wire_lines(&items_log)?)?;
+    for (i, rec) in items_log.snapshot().iter().take(8).enumerate() {
+        fs::write(
+            corpus.join(format!("decode_record/archive-schema2-{i}")),
+            rec?.entry.to_entry().to_archive().as_slice(),
+        )?;
+    }
 
     let dir = corpus.join("agy_transcript");
     fs::create_dir_all(&dir)?;

@@ -2,8 +2,9 @@
 //!
 //! Every type here derives rkyv (validated with bytecheck) for storage and
 //! serde (`tag = "kind"`, snake_case) for the JSON wire form. Provider item ids
-//! and statuses are dropped on the way in; `encrypted_content` is kept byte for
-//! byte, since stateless re-send needs it.
+//! and statuses of typed items are dropped on the way in; `encrypted_content`,
+//! signatures and opaque items are kept byte for byte, since stateless re-send
+//! needs them.
 
 // rkyv's derived `Archived*` enums carry fields that cannot take doc comments;
 // every item written by hand here is documented.

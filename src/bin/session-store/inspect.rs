@@ -141,9 +141,10 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
                         }
                         ContentPart::Refusal { refusal } => format!("[refusal] {refusal}"),
                         ContentPart::InputImage { .. } => "[image]".into(),
-                        ContentPart::InputFile { filename, .. } => {
-                            format!("[file {}]", filename.as_deref().unwrap_or(""))
-                        }
+                        ContentPart::InputFile { filename, .. } => match filename {
+                            Some(name) => format!("[file {name}]"),
+                            None => "[file]".into(),
+                        },
                         ContentPart::InputAudio { .. } => "[audio]".into(),
                         ContentPart::Opaque { json } => format!("[{}]", json_type(json)),
                     })

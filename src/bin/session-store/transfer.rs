@@ -30,7 +30,8 @@ pub struct ExportArgs {
     #[arg(required_unless_present = "all")]
     id: Option<String>,
     /// What to print: the log's entries (wire), or the history restored from
-    /// the last SessionStart as a provider's items or messages
+    /// the last SessionStart as a provider's items or messages (the system
+    /// prompt and request settings are not items, and are not printed)
     #[arg(long, value_enum, default_value = "wire")]
     format: Format,
     /// Export every session, one file each, into the directory given by -o
