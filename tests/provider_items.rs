@@ -184,7 +184,7 @@ fn whole_histories_go_both_ways_as_json_lists() {
 }
 
 /// The error of reading or writing, as (index, field).
-fn place(e: Error) -> (usize, String) {
+fn place(e: Error) -> (Option<usize>, String) {
     match e {
         Error::ItemForm { index, field, .. } => (index, field),
         other => panic!("expected an item form error, got {other:?}"),
@@ -237,7 +237,7 @@ fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
         let list = format!("[{{\"type\":\"web_search_call\"}},{json}]");
         assert_eq!(
             place(responses::history_from_json(&list).unwrap_err()),
-            (1, field.to_string()),
+            (Some(1), field.to_string()),
             "{json}"
         );
     }
@@ -265,7 +265,7 @@ fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
         let list = format!("[{{\"role\":\"user\",\"content\":\"hi\"}},{json}]");
         assert_eq!(
             place(anthropic::history_from_json(&list).unwrap_err()),
-            (1, field.to_string()),
+            (Some(1), field.to_string()),
             "{json}"
         );
     }
@@ -278,7 +278,7 @@ fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
     let history = [Item::user_text("hi"), Item::system_text("be brief")];
     assert_eq!(
         place(Item::to_anthropic_messages(&history).unwrap_err()),
-        (1, "role".to_string())
+        (Some(1), "role".to_string())
     );
     let call = Item::ToolCall {
         id: None,
@@ -289,7 +289,7 @@ fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
     };
     assert_eq!(
         place(Item::to_anthropic_messages(&[call]).unwrap_err()),
-        (0, "arguments".to_string())
+        (Some(0), "arguments".to_string())
     );
     let reasoning = responses_history()
         .into_iter()

@@ -49,7 +49,13 @@ const API: &str = "anthropic";
 impl Item {
     /// Reads one Messages API message, `{role, content}`, into items.
     pub fn from_anthropic_message(json: &str) -> Result<Vec<Item>> {
-        read_message(json, Place { api: API, index: 0 })
+        read_message(
+            json,
+            Place {
+                api: API,
+                index: None,
+            },
+        )
     }
 
     /// Writes items as Messages API messages, one JSON text each, grouping
@@ -59,7 +65,10 @@ impl Item {
     pub fn to_anthropic_messages(items: &[Item]) -> Result<Vec<String>> {
         let mut messages: Vec<(Role, Vec<String>)> = Vec::new();
         for (index, item) in items.iter().enumerate() {
-            let place = Place { api: API, index };
+            let place = Place {
+                api: API,
+                index: Some(index),
+            };
             let (role, blocks) = write_item(item, place)?;
             match messages.last_mut() {
                 Some((last, run)) if *last == role => run.extend(blocks),

@@ -14,7 +14,8 @@ use crate::schema::JsonText;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Place {
     pub api: &'static str,
-    pub index: usize,
+    /// The item's index in a history; `None` for an item read or written alone.
+    pub index: Option<usize>,
 }
 
 impl Place {
@@ -137,12 +138,15 @@ pub(crate) fn history_list<'a>(
     api: &'static str,
 ) -> Result<Vec<(&'a RawValue, Place)>> {
     let items: Vec<&RawValue> = serde_json::from_str(json).map_err(|e| {
-        Place { api, index: 0 }.error(String::new(), format!("not a JSON list: {e}"))
+        Place { api, index: None }.error(String::new(), format!("not a JSON list: {e}"))
     })?;
     Ok(items
         .into_iter()
         .enumerate()
-        .map(|(index, raw)| (raw, Place { api, index }))
+        .map(|(index, raw)| {
+            let index = Some(index);
+            (raw, Place { api, index })
+        })
         .collect())
 }
 

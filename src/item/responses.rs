@@ -53,14 +53,26 @@ const API: &str = "responses";
 impl Item {
     /// Reads one Responses item from its JSON text.
     pub fn from_responses_json(json: &str) -> Result<Item> {
-        read_item(json, Place { api: API, index: 0 })
+        read_item(
+            json,
+            Place {
+                api: API,
+                index: None,
+            },
+        )
     }
 
     /// Writes the item as a Responses item, or fails, naming the field, if
     /// it has no Responses form (Anthropic thinking, an Anthropic block, an
     /// `is_error` flag).
     pub fn to_responses_json(&self) -> Result<String> {
-        write_item(self, Place { api: API, index: 0 })
+        write_item(
+            self,
+            Place {
+                api: API,
+                index: None,
+            },
+        )
     }
 }
 
@@ -83,7 +95,15 @@ pub fn history_to_items(items: &[Item]) -> Result<Vec<String>> {
     items
         .iter()
         .enumerate()
-        .map(|(index, item)| write_item(item, Place { api: API, index }))
+        .map(|(index, item)| {
+            write_item(
+                item,
+                Place {
+                    api: API,
+                    index: Some(index),
+                },
+            )
+        })
         .collect()
 }
 
