@@ -111,8 +111,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/items");
     let responses = fs::read_to_string(fixtures.join("responses.jsonl"))?;
     let anthropic = fs::read_to_string(fixtures.join("anthropic.jsonl"))?;
-    fs::write(dir.join("responses-items"), &responses)?;
-    fs::write(dir.join("anthropic-messages"), &anthropic)?;
+    for dir in [dir.clone(), corpus.join("provider_items")] {
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("responses-items"), &responses)?;
+        fs::write(dir.join("anthropic-messages"), &anthropic)?;
+    }
     let mut items = Vec::new();
     for line in responses.lines() {
         items.push(Item::from_responses_json(line)?);

@@ -7,26 +7,13 @@
 
 use libfuzzer_sys::fuzz_target;
 
+#[path = "provider_forms.rs"]
+mod provider_forms;
 #[path = "scratch.rs"]
 mod scratch;
+use provider_forms::provider_forms;
 use session_store::export::{entry_line, parse_line, LineReader};
-use session_store::{EntryHash, Item};
-
-fn provider_forms(line: &str) {
-    if let Ok(item) = Item::from_responses_json(line) {
-        let out = item
-            .to_responses_json()
-            .expect("a Responses item has a Responses form");
-        let again = Item::from_responses_json(&out).expect("our own item reads");
-        assert_eq!(again.to_responses_json().unwrap(), out);
-    }
-    if let Ok(items) = Item::from_anthropic_message(line) {
-        let out = Item::to_anthropic_messages(&items).expect("a message has a Messages form");
-        assert_eq!(out.len(), 1, "one message in, one out");
-        let again = Item::from_anthropic_message(&out[0]).expect("our own message reads");
-        assert_eq!(Item::to_anthropic_messages(&again).unwrap(), out);
-    }
-}
+use session_store::EntryHash;
 
 fuzz_target!(|data: &[u8]| {
     let mut reader = LineReader::new(data);
