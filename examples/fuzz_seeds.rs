@@ -104,19 +104,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let dir = corpus.join("import_jsonl");
     fs::create_dir_all(&dir)?;
-    let mut lines = String::new();
-    for rec in snap.iter() {
-        let rec = rec?;
-        let prev = (rec.seq > 0).then_some(&rec.prev_hash);
-        lines.push_str(&session_store::entry_line(
-            rec.seq,
-            &rec.hash,
-            prev,
-            &rec.entry.to_entry(),
-        ));
-        lines.push('\n');
+    fs::write(dir.join("exported-session"), wire_lines(&log)?)?;
+    // The item fixtures of both APIs, as they are (for the provider readers)
+    // and through a session's wire form (for the schema 2 kinds).
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/items");
+    let responses = fs::read_to_string(fixtures.join("responses.jsonl"))?;
+    let anthropic = fs::read_to_string(fixtures.join("anthropic.jsonl"))?;
+    for dir in [dir.clone(), corpus.join("provider_items")] {
+        fs::create_dir_all(&dir)?;
+        fs::write(dir.join("responses-items"), &responses)?;
+        fs::write(dir.join("anthropic-messages"), &anthropic)?;
     }
-    fs::write(dir.join("exported-session"), &lines)?;
+    let mut items = Vec::new();
+    for line in responses.lines() {
+        items.push(Item::from_responses_json(line)?);
+    }
+    for line in anthropic.lines() {
+        items.extend(Item::from_anthropic_message(line)?);
+    }
+    let items_store = Store::open(tmp.path().join("items"))?;
+    let (items_id, mut head) = items_store.create_session(None, RequestConfig::default(), &[])?;
+    items_store.save_delta(items_id, &mut head, &items)?;
+    items_store.close()?;
+    let items_log = Log::open_read_only(items_store.session_dir(items_id))?;
+    fs::write(dir.join("exported-provider-items"), wire_lines(&items_log)?)?;
+    for (i, rec) in items_log.snapshot().iter().take(8).enumerate() {
+        fs::write(
+            corpus.join(format!("decode_record/archive-schema2-{i}")),
+            rec?.entry.to_entry().to_archive().as_slice(),
+        )?;
+    }
 
     let dir = corpus.join("agy_transcript");
     fs::create_dir_all(&dir)?;
@@ -131,4 +148,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     fs::write(dir.join("transcript"), transcript.join("\n"))?;
     println!("seed corpora written under {}", corpus.display());
     Ok(())
+}
+
+/// A log's records as wire lines, one per line.
+fn wire_lines(log: &Log) -> Result<String, Box<dyn std::error::Error>> {
+    let mut lines = String::new();
+    for rec in log.snapshot().iter() {
+        let rec = rec?;
+        let prev = (rec.seq > 0).then_some(&rec.prev_hash);
+        lines.push_str(&session_store::entry_line(
+            rec.seq,
+            &rec.hash,
+            prev,
+            &rec.entry.to_entry(),
+        ));
+        lines.push('\n');
+    }
+    Ok(lines)
 }

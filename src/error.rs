@@ -88,6 +88,23 @@ pub enum Error {
         /// The log's head (`None`: empty).
         actual: Option<EntryHash>,
     },
+    /// An item does not fit a provider's wire form (the Responses API's or the
+    /// Messages API's), either way: its JSON does not fit the item model, or the
+    /// item has no form in that API.
+    #[error("{api} item{}, `{field}`: {message}", fmt_index(*index))]
+    ItemForm {
+        /// `"responses"` or `"anthropic"`.
+        api: &'static str,
+        /// The item's index in the history (for Anthropic, the message's index
+        /// on the way in and the item's on the way out); `None` for an item
+        /// (or message) read or written alone.
+        index: Option<usize>,
+        /// The field, as a path inside the item (`content[1].detail`), or
+        /// `type` for the item as a whole.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A line of the JSON wire form is unacceptable.
     #[error("line {line}, column {column}: {message}")]
     Wire {
@@ -102,6 +119,10 @@ pub enum Error {
 
 fn fmt_seq(seq: Option<u64>) -> String {
     seq.map(|s| format!(", seq {s}")).unwrap_or_default()
+}
+
+fn fmt_index(index: Option<usize>) -> String {
+    index.map(|i| format!(" {i}")).unwrap_or_default()
 }
 
 fn fmt_hash(hash: &Option<EntryHash>) -> String {

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::schema::{JsonText, LogEntry};
+use crate::schema::{JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedToolOutput};
 
 /// The longest line [`LineReader`] accepts, in bytes.
 pub const MAX_LINE_BYTES: usize = 512 << 20;
@@ -113,6 +113,12 @@ struct RawPayloads<'a> {
     payload: Option<&'a RawValue>,
     #[serde(borrow, default)]
     config: Option<RawConfig<'a>>,
+    #[serde(borrow, default)]
+    history: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    item: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -121,19 +127,91 @@ struct RawConfig<'a> {
     extra: Option<&'a RawValue>,
 }
 
+/// The fields of an item or content part that can hold JSON, raw.
+#[derive(Deserialize)]
+struct RawJsonFields<'a> {
+    #[serde(borrow, default)]
+    json: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    annotations: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    logprobs: Option<&'a RawValue>,
+}
+
 fn restore_json_text(line: &str, entry: &mut LogEntry) -> std::result::Result<(), String> {
-    let (payload, extra) = match entry {
-        LogEntry::Extension { payload, .. } => (Some(payload), None),
-        LogEntry::SessionStart { config, .. } | LogEntry::ConfigChanged { config, .. } => {
-            (None, config.extra.as_mut())
-        }
+    let raw: RawPayloads = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let (payload, extra, items) = match entry {
+        LogEntry::Extension { payload, .. } => (Some(payload), None, &mut [][..]),
+        LogEntry::SessionStart {
+            config, history, ..
+        } => (None, config.extra.as_mut(), history.as_mut_slice()),
+        LogEntry::ConfigChanged { config, .. } => (None, config.extra.as_mut(), &mut [][..]),
+        LogEntry::UserInput { item, .. } => (None, None, std::slice::from_mut(item)),
+        LogEntry::AssistantItems { items, .. }
+        | LogEntry::ToolResults { items, .. }
+        | LogEntry::HookInjectedItems { items, .. } => (None, None, items.as_mut_slice()),
         _ => return Ok(()),
     };
-    let raw: RawPayloads = serde_json::from_str(line).map_err(|e| e.to_string())?;
     let raw_extra = raw.config.and_then(|c| c.extra);
     for (slot, raw) in [(payload, raw.payload), (extra, raw_extra)] {
-        if let (Some(slot), Some(raw)) = (slot, raw) {
-            *slot = JsonText::parse(raw.get()).map_err(|e| e.to_string())?;
+        restore(slot, raw)?;
+    }
+    let raw_items = raw
+        .history
+        .or(raw.items)
+        .or(raw.item.map(|i| vec![i]))
+        .unwrap_or_default();
+    for (item, raw) in items.iter_mut().zip(raw_items) {
+        restore_item(item, raw)?;
+    }
+    Ok(())
+}
+
+fn restore(slot: Option<&mut JsonText>, raw: Option<&RawValue>) -> std::result::Result<(), String> {
+    if let (Some(slot), Some(raw)) = (slot, raw) {
+        *slot = JsonText::parse(raw.get()).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn raw_fields(raw: &RawValue) -> std::result::Result<RawJsonFields<'_>, String> {
+    serde_json::from_str(raw.get()).map_err(|e| e.to_string())
+}
+
+fn restore_item(item: &mut LoggedItem, raw: &RawValue) -> std::result::Result<(), String> {
+    let fields = raw_fields(raw)?;
+    match item {
+        LoggedItem::Opaque { json, .. } => restore(Some(json), fields.json),
+        LoggedItem::Message { content, .. } => restore_parts(content, fields.content),
+        LoggedItem::ToolOutput {
+            output: Some(LoggedToolOutput::Parts(parts)),
+            ..
+        } => restore_parts(parts, fields.output),
+        _ => Ok(()),
+    }
+}
+
+fn restore_parts(
+    parts: &mut [LoggedContentPart],
+    raw: Option<&RawValue>,
+) -> std::result::Result<(), String> {
+    let raw: Vec<&RawValue> = match raw {
+        Some(list) => serde_json::from_str(list.get()).map_err(|e| e.to_string())?,
+        None => Vec::new(),
+    };
+    for (part, raw) in parts.iter_mut().zip(raw) {
+        match part {
+            LoggedContentPart::Opaque { json } => restore(Some(json), raw_fields(raw)?.json)?,
+            LoggedContentPart::OutputText(text) => {
+                let fields = raw_fields(raw)?;
+                restore(text.annotations.as_mut(), fields.annotations)?;
+                restore(text.logprobs.as_mut(), fields.logprobs)?;
+            }
+            _ => {}
         }
     }
     Ok(())

@@ -10,13 +10,16 @@
 //! Versions: a version 1 segment differs only in its mark slot, which has no
 //! `session_start` field and keeps its CRC32 (of bytes 0..56) at 56, with 60..64
 //! reserved. Readers take both; a writer continues a version 1 segment with
-//! version 1 marks, and every segment it creates is version 2.
+//! version 1 marks, and every segment it creates is of the current version.
+//! Version 3 has version 2's layout; it says that records may hold schema 2
+//! entries (the Responses and Messages items), so that a reader built before
+//! schema 2 refuses the segment instead of taking its records for damage.
 
 use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
 /// Current format version: every new segment is written with it.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version still read.
 pub const OLDEST_VERSION: u32 = 1;
 

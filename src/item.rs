@@ -3,8 +3,21 @@
 //! This stands in for the embedding agent runtime's own `Item` type. The log
 //! never stores it directly: [`crate::schema::LoggedItem`] is the persistent
 //! form, and converters sit at the edge.
+//!
+//! The model covers every item and content part of the OpenAI Responses API
+//! and of the Anthropic Messages API: the ones the crate needs to understand
+//! (messages, calls and their outputs, reasoning and thinking) are typed, and
+//! everything else is kept as its JSON, byte for byte ([`Item::Opaque`],
+//! [`ContentPart::Opaque`]). The two wire forms sit in [`responses`] and
+//! [`anthropic`].
+
+pub mod anthropic;
+mod fields;
+pub mod responses;
 
 use serde::{Deserialize, Serialize};
+
+use crate::schema::JsonText;
 
 /// Who authored a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -16,6 +29,8 @@ pub enum Role {
     Assistant,
     /// The runtime itself: system prompts and hook-injected notes.
     System,
+    /// Instructions from the developer (the Responses API's `developer` role).
+    Developer,
 }
 
 /// Provider-side lifecycle state of an item. Not persisted.
@@ -44,6 +59,70 @@ pub enum ContentPart {
         /// The refusal text.
         refusal: String,
     },
+    /// Model output text with what plain [`ContentPart::Text`] cannot hold:
+    /// a Responses `output_text` with annotations other than `[]` or with
+    /// logprobs, or an Anthropic `text` block with `citations`.
+    OutputText {
+        /// The text.
+        text: String,
+        /// Responses `annotations`, or Anthropic `citations`, as JSON.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<JsonText>,
+        /// Responses `logprobs`, as JSON.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        logprobs: Option<JsonText>,
+    },
+    /// A Responses `input_image`.
+    InputImage {
+        /// `image_url`: a URL, or the image itself as a `data:` URL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image_url: Option<String>,
+        /// `file_id` of an uploaded file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file_id: Option<String>,
+        /// `detail`: `low`, `high` or `auto`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// A Responses `input_file`.
+    InputFile {
+        /// `file_id` of an uploaded file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file_id: Option<String>,
+        /// `file_data`: the content, base64, usually as a `data:` URL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file_data: Option<String>,
+        /// `filename`, sent with `file_data`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+        /// `file_url`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file_url: Option<String>,
+    },
+    /// A Responses `input_audio`.
+    InputAudio {
+        /// The audio, base64.
+        data: String,
+        /// Its format (`mp3`, `wav`).
+        format: String,
+    },
+    /// A content part this model does not type (an Anthropic `image` or
+    /// `document` block, a part type added after this crate), kept as its
+    /// JSON object, byte for byte.
+    Opaque {
+        /// The part's JSON object, `type` included.
+        json: JsonText,
+    },
+}
+
+/// What a tool returned, as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolOutput {
+    /// Text.
+    Text(String),
+    /// A list of content parts (text, images, files).
+    Parts(Vec<ContentPart>),
 }
 
 /// One item of conversation history, as the runtime holds it.
@@ -78,16 +157,23 @@ pub enum Item {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
     },
-    /// The result of running a tool.
+    /// The text result of running a function tool.
+    ///
+    /// `summary` is what the model sees: it is the Responses
+    /// `function_call_output`'s `output` and the Anthropic `tool_result`'s
+    /// `content`. `content` is the runtime's own copy of the full output (for
+    /// display, or to expand later); it is stored, but never sent, so the wire
+    /// forms leave it out. Outputs with parts, `is_error` or for a custom tool
+    /// are [`Item::ToolOutput`].
     ToolResult {
         /// Provider item id; not persisted.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// The `call_id` of the call this answers.
         call_id: String,
-        /// A short summary shown to the model.
+        /// The output the model sees.
         summary: String,
-        /// The full output, if any.
+        /// The full output, kept for the runtime and never sent to the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
     },
@@ -107,6 +193,84 @@ pub enum Item {
         /// Provider status; not persisted.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+    },
+    /// A Responses `custom_tool_call`: a call with free-form text input.
+    CustomToolCall {
+        /// Provider item id; not persisted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Pairs the call with its output.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The input, byte for byte as the model produced it.
+        input: String,
+        /// Provider status; not persisted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<ItemStatus>,
+    },
+    /// A tool's output in full: a list of parts, an error flag, or the output
+    /// of a custom tool call. The whole `output` is what the model sees.
+    ToolOutput {
+        /// Provider item id; not persisted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The `call_id` of the call this answers.
+        call_id: String,
+        /// The output; `None` for an Anthropic `tool_result` without content.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<ToolOutput>,
+        /// Anthropic `is_error`, when given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+        /// Answers a custom tool call (a Responses `custom_tool_call_output`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        custom: bool,
+        /// Provider status; not persisted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<ItemStatus>,
+    },
+    /// A Responses `reasoning` item that [`Item::Reasoning`] cannot hold: a
+    /// `content` list that is present but not exactly one non-empty part.
+    ReasoningParts {
+        /// Provider item id; never re-sent, never persisted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Summary texts, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// Reasoning texts, in order.
+        content: Vec<String>,
+        /// Opaque provider state, byte for byte.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+        /// Provider status; not persisted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<ItemStatus>,
+    },
+    /// An Anthropic `thinking` block.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The signature that lets the provider verify it, byte for byte.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// An Anthropic `redacted_thinking` block.
+    RedactedThinking {
+        /// The encrypted thinking, byte for byte.
+        data: String,
+    },
+    /// An item this model does not type, kept as its JSON, byte for byte, ids
+    /// and statuses included: a Responses item (hosted tool calls, MCP items,
+    /// types added later) when `role` is `None`, or an Anthropic content block
+    /// (server tool use and results, …) of a message of `role`.
+    Opaque {
+        /// The side of an Anthropic block; `None` for a Responses item.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<Role>,
+        /// The item's JSON object, `type` included.
+        json: JsonText,
     },
 }
 
@@ -159,30 +323,68 @@ impl Item {
         self.role() == Some(Role::System)
     }
 
-    /// A tool call.
+    /// A call the model made: a function or custom tool call, or an opaque
+    /// item that carries a call id and is not an output.
     pub fn is_tool_call(&self) -> bool {
-        matches!(self, Item::ToolCall { .. })
+        matches!(self.call_link(), Some(CallLink::Call(_)))
     }
 
-    /// A tool result.
+    /// The output of a call: a tool result or output, or an opaque item that
+    /// answers a call id.
     pub fn is_tool_result(&self) -> bool {
-        matches!(self, Item::ToolResult { .. })
+        matches!(self.call_link(), Some(CallLink::Output(_)))
     }
 
-    /// A reasoning item.
+    /// Reasoning or thinking, in any of its forms.
     pub fn is_reasoning(&self) -> bool {
-        matches!(self, Item::Reasoning { .. })
+        matches!(
+            self,
+            Item::Reasoning { .. }
+                | Item::ReasoningParts { .. }
+                | Item::Thinking { .. }
+                | Item::RedactedThinking { .. }
+        )
     }
 
-    /// Produced by the model in its turn: assistant messages, tool calls and reasoning.
+    /// Produced by the model in its turn: assistant messages, calls,
+    /// reasoning, and opaque items that are not on the user's side and are not
+    /// outputs (hosted tool calls, server tool blocks).
     pub fn is_assistant_output(&self) -> bool {
-        self.is_assistant_message() || self.is_tool_call() || self.is_reasoning()
+        match self {
+            Item::Opaque { role, .. } => {
+                *role != Some(Role::User) && !matches!(self.call_link(), Some(CallLink::Output(_)))
+            }
+            _ => self.is_assistant_message() || self.is_tool_call() || self.is_reasoning(),
+        }
     }
 
-    /// The `call_id` of a tool call or result.
+    /// The `call_id` of a typed call or output.
     pub fn call_id(&self) -> Option<&str> {
         match self {
-            Item::ToolCall { call_id, .. } | Item::ToolResult { call_id, .. } => Some(call_id),
+            Item::ToolCall { call_id, .. }
+            | Item::ToolResult { call_id, .. }
+            | Item::CustomToolCall { call_id, .. }
+            | Item::ToolOutput { call_id, .. } => Some(call_id),
+            _ => None,
+        }
+    }
+
+    /// Which side of a call/output pair this item is, and its call id.
+    ///
+    /// Opaque items are read by the conventions of their API: a Responses item
+    /// with a string `call_id` is an output when its `type` ends in `_output`
+    /// and a call otherwise; an Anthropic block with a `tool_use_id` is an
+    /// output, and one whose `type` ends in `tool_use` is a call under its
+    /// `id`.
+    pub fn call_link(&self) -> Option<CallLink> {
+        match self {
+            Item::ToolCall { call_id, .. } | Item::CustomToolCall { call_id, .. } => {
+                Some(CallLink::Call(call_id.clone()))
+            }
+            Item::ToolResult { call_id, .. } | Item::ToolOutput { call_id, .. } => {
+                Some(CallLink::Output(call_id.clone()))
+            }
+            Item::Opaque { role, json } => opaque_call_link(role.is_some(), json),
             _ => None,
         }
     }
@@ -194,8 +396,10 @@ impl Item {
                 content
                     .iter()
                     .filter_map(|p| match p {
-                        ContentPart::Text { text } => Some(text.as_str()),
-                        ContentPart::Refusal { .. } => None,
+                        ContentPart::Text { text } | ContentPart::OutputText { text, .. } => {
+                            Some(text.as_str())
+                        }
+                        _ => None,
                     })
                     .collect::<Vec<_>>()
                     .join(""),
@@ -205,18 +409,63 @@ impl Item {
     }
 
     /// The same item with ids and statuses cleared: what the log keeps.
+    /// Opaque items are kept as given.
     pub fn without_provider_state(&self) -> Item {
         let mut item = self.clone();
         match &mut item {
             Item::Message { id, status, .. }
             | Item::ToolCall { id, status, .. }
-            | Item::Reasoning { id, status, .. } => {
+            | Item::Reasoning { id, status, .. }
+            | Item::CustomToolCall { id, status, .. }
+            | Item::ToolOutput { id, status, .. }
+            | Item::ReasoningParts { id, status, .. } => {
                 *id = None;
                 *status = None;
             }
             Item::ToolResult { id, .. } => *id = None,
+            Item::Thinking { .. } | Item::RedactedThinking { .. } | Item::Opaque { .. } => {}
         }
         item
+    }
+}
+
+/// One side of a call/output pair, with its call id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CallLink {
+    /// A call, under this id.
+    Call(String),
+    /// The output of the call with this id.
+    Output(String),
+}
+
+fn opaque_call_link(anthropic: bool, json: &JsonText) -> Option<CallLink> {
+    #[derive(Deserialize)]
+    struct Ids<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        call_id: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        id: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        tool_use_id: Option<std::borrow::Cow<'a, str>>,
+    }
+    // Fields of another JSON type (a numeric `id`) make this not a call at all.
+    let ids: Ids = serde_json::from_str(json.as_str()).ok()?;
+    let kind = ids.kind.unwrap_or_default();
+    if anthropic {
+        match (ids.tool_use_id, ids.id) {
+            (Some(answers), _) => Some(CallLink::Output(answers.into_owned())),
+            (None, Some(id)) if kind.ends_with("tool_use") => Some(CallLink::Call(id.into_owned())),
+            _ => None,
+        }
+    } else {
+        let call_id = ids.call_id?.into_owned();
+        Some(if kind.ends_with("_output") {
+            CallLink::Output(call_id)
+        } else {
+            CallLink::Call(call_id)
+        })
     }
 }
 

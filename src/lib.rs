@@ -69,7 +69,7 @@ pub use history::{
     agy, CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryReader, HistoryRole,
     HistoryService, Locator, NotFoundReason,
 };
-pub use item::{ContentPart, Item, ItemStatus, Role};
+pub use item::{anthropic, responses, CallLink, ContentPart, Item, ItemStatus, Role, ToolOutput};
 pub use log::{
     Damage, Durability, ExpectHead, Iter, Log, LogOptions, RecordView, RecoveryMode,
     RecoveryReport, Snapshot, TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE,
@@ -77,7 +77,8 @@ pub use log::{
 };
 pub use schema::{
     group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
-    LoggedContentPart, LoggedItem, LoggedRole, RequestConfig, SessionId, SessionOrigin,
+    LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedItem,
+    LoggedOutputText, LoggedRole, LoggedToolOutput, RequestConfig, SessionId, SessionOrigin,
     WorkerResult,
 };
 pub use state::{

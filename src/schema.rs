@@ -2,8 +2,9 @@
 //!
 //! Every type here derives rkyv (validated with bytecheck) for storage and
 //! serde (`tag = "kind"`, snake_case) for the JSON wire form. Provider item ids
-//! and statuses are dropped on the way in; `encrypted_content` is kept byte for
-//! byte, since stateless re-send needs it.
+//! and statuses of typed items are dropped on the way in; `encrypted_content`,
+//! signatures and opaque items are kept byte for byte, since stateless re-send
+//! needs them.
 
 // rkyv's derived `Archived*` enums carry fields that cannot take doc comments;
 // every item written by hand here is documented.
@@ -16,7 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::item::{ContentPart, Item, Role};
+use crate::item::{ContentPart, Item, Role, ToolOutput};
 
 /// Author of a logged message.
 #[derive(
@@ -41,7 +42,14 @@ pub enum LoggedRole {
     Assistant,
     /// The runtime or a hook.
     System,
+    /// The developer (schema 2).
+    Developer,
 }
+
+// Schema 2 grows these enums only by variants added at the end whose archived
+// form is no larger than the largest schema 1 variant, so that a schema 1
+// archive is a schema 2 archive with the same meaning (see DESIGN.md, "Schema
+// versions"); larger payloads are boxed. `archived_layout_is_schema_1s` pins it.
 
 /// One content part of a logged message.
 #[derive(
@@ -69,6 +77,150 @@ pub enum LoggedContentPart {
         /// The refusal text.
         refusal: String,
     },
+    /// Output text with annotations or logprobs (schema 2).
+    OutputText(Box<LoggedOutputText>),
+    /// A Responses `input_image` (schema 2).
+    InputImage(Box<LoggedInputImage>),
+    /// A Responses `input_file` (schema 2).
+    InputFile(Box<LoggedInputFile>),
+    /// A Responses `input_audio` (schema 2).
+    InputAudio(Box<LoggedInputAudio>),
+    /// A part kept as its JSON (schema 2).
+    Opaque {
+        /// The part's JSON object, byte for byte.
+        json: JsonText,
+    },
+}
+
+/// See [`ContentPart::OutputText`].
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct LoggedOutputText {
+    /// The text.
+    pub text: String,
+    /// Annotations (or citations), as JSON.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_json_text"
+    )]
+    pub annotations: Option<JsonText>,
+    /// Logprobs, as JSON.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_json_text"
+    )]
+    pub logprobs: Option<JsonText>,
+}
+
+/// See [`ContentPart::InputImage`].
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct LoggedInputImage {
+    /// A URL or a `data:` URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_url: Option<String>,
+    /// An uploaded file's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<String>,
+    /// `low`, `high` or `auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// See [`ContentPart::InputFile`].
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct LoggedInputFile {
+    /// An uploaded file's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_id: Option<String>,
+    /// The content, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_data: Option<String>,
+    /// The file name sent with `file_data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filename: Option<String>,
+    /// A URL of the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_url: Option<String>,
+}
+
+/// See [`ContentPart::InputAudio`].
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct LoggedInputAudio {
+    /// The audio, base64.
+    pub data: String,
+    /// Its format.
+    pub format: String,
+}
+
+/// What a tool returned (schema 2): text or a list of parts.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(untagged)]
+#[rkyv(derive(Debug))]
+pub enum LoggedToolOutput {
+    /// Text.
+    Text(String),
+    /// Content parts.
+    Parts(Vec<LoggedContentPart>),
 }
 
 /// One history item as the log keeps it: only what replay and re-send need.
@@ -107,9 +259,9 @@ pub enum LoggedItem {
     ToolResult {
         /// The call this answers.
         call_id: String,
-        /// Short summary.
+        /// The output the model sees.
         summary: String,
-        /// Full output.
+        /// The full output, never sent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
     },
@@ -124,6 +276,61 @@ pub enum LoggedItem {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// A custom tool call (schema 2).
+    CustomToolCall {
+        /// Pairs the call with its output.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The free-form input, byte for byte.
+        input: String,
+    },
+    /// A tool output with parts, an error flag or for a custom tool (schema 2).
+    ToolOutput {
+        /// The call this answers.
+        call_id: String,
+        /// The output the model sees.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<LoggedToolOutput>,
+        /// The error flag, when given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+        /// Answers a custom tool call.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        custom: bool,
+    },
+    /// Reasoning with a list of content texts (schema 2).
+    ReasoningParts {
+        /// Summaries.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// Reasoning texts.
+        content: Vec<String>,
+        /// Opaque provider state, byte for byte.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
+    /// Anthropic thinking (schema 2).
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The signature, byte for byte.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    /// Anthropic redacted thinking (schema 2).
+    RedactedThinking {
+        /// The encrypted thinking, byte for byte.
+        data: String,
+    },
+    /// An untyped item, kept as its JSON (schema 2).
+    Opaque {
+        /// The side of an Anthropic block; absent for a Responses item.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        role: Option<LoggedRole>,
+        /// The item's JSON object, byte for byte.
+        json: JsonText,
+    },
 }
 
 impl From<Role> for LoggedRole {
@@ -132,6 +339,7 @@ impl From<Role> for LoggedRole {
             Role::User => LoggedRole::User,
             Role::Assistant => LoggedRole::Assistant,
             Role::System => LoggedRole::System,
+            Role::Developer => LoggedRole::Developer,
         }
     }
 }
@@ -142,70 +350,98 @@ impl From<LoggedRole> for Role {
             LoggedRole::User => Role::User,
             LoggedRole::Assistant => Role::Assistant,
             LoggedRole::System => Role::System,
+            LoggedRole::Developer => Role::Developer,
         }
     }
 }
 
-impl ArchivedLoggedRole {
-    /// The runtime role.
-    pub fn to_role(&self) -> Role {
-        match self {
-            ArchivedLoggedRole::User => Role::User,
-            ArchivedLoggedRole::Assistant => Role::Assistant,
-            ArchivedLoggedRole::System => Role::System,
-        }
-    }
-}
-
-impl From<&ContentPart> for LoggedContentPart {
-    fn from(part: &ContentPart) -> Self {
+impl From<ContentPart> for LoggedContentPart {
+    fn from(part: ContentPart) -> Self {
         match part {
-            ContentPart::Text { text } => LoggedContentPart::Text { text: text.clone() },
-            ContentPart::Refusal { refusal } => LoggedContentPart::Refusal {
-                refusal: refusal.clone(),
-            },
+            ContentPart::Text { text } => LoggedContentPart::Text { text },
+            ContentPart::Refusal { refusal } => LoggedContentPart::Refusal { refusal },
+            ContentPart::OutputText {
+                text,
+                annotations,
+                logprobs,
+            } => LoggedContentPart::OutputText(Box::new(LoggedOutputText {
+                text,
+                annotations,
+                logprobs,
+            })),
+            ContentPart::InputImage {
+                image_url,
+                file_id,
+                detail,
+            } => LoggedContentPart::InputImage(Box::new(LoggedInputImage {
+                image_url,
+                file_id,
+                detail,
+            })),
+            ContentPart::InputFile {
+                file_id,
+                file_data,
+                filename,
+                file_url,
+            } => LoggedContentPart::InputFile(Box::new(LoggedInputFile {
+                file_id,
+                file_data,
+                filename,
+                file_url,
+            })),
+            ContentPart::InputAudio { data, format } => {
+                LoggedContentPart::InputAudio(Box::new(LoggedInputAudio { data, format }))
+            }
+            ContentPart::Opaque { json } => LoggedContentPart::Opaque { json },
         }
     }
+}
+
+impl LoggedContentPart {
+    /// The runtime content part.
+    pub fn into_part(self) -> ContentPart {
+        match self {
+            LoggedContentPart::Text { text } => ContentPart::Text { text },
+            LoggedContentPart::Refusal { refusal } => ContentPart::Refusal { refusal },
+            LoggedContentPart::OutputText(p) => ContentPart::OutputText {
+                text: p.text,
+                annotations: p.annotations,
+                logprobs: p.logprobs,
+            },
+            LoggedContentPart::InputImage(p) => ContentPart::InputImage {
+                image_url: p.image_url,
+                file_id: p.file_id,
+                detail: p.detail,
+            },
+            LoggedContentPart::InputFile(p) => ContentPart::InputFile {
+                file_id: p.file_id,
+                file_data: p.file_data,
+                filename: p.filename,
+                file_url: p.file_url,
+            },
+            LoggedContentPart::InputAudio(p) => ContentPart::InputAudio {
+                data: p.data,
+                format: p.format,
+            },
+            LoggedContentPart::Opaque { json } => ContentPart::Opaque { json },
+        }
+    }
+}
+
+fn logged_parts(parts: Vec<ContentPart>) -> Vec<LoggedContentPart> {
+    parts.into_iter().map(Into::into).collect()
+}
+
+fn runtime_parts(parts: Vec<LoggedContentPart>) -> Vec<ContentPart> {
+    parts
+        .into_iter()
+        .map(LoggedContentPart::into_part)
+        .collect()
 }
 
 impl From<&Item> for LoggedItem {
     fn from(item: &Item) -> Self {
-        match item {
-            Item::Message { role, content, .. } => LoggedItem::Message {
-                role: (*role).into(),
-                content: content.iter().map(Into::into).collect(),
-            },
-            Item::ToolCall {
-                call_id,
-                name,
-                arguments,
-                ..
-            } => LoggedItem::ToolCall {
-                call_id: call_id.clone(),
-                name: name.clone(),
-                arguments: arguments.clone(),
-            },
-            Item::ToolResult {
-                call_id,
-                summary,
-                content,
-                ..
-            } => LoggedItem::ToolResult {
-                call_id: call_id.clone(),
-                summary: summary.clone(),
-                content: content.clone(),
-            },
-            Item::Reasoning {
-                text,
-                summary,
-                encrypted_content,
-                ..
-            } => LoggedItem::Reasoning {
-                text: text.clone(),
-                summary: summary.clone(),
-                encrypted_content: encrypted_content.clone(),
-            },
-        }
+        LoggedItem::from(item.clone())
     }
 }
 
@@ -214,13 +450,7 @@ impl From<Item> for LoggedItem {
         match item {
             Item::Message { role, content, .. } => LoggedItem::Message {
                 role: role.into(),
-                content: content
-                    .into_iter()
-                    .map(|p| match p {
-                        ContentPart::Text { text } => LoggedContentPart::Text { text },
-                        ContentPart::Refusal { refusal } => LoggedContentPart::Refusal { refusal },
-                    })
-                    .collect(),
+                content: logged_parts(content),
             },
             Item::ToolCall {
                 call_id,
@@ -251,6 +481,53 @@ impl From<Item> for LoggedItem {
                 text,
                 summary,
                 encrypted_content,
+            },
+            Item::CustomToolCall {
+                call_id,
+                name,
+                input,
+                ..
+            } => LoggedItem::CustomToolCall {
+                call_id,
+                name,
+                input,
+            },
+            Item::ToolOutput {
+                call_id,
+                output,
+                is_error,
+                custom,
+                ..
+            } => LoggedItem::ToolOutput {
+                call_id,
+                output: output.map(|o| match o {
+                    ToolOutput::Text(text) => LoggedToolOutput::Text(text),
+                    ToolOutput::Parts(parts) => LoggedToolOutput::Parts(logged_parts(parts)),
+                }),
+                is_error,
+                custom,
+            },
+            Item::ReasoningParts {
+                summary,
+                content,
+                encrypted_content,
+                ..
+            } => LoggedItem::ReasoningParts {
+                summary,
+                content,
+                encrypted_content,
+            },
+            Item::Thinking {
+                thinking,
+                signature,
+            } => LoggedItem::Thinking {
+                thinking,
+                signature,
+            },
+            Item::RedactedThinking { data } => LoggedItem::RedactedThinking { data },
+            Item::Opaque { role, json } => LoggedItem::Opaque {
+                role: role.map(Into::into),
+                json,
             },
         }
     }
@@ -263,13 +540,7 @@ impl LoggedItem {
             LoggedItem::Message { role, content } => Item::Message {
                 id: None,
                 role: role.into(),
-                content: content
-                    .into_iter()
-                    .map(|p| match p {
-                        LoggedContentPart::Text { text } => ContentPart::Text { text },
-                        LoggedContentPart::Refusal { refusal } => ContentPart::Refusal { refusal },
-                    })
-                    .collect(),
+                content: runtime_parts(content),
                 status: None,
             },
             LoggedItem::ToolCall {
@@ -304,63 +575,67 @@ impl LoggedItem {
                 encrypted_content,
                 status: None,
             },
+            LoggedItem::CustomToolCall {
+                call_id,
+                name,
+                input,
+            } => Item::CustomToolCall {
+                id: None,
+                call_id,
+                name,
+                input,
+                status: None,
+            },
+            LoggedItem::ToolOutput {
+                call_id,
+                output,
+                is_error,
+                custom,
+            } => Item::ToolOutput {
+                id: None,
+                call_id,
+                output: output.map(|o| match o {
+                    LoggedToolOutput::Text(text) => ToolOutput::Text(text),
+                    LoggedToolOutput::Parts(parts) => ToolOutput::Parts(runtime_parts(parts)),
+                }),
+                is_error,
+                custom,
+                status: None,
+            },
+            LoggedItem::ReasoningParts {
+                summary,
+                content,
+                encrypted_content,
+            } => Item::ReasoningParts {
+                id: None,
+                summary,
+                content,
+                encrypted_content,
+                status: None,
+            },
+            LoggedItem::Thinking {
+                thinking,
+                signature,
+            } => Item::Thinking {
+                thinking,
+                signature,
+            },
+            LoggedItem::RedactedThinking { data } => Item::RedactedThinking { data },
+            LoggedItem::Opaque { role, json } => Item::Opaque {
+                role: role.map(Into::into),
+                json,
+            },
         }
     }
 }
 
 impl ArchivedLoggedItem {
-    /// The runtime item, built straight from the archived bytes.
+    /// The runtime item, from the archived bytes.
     pub fn to_item(&self) -> Item {
-        match self {
-            ArchivedLoggedItem::Message { role, content } => Item::Message {
-                id: None,
-                role: role.to_role(),
-                content: content
-                    .iter()
-                    .map(|p| match p {
-                        ArchivedLoggedContentPart::Text { text } => ContentPart::Text {
-                            text: text.as_str().to_owned(),
-                        },
-                        ArchivedLoggedContentPart::Refusal { refusal } => ContentPart::Refusal {
-                            refusal: refusal.as_str().to_owned(),
-                        },
-                    })
-                    .collect(),
-                status: None,
-            },
-            ArchivedLoggedItem::ToolCall {
-                call_id,
-                name,
-                arguments,
-            } => Item::ToolCall {
-                id: None,
-                call_id: call_id.as_str().to_owned(),
-                name: name.as_str().to_owned(),
-                arguments: arguments.as_str().to_owned(),
-                status: None,
-            },
-            ArchivedLoggedItem::ToolResult {
-                call_id,
-                summary,
-                content,
-            } => Item::ToolResult {
-                id: None,
-                call_id: call_id.as_str().to_owned(),
-                summary: summary.as_str().to_owned(),
-                content: content.as_ref().map(|c| c.as_str().to_owned()),
-            },
-            ArchivedLoggedItem::Reasoning {
-                text,
-                summary,
-                encrypted_content,
-            } => Item::Reasoning {
-                id: None,
-                text: text.as_str().to_owned(),
-                summary: summary.iter().map(|s| s.as_str().to_owned()).collect(),
-                encrypted_content: encrypted_content.as_ref().map(|c| c.as_str().to_owned()),
-                status: None,
-            },
-        }
+        // Deserializing validated archived data into owned types has no failure path.
+        rkyv::deserialize::<LoggedItem, rkyv::rancor::Error>(self)
+            .expect("deserializing a validated archive cannot fail")
+            .into_item()
     }
 
     /// The concatenated text of a message, borrowed parts joined.
@@ -371,12 +646,42 @@ impl ArchivedLoggedItem {
                     .iter()
                     .filter_map(|p| match p {
                         ArchivedLoggedContentPart::Text { text } => Some(text.as_str()),
-                        ArchivedLoggedContentPart::Refusal { .. } => None,
+                        ArchivedLoggedContentPart::OutputText(p) => Some(p.text.as_str()),
+                        _ => None,
                     })
                     .collect(),
             ),
             _ => None,
         }
+    }
+
+    /// Every JSON text the archived item holds: they must be valid JSON so
+    /// that what is read can be exported.
+    fn json_texts(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        let parts = match self {
+            ArchivedLoggedItem::Message { content, .. } => content.as_slice(),
+            ArchivedLoggedItem::ToolOutput { output, .. } => match output.as_ref() {
+                Some(ArchivedLoggedToolOutput::Parts(parts)) => parts.as_slice(),
+                _ => &[],
+            },
+            ArchivedLoggedItem::Opaque { json, .. } => return vec![json.as_str()],
+            _ => &[],
+        };
+        for part in parts {
+            match part {
+                ArchivedLoggedContentPart::OutputText(p) => out.extend(
+                    p.annotations
+                        .as_ref()
+                        .into_iter()
+                        .chain(p.logprobs.as_ref())
+                        .map(|j| j.as_str()),
+                ),
+                ArchivedLoggedContentPart::Opaque { json } => out.push(json.as_str()),
+                _ => {}
+            }
+        }
+        out
     }
 }
 
@@ -950,8 +1255,9 @@ impl LogEntry {
     /// `bytes` must start at a 16-byte aligned address; misalignment is reported
     /// as an error, never undefined behaviour.
     ///
-    /// Beyond bytecheck, the JSON text of an extension payload or a config's
-    /// `extra` must be valid JSON, so that everything read can be exported.
+    /// Beyond bytecheck, the JSON text of an extension payload, a config's
+    /// `extra` and every item's JSON (opaque items and parts, annotations,
+    /// logprobs) must be valid JSON, so that everything read can be exported.
     pub fn access_archive(bytes: &[u8]) -> std::result::Result<&ArchivedLogEntry, String> {
         let archived = rkyv::access::<ArchivedLogEntry, rkyv::rancor::Error>(bytes)
             .map_err(|e| e.to_string())?;
@@ -963,7 +1269,8 @@ impl LogEntry {
             }
             _ => None,
         };
-        if let Some(text) = json {
+        let items = archived.items().iter().flat_map(|i| i.json_texts());
+        for text in json.into_iter().chain(items) {
             serde_json::from_str::<serde::de::IgnoredAny>(text)
                 .map_err(|e| format!("JSON payload is not valid JSON: {e}"))?;
         }
@@ -1066,6 +1373,36 @@ pub fn group_delta(items: &[Item], ts: u64) -> Vec<LogEntry> {
 mod tests {
     use super::*;
 
+    /// Schema 2 reads schema 1 archives as they are only while these sizes and
+    /// alignments hold: a `Vec` of items or parts strides by them, and rkyv
+    /// finds the root entry at the end of the payload by its size.
+    #[test]
+    fn archived_layout_is_schema_1s() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(size_of::<ArchivedLoggedRole>(), 1);
+        assert_eq!(
+            (
+                size_of::<ArchivedLoggedContentPart>(),
+                align_of::<ArchivedLoggedContentPart>()
+            ),
+            (12, 4)
+        );
+        assert_eq!(
+            (
+                size_of::<ArchivedLoggedItem>(),
+                align_of::<ArchivedLoggedItem>()
+            ),
+            (32, 4)
+        );
+        assert_eq!(
+            (
+                size_of::<ArchivedLogEntry>(),
+                align_of::<ArchivedLogEntry>()
+            ),
+            (232, 8)
+        );
+    }
+
     #[test]
     fn an_archive_whose_json_payload_is_not_json_is_rejected() {
         // Only a forger (who re-computes the CRC) can store such bytes; reading
@@ -1084,5 +1421,46 @@ mod tests {
             payload: JsonText::parse(r#"{"a": [1, 2]}"#).unwrap(),
         };
         assert!(LogEntry::access_archive(&ok.to_archive()).is_ok());
+    }
+
+    #[test]
+    fn an_archive_whose_item_json_is_not_json_is_rejected() {
+        let forged = |json: &str| JsonText(json.to_string());
+        let parts = |json: JsonText| {
+            vec![LoggedContentPart::OutputText(Box::new(LoggedOutputText {
+                text: String::new(),
+                annotations: None,
+                logprobs: Some(json),
+            }))]
+        };
+        for bad in ["{not json", ""] {
+            for item in [
+                LoggedItem::Opaque {
+                    role: None,
+                    json: forged(bad),
+                },
+                LoggedItem::Message {
+                    role: LoggedRole::User,
+                    content: vec![LoggedContentPart::Opaque { json: forged(bad) }],
+                },
+                LoggedItem::Message {
+                    role: LoggedRole::Assistant,
+                    content: parts(forged(bad)),
+                },
+                LoggedItem::ToolOutput {
+                    call_id: "c".into(),
+                    output: Some(LoggedToolOutput::Parts(parts(forged(bad)))),
+                    is_error: None,
+                    custom: false,
+                },
+            ] {
+                let entry = LogEntry::ToolResults {
+                    ts: 1,
+                    items: vec![item],
+                };
+                let err = LogEntry::access_archive(&entry.to_archive()).unwrap_err();
+                assert!(err.contains("not valid JSON"), "{err}");
+            }
+        }
     }
 }

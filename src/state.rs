@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::chain::EntryHash;
 use crate::error::Result;
-use crate::item::Item;
+use crate::item::{CallLink, Item};
 use crate::log::{Log, Snapshot};
 use crate::schema::{ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionOrigin};
 
@@ -226,14 +226,19 @@ pub enum Problem {
 }
 
 /// The ready-to-send check over any history.
+///
+/// Calls and outputs pair by call id across every form: function and custom
+/// tool calls, Anthropic `tool_use` and `tool_result`, and opaque items that
+/// carry a call id (see [`Item::call_link`]).
 pub fn check_history(history: &[Item]) -> Vec<Problem> {
+    let links: Vec<Option<CallLink>> = history.iter().map(Item::call_link).collect();
     let mut problems = Vec::new();
     let mut calls: HashMap<&str, usize> = HashMap::new();
     let mut results: HashMap<&str, usize> = HashMap::new();
     let mut answered: HashSet<&str> = HashSet::new();
-    for (index, item) in history.iter().enumerate() {
-        match item {
-            Item::ToolCall { call_id, .. } => {
+    for (index, (item, link)) in history.iter().zip(&links).enumerate() {
+        match link {
+            Some(CallLink::Call(call_id)) => {
                 if let Some(&first) = calls.get(call_id.as_str()) {
                     problems.push(Problem::DuplicateCallId {
                         index,
@@ -244,7 +249,7 @@ pub fn check_history(history: &[Item]) -> Vec<Problem> {
                     calls.insert(call_id, index);
                 }
             }
-            Item::ToolResult { call_id, .. } => {
+            Some(CallLink::Output(call_id)) => {
                 if let Some(&first) = results.get(call_id.as_str()) {
                     problems.push(Problem::DuplicateCallId {
                         index,
@@ -263,7 +268,7 @@ pub fn check_history(history: &[Item]) -> Vec<Problem> {
                     });
                 }
             }
-            Item::Reasoning { .. } => {
+            None if item.is_reasoning() => {
                 let followed = history
                     .get(index + 1)
                     .is_some_and(|next| next.is_assistant_output());
@@ -271,7 +276,7 @@ pub fn check_history(history: &[Item]) -> Vec<Problem> {
                     problems.push(Problem::DanglingReasoning { index });
                 }
             }
-            Item::Message { .. } => {}
+            None => {}
         }
     }
     let mut unanswered: Vec<(usize, &str)> = calls

@@ -6,6 +6,8 @@
 //! `REGENERATE_FIXTURES=1 cargo test --test fixtures_v1` rewrites it (only for
 //! a deliberate format version bump).
 
+mod common;
+
 use std::path::PathBuf;
 
 use session_store::{
@@ -83,43 +85,22 @@ fn entries() -> Vec<LogEntry> {
 #[test]
 fn the_committed_v1_log_still_reads_and_verifies() {
     let dir = fixture_dir();
-    if std::env::var("REGENERATE_FIXTURES").is_ok() {
-        let _ = std::fs::remove_dir_all(&dir);
-        let opts = LogOptions {
-            prepare_ahead: false,
-            ..LogOptions::default().segment_size(16 << 10)
-        };
-        let log = Log::open(&dir, opts).unwrap();
-        for e in entries() {
-            log.append(&e).unwrap();
-        }
-        let head = log.head().unwrap().1;
-        log.close().unwrap();
-        let _ = std::fs::remove_file(dir.join("LOCK"));
-        println!("new head: {head}");
+    if common::regenerate_fixture(&dir, &entries()) {
         return;
     }
-    let log = Log::open_read_only(&dir).expect("the v1 fixture opens");
+    let log = common::read_fixture(&dir, &entries(), HEAD_V1);
     assert!(
         log.segment_paths().len() >= 3,
         "the fixture spans several segments"
     );
-    let report = log.verify();
-    assert_eq!(report.damage, None);
-    assert_eq!(report.torn_tail, None);
-    let got: Vec<LogEntry> = log
-        .snapshot()
-        .entries_from(0)
-        .map(|r| r.unwrap().2)
-        .collect();
-    assert_eq!(got, entries());
-    assert_eq!(log.head().unwrap().1.to_string(), HEAD_V1);
 }
 
-/// A writer continues a version 1 log: its active segment keeps version 1
-/// marks, the segments it rolls to are version 2, and readers take the mix.
+/// A writer continues a version 1 log: it rolls off the version 1 active
+/// segment before its first record (so that no reader of version 1 meets a
+/// record of a later schema there), the segments it rolls to are of the
+/// current version, and readers take the mix.
 #[test]
-fn a_v1_log_is_continued_and_rolled_into_v2_segments() {
+fn a_v1_log_is_continued_and_rolled_into_current_segments() {
     let dir = tempfile::tempdir().unwrap();
     for f in std::fs::read_dir(fixture_dir()).unwrap() {
         let f = f.unwrap().path();
@@ -166,8 +147,24 @@ fn a_v1_log_is_continued_and_rolled_into_v2_segments() {
     log.close().unwrap();
     let after = segments();
     assert!(after.len() > before.len(), "the appends rolled");
+    // The version 1 segment holds exactly the records it held before.
+    let records = |p: &std::path::Path| {
+        let b = std::fs::read(p).unwrap();
+        let mut at = session_store::format::FIRST_RECORD_OFFSET as usize;
+        let mut n = 0;
+        while let Ok(Some(rec)) = session_store::format::next_record(&b, at) {
+            at += rec.len();
+            n += 1;
+        }
+        n
+    };
+    let old_active = before.last().unwrap();
+    let fixture_copy = fixture_dir().join(old_active.file_name().unwrap());
+    assert_eq!(records(old_active), records(&fixture_copy));
     assert_eq!(version(&after[before.len() - 1]), 1);
-    assert!(after[before.len()..].iter().all(|p| version(p) == 2));
+    assert!(after[before.len()..]
+        .iter()
+        .all(|p| version(p) == session_store::format::FORMAT_VERSION));
 
     let reader = Log::open_read_only(dir.path()).unwrap();
     assert_eq!(reader.verify().damage, None);

@@ -9,17 +9,24 @@ use proptest::prelude::*;
 use serde_json::Value;
 use session_store::{
     collect_state, entry_line, parse_line, ArchivedLogEntry, ContentPart, Item, ItemStatus,
-    JsonText, LogEntry, LoggedItem, RequestConfig, RestoredState, Role, SessionOrigin,
+    JsonText, LogEntry, LoggedItem, RequestConfig, RestoredState, Role, SessionOrigin, ToolOutput,
     WorkerResult,
 };
 
 const MIB: usize = 1 << 20;
 
+/// The bytes a provider verifies: they must come back exactly.
 fn encrypted(item: &Item) -> Option<&[u8]> {
     match item {
         Item::Reasoning {
             encrypted_content, ..
+        }
+        | Item::ReasoningParts {
+            encrypted_content, ..
         } => encrypted_content.as_deref().map(str::as_bytes),
+        Item::Thinking { signature, .. } => signature.as_deref().map(str::as_bytes),
+        Item::RedactedThinking { data } => Some(data.as_bytes()),
+        Item::Opaque { json, .. } => Some(json.as_str().as_bytes()),
         _ => None,
     }
 }
@@ -35,16 +42,14 @@ fn assert_item_round_trips(item: &Item) {
         "owned and borrowed converters agree"
     );
 
-    // The item on its own.
+    // The item on its own. serde reads the JSON an item holds (opaque items,
+    // annotations) through a buffer, which keeps its value but not its
+    // spelling; the wire line below keeps both.
     let json = serde_json::to_string(&logged).unwrap();
     let back: LoggedItem = serde_json::from_str(&json).unwrap();
-    assert_eq!(back, logged);
-    let restored = back.into_item();
-    assert_eq!(restored, expected);
     assert_eq!(
-        encrypted(&restored),
-        encrypted(item),
-        "encrypted_content byte for byte"
+        serde_json::to_value(&back).unwrap(),
+        serde_json::to_value(&logged).unwrap()
     );
 
     // Inside a whole wire line.
@@ -56,7 +61,13 @@ fn assert_item_round_trips(item: &Item) {
     let wire = parse_line(&line, 1).unwrap();
     assert_eq!(wire.entry, entry);
     for logged in wire.entry.items() {
-        assert_eq!(logged.clone().into_item(), expected);
+        let restored = logged.clone().into_item();
+        assert_eq!(restored, expected);
+        assert_eq!(
+            encrypted(&restored),
+            encrypted(item),
+            "encrypted_content, signatures and opaque JSON byte for byte"
+        );
     }
 }
 
@@ -112,7 +123,11 @@ fn every_item_variant_round_trips_through_json() {
 
 #[test]
 fn ids_and_statuses_are_dropped_and_nothing_else() {
-    for item in every_item() {
+    // Opaque items are kept as given, ids and statuses included.
+    for item in every_item()
+        .into_iter()
+        .filter(|i| !matches!(i, Item::Opaque { .. }))
+    {
         let json = serde_json::to_string(&LoggedItem::from(&item)).unwrap();
         assert!(!json.contains("\"id\""), "{json}");
         assert!(!json.contains("\"status\""), "{json}");
@@ -209,20 +224,22 @@ fn apply_archived_equals_collect_state() {
     }
 }
 
+/// A truncated payload is rejected by the record's `payload_len` and CRC
+/// (see `corruption.rs`); the archive alone cannot always tell: rkyv reads the
+/// root at the end, and a prefix can end in bytes that form a smaller valid
+/// entry (an item of a later variant begins with a tag byte that is also a
+/// pointer-free entry's). What the archive promises is that no truncation
+/// panics or reads back as the entry it was cut from.
 #[test]
-fn every_truncation_of_an_archive_is_an_error() {
+fn every_truncation_of_an_archive_is_an_error_or_another_entry() {
     for entry in &every_entry() {
         let bytes = entry.to_archive();
         for len in 0..bytes.len() {
             let mut cut = rkyv::util::AlignedVec::<16>::new();
             cut.extend_from_slice(&bytes[..len]);
-            assert!(
-                LogEntry::access_archive(&cut).is_err(),
-                "{:?} cut to {len} of {} bytes validated",
-                entry.kind(),
-                bytes.len()
-            );
-            assert!(LogEntry::from_archive(&cut).is_err());
+            if let Ok(other) = LogEntry::from_archive(&cut) {
+                assert_ne!(&other, entry, "cut to {len} of {} bytes", bytes.len());
+            }
         }
     }
 }
@@ -451,28 +468,77 @@ fn status() -> impl Strategy<Value = Option<ItemStatus>> {
 }
 
 fn role() -> impl Strategy<Value = Role> {
-    prop_oneof![Just(Role::User), Just(Role::Assistant), Just(Role::System)]
+    prop_oneof![
+        Just(Role::User),
+        Just(Role::Assistant),
+        Just(Role::System),
+        Just(Role::Developer)
+    ]
+}
+
+/// Arbitrary JSON, and JSON spelled as a provider may spell it (key order,
+/// number forms, escapes), which must survive as written.
+fn json_text() -> BoxedStrategy<JsonText> {
+    prop_oneof![
+        3 => json_value().prop_map(|v| JsonText::from_value(&v)),
+        1 => Just(JsonText::parse(r#"{"z": 1, "a": [1.0e3, 2.50], "s": "caf\u00e9\/"}"#).unwrap()),
+    ]
+    .boxed()
+}
+
+fn part(text: BoxedStrategy<String>) -> BoxedStrategy<ContentPart> {
+    let t = || text.clone();
+    let opt = || prop::option::of(text.clone());
+    prop_oneof![
+        t().prop_map(|text| ContentPart::Text { text }),
+        t().prop_map(|refusal| ContentPart::Refusal { refusal }),
+        (
+            t(),
+            prop::option::of(json_text()),
+            prop::option::of(json_text())
+        )
+            .prop_map(|(text, annotations, logprobs)| ContentPart::OutputText {
+                text,
+                annotations,
+                logprobs
+            }),
+        (opt(), opt(), opt()).prop_map(|(image_url, file_id, detail)| {
+            ContentPart::InputImage {
+                image_url,
+                file_id,
+                detail,
+            }
+        }),
+        (opt(), opt(), opt(), opt()).prop_map(|(file_id, file_data, filename, file_url)| {
+            ContentPart::InputFile {
+                file_id,
+                file_data,
+                filename,
+                file_url,
+            }
+        }),
+        (t(), t()).prop_map(|(data, format)| ContentPart::InputAudio { data, format }),
+        json_text().prop_map(|json| ContentPart::Opaque { json }),
+    ]
+    .boxed()
 }
 
 fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
     let t = || text.clone();
-    let part = prop_oneof![
-        t().prop_map(|text| ContentPart::Text { text }),
-        t().prop_map(|refusal| ContentPart::Refusal { refusal }),
-    ];
+    let parts = || prop::collection::vec(part(text.clone()), 0..4);
+    let output = prop::option::of(prop_oneof![
+        t().prop_map(ToolOutput::Text),
+        parts().prop_map(ToolOutput::Parts),
+    ]);
     prop_oneof![
-        (
-            prop::option::of(t()),
-            role(),
-            prop::collection::vec(part, 0..4),
-            status()
-        )
-            .prop_map(|(id, role, content, status)| Item::Message {
+        (prop::option::of(t()), role(), parts(), status()).prop_map(
+            |(id, role, content, status)| Item::Message {
                 id,
                 role,
                 content,
                 status
-            }),
+            }
+        ),
         (prop::option::of(t()), t(), t(), t(), status()).prop_map(
             |(id, call_id, name, arguments, status)| Item::ToolCall {
                 id,
@@ -506,6 +572,56 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
                     status,
                 }
             }),
+        (prop::option::of(t()), t(), t(), t(), status()).prop_map(
+            |(id, call_id, name, input, status)| Item::CustomToolCall {
+                id,
+                call_id,
+                name,
+                input,
+                status
+            }
+        ),
+        (
+            prop::option::of(t()),
+            t(),
+            output,
+            prop::option::of(any::<bool>()),
+            any::<bool>(),
+            status()
+        )
+            .prop_map(|(id, call_id, output, is_error, custom, status)| {
+                Item::ToolOutput {
+                    id,
+                    call_id,
+                    output,
+                    is_error,
+                    custom,
+                    status,
+                }
+            }),
+        (
+            prop::option::of(t()),
+            prop::collection::vec(t(), 0..3),
+            prop::collection::vec(t(), 0..3),
+            prop::option::of(t()),
+            status()
+        )
+            .prop_map(|(id, summary, content, encrypted_content, status)| {
+                Item::ReasoningParts {
+                    id,
+                    summary,
+                    content,
+                    encrypted_content,
+                    status,
+                }
+            }),
+        (t(), prop::option::of(t())).prop_map(|(thinking, signature)| Item::Thinking {
+            thinking,
+            signature
+        }),
+        t().prop_map(|data| Item::RedactedThinking { data }),
+        (prop::option::of(role()), json_text())
+            .prop_map(|(role, json)| Item::Opaque { role, json }),
     ]
     .boxed()
 }

@@ -604,3 +604,123 @@ fn restored_state_checks_its_own_history() {
     ]);
     assert!(state.is_ready_to_send(), "{:?}", state.check());
 }
+
+fn opaque(role: Option<session_store::Role>, json: &str) -> Item {
+    Item::Opaque {
+        role,
+        json: JsonText::parse(json).unwrap(),
+    }
+}
+
+fn custom_call(call_id: &str) -> Item {
+    Item::CustomToolCall {
+        id: None,
+        call_id: call_id.into(),
+        name: "apply_patch".into(),
+        input: "*** Begin Patch".into(),
+        status: None,
+    }
+}
+
+fn output(call_id: &str, custom: bool) -> Item {
+    Item::ToolOutput {
+        id: None,
+        call_id: call_id.into(),
+        output: None,
+        is_error: Some(true),
+        custom,
+        status: None,
+    }
+}
+
+#[test]
+fn every_form_of_call_and_output_pairs_by_call_id() {
+    use session_store::anthropic;
+    use session_store::Role;
+    // Custom tool calls and their outputs; function calls answered by a full output.
+    let paired = [
+        custom_call("c1"),
+        output("c1", true),
+        call("c2"),
+        output("c2", false),
+    ];
+    assert_eq!(check_history(&paired), []);
+    assert_eq!(
+        check_history(&[custom_call("c1"), result("c2")]),
+        [
+            Problem::CallWithoutResult {
+                index: 0,
+                call_id: "c1".into()
+            },
+            Problem::ResultWithoutCall {
+                index: 1,
+                call_id: "c2".into()
+            },
+        ]
+    );
+    // Anthropic tool_use and tool_result.
+    let history = anthropic::history_from_json(
+        r#"[{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]}]"#,
+    )
+    .unwrap();
+    assert_eq!(check_history(&history), []);
+    assert_eq!(
+        check_history(&history[..2]),
+        [Problem::CallWithoutResult {
+            index: 1,
+            call_id: "toolu_1".into()
+        }]
+    );
+    // Opaque items that carry a call id: Responses `call_id` (an output when
+    // the type ends in `_output`), Anthropic `tool_use_id` and `*tool_use` ids.
+    let computer = opaque(
+        None,
+        r#"{"type":"computer_call","id":"cu_1","call_id":"c5"}"#,
+    );
+    let screenshot = opaque(None, r#"{"type":"computer_call_output","call_id":"c5"}"#);
+    assert_eq!(check_history(&[computer.clone(), screenshot.clone()]), []);
+    assert_eq!(
+        check_history(std::slice::from_ref(&screenshot)),
+        [Problem::ResultWithoutCall {
+            index: 0,
+            call_id: "c5".into()
+        }]
+    );
+    assert_eq!(
+        check_history(&[computer.clone(), screenshot.clone(), screenshot]),
+        [Problem::DuplicateCallId {
+            index: 2,
+            first: 1,
+            call_id: "c5".into()
+        }]
+    );
+    let server_use = opaque(
+        Some(Role::Assistant),
+        r#"{"type":"server_tool_use","id":"srv_1","name":"web_search","input":{}}"#,
+    );
+    let server_result = opaque(
+        Some(Role::Assistant),
+        r#"{"type":"web_search_tool_result","tool_use_id":"srv_1","content":[]}"#,
+    );
+    assert_eq!(check_history(&[server_use.clone(), server_result]), []);
+    assert_eq!(
+        check_history(&[server_use]),
+        [Problem::CallWithoutResult {
+            index: 0,
+            call_id: "srv_1".into()
+        }]
+    );
+    // Opaque items without a call id are neither.
+    let search = opaque(None, r#"{"type":"web_search_call","id":"ws_1"}"#);
+    assert_eq!(check_history(&[search]), []);
+    // Thinking must be followed by the model's output too.
+    let thinking = Item::Thinking {
+        thinking: "t".into(),
+        signature: None,
+    };
+    assert_eq!(
+        check_history(&[thinking, Item::user_text("u")]),
+        [Problem::DanglingReasoning { index: 0 }]
+    );
+}

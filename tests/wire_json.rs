@@ -603,3 +603,127 @@ fn line_reader_names_the_non_utf8_line() {
         other => panic!("expected a wire error, got {other:?}"),
     }
 }
+
+/// Schema 2's items, in the wire form: the item inside a line, so that JSON it
+/// holds comes back spelled as written.
+fn assert_item_line(item: LoggedItem, expected_item: &str) {
+    let entry = LogEntry::AssistantItems {
+        ts: 5,
+        items: vec![item],
+    };
+    let line = format!(r#"{{"kind":"assistant_items","ts":5,"items":[{expected_item}]}}"#);
+    assert_entry_json(&entry, &line);
+}
+
+#[test]
+fn schema_2_items_and_parts() {
+    use session_store::{
+        LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedOutputText, LoggedToolOutput,
+    };
+    let json = |s: &str| JsonText::parse(s).unwrap();
+    assert_item_line(
+        LoggedItem::Message {
+            role: LoggedRole::Developer,
+            content: vec![
+                LoggedContentPart::OutputText(Box::new(LoggedOutputText {
+                    text: "t".into(),
+                    annotations: Some(json(r#"[{"z":1,"a":1.0e3}]"#)),
+                    logprobs: None,
+                })),
+                LoggedContentPart::InputImage(Box::new(LoggedInputImage {
+                    image_url: None,
+                    file_id: Some("file-1".into()),
+                    detail: Some("auto".into()),
+                })),
+                LoggedContentPart::InputFile(Box::new(LoggedInputFile {
+                    file_id: None,
+                    file_data: Some("aGk=".into()),
+                    filename: Some("a.txt".into()),
+                    file_url: None,
+                })),
+                LoggedContentPart::InputAudio(Box::new(LoggedInputAudio {
+                    data: "UklG".into(),
+                    format: "wav".into(),
+                })),
+                LoggedContentPart::Opaque {
+                    json: json(r#"{"type":"image","source":{"b":2.50}}"#),
+                },
+            ],
+        },
+        r#"{"kind":"message","role":"developer","content":[{"kind":"output_text","text":"t","annotations":[{"z":1,"a":1.0e3}]},{"kind":"input_image","file_id":"file-1","detail":"auto"},{"kind":"input_file","file_data":"aGk=","filename":"a.txt"},{"kind":"input_audio","data":"UklG","format":"wav"},{"kind":"opaque","json":{"type":"image","source":{"b":2.50}}}]}"#,
+    );
+    assert_item_line(
+        LoggedItem::CustomToolCall {
+            call_id: "c1".into(),
+            name: "apply_patch".into(),
+            input: "*** Begin".into(),
+        },
+        r#"{"kind":"custom_tool_call","call_id":"c1","name":"apply_patch","input":"*** Begin"}"#,
+    );
+    assert_item_line(
+        LoggedItem::ToolOutput {
+            call_id: "c1".into(),
+            output: Some(LoggedToolOutput::Text("done".into())),
+            is_error: None,
+            custom: true,
+        },
+        r#"{"kind":"tool_output","call_id":"c1","output":"done","custom":true}"#,
+    );
+    assert_item_line(
+        LoggedItem::ToolOutput {
+            call_id: "c2".into(),
+            output: Some(LoggedToolOutput::Parts(vec![LoggedContentPart::Opaque {
+                json: json(r#"{"type":"image","n":1e2}"#),
+            }])),
+            is_error: Some(true),
+            custom: false,
+        },
+        r#"{"kind":"tool_output","call_id":"c2","output":[{"kind":"opaque","json":{"type":"image","n":1e2}}],"is_error":true}"#,
+    );
+    assert_item_line(
+        LoggedItem::ToolOutput {
+            call_id: "c3".into(),
+            output: None,
+            is_error: None,
+            custom: false,
+        },
+        r#"{"kind":"tool_output","call_id":"c3"}"#,
+    );
+    assert_item_line(
+        LoggedItem::ReasoningParts {
+            summary: vec![],
+            content: vec!["a".into(), "b".into()],
+            encrypted_content: Some("gAAA".into()),
+        },
+        r#"{"kind":"reasoning_parts","content":["a","b"],"encrypted_content":"gAAA"}"#,
+    );
+    assert_item_line(
+        LoggedItem::Thinking {
+            thinking: "t".into(),
+            signature: Some("sig".into()),
+        },
+        r#"{"kind":"thinking","thinking":"t","signature":"sig"}"#,
+    );
+    assert_item_line(
+        LoggedItem::RedactedThinking { data: "d".into() },
+        r#"{"kind":"redacted_thinking","data":"d"}"#,
+    );
+    assert_item_line(
+        LoggedItem::Opaque {
+            role: None,
+            json: json(r#"{"type":"web_search_call","id":"ws_1","b":1.0,"a":"\u00e9"}"#),
+        },
+        r#"{"kind":"opaque","json":{"type":"web_search_call","id":"ws_1","b":1.0,"a":"\u00e9"}}"#,
+    );
+    assert_item_line(
+        LoggedItem::Opaque {
+            role: Some(LoggedRole::User),
+            json: json(r#"{"type":"search_result"}"#),
+        },
+        r#"{"kind":"opaque","role":"user","json":{"type":"search_result"}}"#,
+    );
+    // A field schema 2 does not have is still an error, inside parts too.
+    let line = r#"{"kind":"assistant_items","ts":5,"items":[{"kind":"message","role":"user","content":[{"kind":"input_audio","data":"a","format":"b","rate":1}]}]}"#;
+    let (_, _, message) = wire_error(line, 1);
+    assert!(message.contains("items[0].content[0].rate"), "{message}");
+}

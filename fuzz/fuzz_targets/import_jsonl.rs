@@ -1,17 +1,24 @@
 //! Arbitrary wire-form input: parsing and import never panic, and a parsed
-//! line re-serializes to a line that parses to the same entry.
+//! line re-serializes to a line that parses to the same entry. Each line is
+//! also read as a Responses item and as a Messages API message: reading never
+//! panics, what is read can be written back in its own API's form, and writing
+//! what that reads gives the same text again.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
+#[path = "provider_forms.rs"]
+mod provider_forms;
 #[path = "scratch.rs"]
 mod scratch;
+use provider_forms::provider_forms;
 use session_store::{entry_line, parse_line, EntryHash, LineReader};
 
 fuzz_target!(|data: &[u8]| {
     let mut reader = LineReader::new(data);
     let mut parsed = Vec::new();
     while let Ok(Some((no, text))) = reader.next_line() {
+        provider_forms(text);
         match parse_line(text, no) {
             Ok(w) => {
                 let line = entry_line(0, &EntryHash::genesis(), None, &w.entry);

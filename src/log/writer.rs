@@ -217,8 +217,12 @@ impl Log {
             let rec_end = records.get(k + 1).map_or(buf.len(), |n| n.start);
             let rec_len = (rec_end - r.start) as u64;
             let mut offset = at + (r.start - flushed) as u64;
-            let fits =
-                !w.active_sealed && w.segments.last().is_some_and(|s| s.fits(offset, rec_len));
+            // A segment of an older version is never extended: a reader of
+            // that version would take records of today's schema for damage.
+            let fits = !w.active_sealed
+                && w.segments
+                    .last()
+                    .is_some_and(|s| s.header.version == FORMAT_VERSION && s.fits(offset, rec_len));
             if !fits {
                 self.flush(w, &buf[flushed..r.start], at)?;
                 flushed = r.start;

@@ -4,7 +4,7 @@
 
 use session_store::{
     ContentPart, EntryHash, Item, ItemStatus, JsonText, LogEntry, LoggedItem, RequestConfig, Role,
-    SessionId, SessionOrigin, WorkerResult,
+    SessionId, SessionOrigin, ToolOutput, WorkerResult,
 };
 
 /// A timestamp in the range real logs carry.
@@ -127,6 +127,97 @@ pub fn every_item() -> Vec<Item> {
             encrypted_content: None,
             status: None,
         },
+        Item::Message {
+            id: Some("msg_3".into()),
+            role: Role::Developer,
+            content: vec![
+                ContentPart::InputImage {
+                    image_url: Some("data:image/png;base64,AAAA".into()),
+                    file_id: None,
+                    detail: Some("low".into()),
+                },
+                ContentPart::InputFile {
+                    file_id: Some("file-1".into()),
+                    file_data: Some("aGk=".into()),
+                    filename: Some("a.txt".into()),
+                    file_url: None,
+                },
+                ContentPart::InputAudio {
+                    data: "UklGRg==".into(),
+                    format: "wav".into(),
+                },
+                ContentPart::Opaque {
+                    json: JsonText::parse(r#"{"type":"image","source":{"z":1,"a":2.50}}"#).unwrap(),
+                },
+            ],
+            status: None,
+        },
+        Item::Message {
+            id: None,
+            role: Role::Assistant,
+            content: vec![ContentPart::OutputText {
+                text: "cited".into(),
+                annotations: Some(
+                    JsonText::parse(r#"[{"type":"url_citation","url":"u"}]"#).unwrap(),
+                ),
+                logprobs: Some(JsonText::parse(r#"[{"token":"c","logprob":-1.0e-2}]"#).unwrap()),
+            }],
+            status: None,
+        },
+        Item::CustomToolCall {
+            id: Some("ctc_1".into()),
+            call_id: "call_3".into(),
+            name: "apply_patch".into(),
+            input: "*** Begin Patch\n".into(),
+            status: Some(ItemStatus::Completed),
+        },
+        Item::ToolOutput {
+            id: Some("ctco_1".into()),
+            call_id: "call_3".into(),
+            output: Some(ToolOutput::Parts(vec![
+                ContentPart::Text { text: "ok".into() },
+                ContentPart::Opaque {
+                    json: JsonText::parse(r#"{"type":"image","n":1e2}"#).unwrap(),
+                },
+            ])),
+            is_error: Some(false),
+            custom: true,
+            status: Some(ItemStatus::Completed),
+        },
+        Item::ToolOutput {
+            id: None,
+            call_id: "call_4".into(),
+            output: None,
+            is_error: None,
+            custom: false,
+            status: None,
+        },
+        Item::ReasoningParts {
+            id: Some("rs_2".into()),
+            summary: vec!["s".into()],
+            content: vec!["one".into(), "two".into()],
+            encrypted_content: Some("gAAAA+/==".into()),
+            status: None,
+        },
+        Item::Thinking {
+            thinking: "hmm".into(),
+            signature: Some("EqQB+/sig==".into()),
+        },
+        Item::RedactedThinking {
+            data: "EmwKAh+/==".into(),
+        },
+        Item::Opaque {
+            role: None,
+            json: JsonText::parse(
+                r#"{"type":"web_search_call","id":"ws_1","status":"completed","z":1,"a":1.0e3}"#,
+            )
+            .unwrap(),
+        },
+        Item::Opaque {
+            role: Some(Role::Assistant),
+            json: JsonText::parse(r#"{"type":"server_tool_use","id":"srvtoolu_1","input":{}}"#)
+                .unwrap(),
+        },
     ]
 }
 
@@ -232,4 +323,44 @@ pub fn archive_at(entry: &LogEntry, offset: usize) -> rkyv::util::AlignedVec {
     out.extend_from_slice(&vec![0u8; offset]);
     out.extend_from_slice(&bytes);
     out
+}
+
+/// With `REGENERATE_FIXTURES` set, writes `entries` as the committed fixture
+/// log in `dir` (replacing it) in small segments, prints the new head hash, and
+/// returns true; otherwise returns false.
+pub fn regenerate_fixture(dir: &std::path::Path, entries: &[LogEntry]) -> bool {
+    if std::env::var("REGENERATE_FIXTURES").is_err() {
+        return false;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let opts = session_store::LogOptions {
+        prepare_ahead: false,
+        ..session_store::LogOptions::default().segment_size(16 << 10)
+    };
+    let log = session_store::Log::open(dir, opts).unwrap();
+    for e in entries {
+        log.append(e).unwrap();
+    }
+    let head = log.head().unwrap().1;
+    log.close().unwrap();
+    let _ = std::fs::remove_file(dir.join("LOCK"));
+    println!("new head: {head}");
+    true
+}
+
+/// Opens the committed fixture log in `dir` read-only and checks that it
+/// verifies clean and reads back exactly `entries` up to the head `head`.
+pub fn read_fixture(dir: &std::path::Path, entries: &[LogEntry], head: &str) -> session_store::Log {
+    let log = session_store::Log::open_read_only(dir).expect("the fixture opens");
+    let report = log.verify();
+    assert_eq!(report.damage, None);
+    assert_eq!(report.torn_tail, None);
+    let got: Vec<LogEntry> = log
+        .snapshot()
+        .entries_from(0)
+        .map(|r| r.unwrap().2)
+        .collect();
+    assert_eq!(got, entries);
+    assert_eq!(log.head().unwrap().1.to_string(), head);
+    log
 }

@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use session_store::{Item, Log, RequestConfig, SessionId, Store, UsageRecord, WorkerResult};
 
 use crate::progress;
-use crate::transfer::write_session;
+use crate::transfer::{write_session, Format};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -104,7 +104,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let listed = store.list()?;
     let export_path = root.join(format!("export-{}.jsonl", w.ids[0]));
     let mut f = std::io::BufWriter::new(std::fs::File::create(&export_path)?);
-    let lines = write_session(&store, w.ids[0], &mut f)?;
+    let lines = write_session(&store, w.ids[0], Format::Wire, &mut f)?;
     f.flush()?;
 
     let mb = w.payload_bytes as f64 / 1e6;

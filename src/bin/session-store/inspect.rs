@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use session_store::{ContentPart, Item};
+use session_store::{ContentPart, Item, ToolOutput};
 
 use crate::transfer::record_line;
 use crate::{open_reader, open_store, parse_id};
@@ -131,12 +131,22 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
                     session_store::Role::User => ("user:", "1;32"),
                     session_store::Role::Assistant => ("assistant:", "1;34"),
                     session_store::Role::System => ("system:", "2"),
+                    session_store::Role::Developer => ("developer:", "2"),
                 };
                 let text: Vec<String> = content
                     .iter()
                     .map(|p| match p {
-                        ContentPart::Text { text } => text.clone(),
+                        ContentPart::Text { text } | ContentPart::OutputText { text, .. } => {
+                            text.clone()
+                        }
                         ContentPart::Refusal { refusal } => format!("[refusal] {refusal}"),
+                        ContentPart::InputImage { .. } => "[image]".into(),
+                        ContentPart::InputFile { filename, .. } => match filename {
+                            Some(name) => format!("[file {name}]"),
+                            None => "[file]".into(),
+                        },
+                        ContentPart::InputAudio { .. } => "[audio]".into(),
+                        ContentPart::Opaque { json } => format!("[{}]", json_type(json)),
                     })
                     .collect();
                 writeln!(
@@ -174,6 +184,69 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
                 if let Some(c) = content {
                     writeln!(out, "  {}", cut(c, a.full).replace('\n', "\n  "))?;
                 }
+            }
+            Item::CustomToolCall {
+                call_id,
+                name,
+                input,
+                ..
+            } => {
+                writeln!(
+                    out,
+                    "{} {name}({}) [{call_id}]",
+                    paint("1;33", "tool call:"),
+                    cut(input, a.full)
+                )?;
+            }
+            Item::ToolOutput {
+                call_id,
+                output,
+                is_error,
+                ..
+            } => {
+                let text = match output {
+                    Some(ToolOutput::Text(text)) => text.clone(),
+                    Some(ToolOutput::Parts(parts)) => format!("[{} parts]", parts.len()),
+                    None => String::new(),
+                };
+                let error = if *is_error == Some(true) {
+                    " [error]"
+                } else {
+                    ""
+                };
+                writeln!(
+                    out,
+                    "{} [{call_id}]{error} {}",
+                    paint("33", "tool result:"),
+                    cut(&text, a.full)
+                )?;
+            }
+            Item::ReasoningParts { summary, .. } => {
+                writeln!(
+                    out,
+                    "{} {}",
+                    paint("35", "reasoning:"),
+                    cut(&summary.join(" / "), a.full)
+                )?;
+            }
+            Item::Thinking { thinking, .. } => {
+                writeln!(
+                    out,
+                    "{} {}",
+                    paint("35", "thinking:"),
+                    cut(thinking, a.full)
+                )?;
+            }
+            Item::RedactedThinking { data } => {
+                writeln!(
+                    out,
+                    "{} [redacted {} B]",
+                    paint("35", "thinking:"),
+                    data.len()
+                )?;
+            }
+            Item::Opaque { json, .. } => {
+                writeln!(out, "{} {}", paint("2", "item:"), json_type(json))?;
             }
             Item::Reasoning {
                 summary,
@@ -281,5 +354,13 @@ pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
             Err(_) if failures < RETRIES => failures += 1,
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// The `type` of an opaque item or part, for display.
+fn json_type(json: &session_store::JsonText) -> String {
+    match json.to_value().get("type") {
+        Some(serde_json::Value::String(t)) => t.clone(),
+        _ => "untyped".into(),
     }
 }

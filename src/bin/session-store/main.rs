@@ -38,9 +38,9 @@ enum Command {
     Ls(inspect::LsArgs),
     /// Print a readable transcript of a session
     Show(inspect::ShowArgs),
-    /// Export sessions as JSONL wire form
+    /// Export sessions as JSONL: the wire form, or a history as Responses items or Messages API messages
     Export(transfer::ExportArgs),
-    /// Import a JSONL wire-form file as a new session; prints its id
+    /// Import a JSONL file (wire form, Responses items or Messages API messages) as a new session; prints its id
     Import(transfer::ImportArgs),
     /// Check every CRC and chain link (exit 1 on damage)
     Verify(verify::Args),

@@ -6,15 +6,34 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use session_store::{entry_line, parse_line, EntryHash, LineReader, RecordView, SessionId, Store};
+use session_store::{
+    entry_line, parse_line, responses, EntryHash, Item, LineReader, RecordView, RequestConfig,
+    SessionId, Store,
+};
 
 use crate::{open_reader, open_store, parse_id, progress};
+
+/// The form of the lines `export` prints and `import` reads.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The wire form: one log entry per line, with seq and hashes
+    Wire,
+    /// OpenAI Responses API items, one per line (the restored history)
+    Responses,
+    /// Anthropic Messages API messages `{role, content}`, one per line (the restored history)
+    Anthropic,
+}
 
 #[derive(clap::Args)]
 pub struct ExportArgs {
     /// Session id (omit with --all)
     #[arg(required_unless_present = "all")]
     id: Option<String>,
+    /// What to print: the log's entries (wire), or the history restored from
+    /// the last SessionStart as a provider's items or messages (the system
+    /// prompt and request settings are not items, and are not printed)
+    #[arg(long, value_enum, default_value = "wire")]
+    format: Format,
     /// Export every session, one file each, into the directory given by -o
     #[arg(long, conflicts_with = "id", requires = "output")]
     all: bool,
@@ -27,6 +46,10 @@ pub struct ExportArgs {
 pub struct ImportArgs {
     /// A JSONL file, or - for stdin
     file: String,
+    /// What the lines are: wire-form entries, Responses items or Messages API
+    /// messages (the last two become the history of a new session)
+    #[arg(long, value_enum, default_value = "wire")]
+    format: Format,
 }
 
 #[derive(clap::Args)]
@@ -50,15 +73,31 @@ pub(crate) fn record_line(rec: &RecordView<'_>) -> String {
     entry_line(rec.seq, &rec.hash, prev, &rec.entry.to_entry())
 }
 
-/// Writes a session's wire form.
-pub(crate) fn write_session(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<u64> {
-    let snap = open_reader(store, id)?.snapshot();
-    let mut n = 0;
-    for rec in snap.iter() {
-        writeln!(out, "{}", record_line(&rec?))?;
-        n += 1;
+/// Writes a session's wire form, or its restored history in a provider's form.
+pub(crate) fn write_session(
+    store: &Store,
+    id: SessionId,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<u64> {
+    let reader = open_reader(store, id)?;
+    let lines = match format {
+        Format::Wire => {
+            let snap = reader.snapshot();
+            let mut n = 0;
+            for rec in snap.iter() {
+                writeln!(out, "{}", record_line(&rec?))?;
+                n += 1;
+            }
+            return Ok(n);
+        }
+        Format::Responses => responses::history_to_items(&reader.restore()?.history)?,
+        Format::Anthropic => Item::to_anthropic_messages(&reader.restore()?.history)?,
+    };
+    for line in &lines {
+        writeln!(out, "{line}")?;
     }
-    Ok(n)
+    Ok(lines.len() as u64)
 }
 
 pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
@@ -75,7 +114,8 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
             let mut f = BufWriter::new(
                 File::create(&path).with_context(|| format!("creating {}", path.display()))?,
             );
-            write_session(&store, s.id, &mut f)?;
+            write_session(&store, s.id, a.format, &mut f)
+                .with_context(|| format!("session {}", s.id))?;
             f.flush()
                 .with_context(|| format!("writing {}", path.display()))?;
             bar.inc(1);
@@ -92,13 +132,13 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
             let mut f = BufWriter::new(
                 File::create(&path).with_context(|| format!("creating {}", path.display()))?,
             );
-            write_session(&store, id, &mut f)?;
+            write_session(&store, id, a.format, &mut f)?;
             f.flush()
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         None => {
             let mut out = BufWriter::new(std::io::stdout().lock());
-            write_session(&store, id, &mut out)?;
+            write_session(&store, id, a.format, &mut out)?;
             out.flush()?;
         }
     }
@@ -127,15 +167,31 @@ pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
     }
     let mut lines = LineReader::new(reader);
     let mut parsed = Vec::new();
+    let mut items = Vec::new();
     let mut read = 0u64;
     while let Some((no, text)) = lines.next_line().with_context(|| name.clone())? {
         read += text.len() as u64 + 1;
         bar.set_position(read);
-        parsed.push((no, parse_line(text, no).with_context(|| name.clone())?));
+        let line = || format!("{name}: line {no}");
+        match a.format {
+            Format::Wire => parsed.push((no, parse_line(text, no).with_context(|| name.clone())?)),
+            Format::Responses => items.push(Item::from_responses_json(text).with_context(line)?),
+            Format::Anthropic => {
+                items.extend(Item::from_anthropic_message(text).with_context(line)?)
+            }
+        }
     }
     bar.finish_and_clear();
     let store = open_store(root)?;
-    let id = store.import(&parsed).with_context(|| name.clone())?;
+    let id = if a.format == Format::Wire {
+        store.import(&parsed).with_context(|| name.clone())?
+    } else {
+        let (id, mut head) = store.create_session(None, RequestConfig::default(), &[])?;
+        store
+            .save_delta(id, &mut head, &items)
+            .with_context(|| name.clone())?;
+        id
+    };
     store.close()?;
     println!("{id}");
     Ok(ExitCode::SUCCESS)

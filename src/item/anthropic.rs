@@ -1,0 +1,392 @@
+//! The Anthropic Messages API's form of a history: a list of messages
+//! `{role, content}`, each a run of content blocks of one side.
+//!
+//! On the way in a message is split into items: its `text` blocks (and the
+//! `image`, `document` and `search_result` blocks among them) make
+//! [`Item::Message`]s, `thinking` and `redacted_thinking` blocks make
+//! [`Item::Thinking`] and [`Item::RedactedThinking`], `tool_use` a
+//! [`Item::ToolCall`] whose `call_id` is the block's `id` and whose `arguments`
+//! are the `input` JSON text exactly, `tool_result` a [`Item::ToolResult`]
+//! (text content, no `is_error`) or [`Item::ToolOutput`], and any other block
+//! (server tool use and results, MCP blocks, types added later) an
+//! [`Item::Opaque`] of the message's role. On the way out consecutive items of
+//! one side are grouped back into one message, so a history restored from the
+//! log is ready to send. A field the model does not know is an error, never a
+//! silent drop (`cache_control` is one: it is a request option, not history).
+//!
+//! Two spellings read as one: `content` given as a string is one `text`
+//! block, and a `null` field counts as absent. Two consecutive messages of one
+//! role come out as one, as the API reads them.
+//!
+//! ```
+//! use session_store::{Item, RequestConfig, Store};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let (id, mut head) = store.create_session(Some("Be brief."), RequestConfig::model("claude-x"), &[])?;
+//! let reply = r#"{"role":"assistant","content":[
+//!     {"type":"thinking","thinking":"List it.","signature":"EqQB+/=="},
+//!     {"type":"tool_use","id":"toolu_1","name":"ls","input":{"path":"."}}]}"#;
+//! store.save_delta(id, &mut head, &Item::from_anthropic_message(reply)?)?;
+//!
+//! let messages = Item::to_anthropic_messages(&store.restore(id)?.history)?;
+//! assert_eq!(
+//!     messages,
+//!     [r#"{"role":"assistant","content":[{"type":"thinking","thinking":"List it.","signature":"EqQB+/=="},{"type":"tool_use","id":"toolu_1","name":"ls","input":{"path":"."}}]}"#]
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use serde_json::value::RawValue;
+
+use super::fields::{as_string, history_list, list, one_line, Fields, Obj, Place};
+use super::{ContentPart, Item, Role, ToolOutput};
+use crate::error::Result;
+use crate::schema::JsonText;
+
+const API: &str = "anthropic";
+
+impl Item {
+    /// Reads one Messages API message, `{role, content}`, into items.
+    pub fn from_anthropic_message(json: &str) -> Result<Vec<Item>> {
+        read_message(
+            json,
+            Place {
+                api: API,
+                index: None,
+            },
+        )
+    }
+
+    /// Writes items as Messages API messages, one JSON text each, grouping
+    /// consecutive items of one side; fails, naming the item and field, on an
+    /// item that has no Messages form (system messages, Responses reasoning,
+    /// custom tool calls, parts the API has no block for).
+    pub fn to_anthropic_messages(items: &[Item]) -> Result<Vec<String>> {
+        let mut messages: Vec<(Role, Vec<String>)> = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let place = Place {
+                api: API,
+                index: Some(index),
+            };
+            let (role, blocks) = write_item(item, place)?;
+            match messages.last_mut() {
+                Some((last, run)) if *last == role => run.extend(blocks),
+                _ => messages.push((role, blocks)),
+            }
+        }
+        Ok(messages
+            .into_iter()
+            .map(|(role, blocks)| {
+                let role = if role == Role::User {
+                    "user"
+                } else {
+                    "assistant"
+                };
+                Obj::empty()
+                    .str("role", role)
+                    .raw("content", &list(blocks))
+                    .finish()
+            })
+            .collect())
+    }
+}
+
+/// Reads a history: a JSON list of messages.
+pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    for (raw, place) in history_list(json, API)? {
+        items.extend(read_message(raw.get(), place)?);
+    }
+    Ok(items)
+}
+
+/// Writes a history as a JSON list of messages, ready to send as `messages`.
+pub fn history_to_json(items: &[Item]) -> Result<String> {
+    Ok(list(Item::to_anthropic_messages(items)?))
+}
+
+fn read_message(json: &str, place: Place) -> Result<Vec<Item>> {
+    let mut f = Fields::new(json, place, String::new())?;
+    let role = match f.string("role")?.as_str() {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        other => return Err(f.error("role", format!("unknown role {other:?}"))),
+    };
+    let raw = f.required("content")?;
+    let mut items = Vec::new();
+    if let Some(text) = as_string(raw) {
+        items.push(Item::Message {
+            id: None,
+            role,
+            content: vec![ContentPart::Text { text }],
+            status: None,
+        });
+    } else {
+        let blocks = f.elements(raw, "content")?;
+        let mut parts: Option<Vec<ContentPart>> = None;
+        for (i, raw) in blocks.iter().enumerate() {
+            let b = f.nested(raw, &format!("content[{i}]"))?;
+            match read_block(b, raw, role)? {
+                Block::Part(part) => parts.get_or_insert_with(Vec::new).push(part),
+                Block::Item(item) => {
+                    items.extend(parts.take().map(|content| message(role, content)));
+                    items.push(item);
+                }
+            }
+        }
+        items.extend(parts.take().map(|content| message(role, content)));
+        if blocks.is_empty() {
+            items.push(message(role, Vec::new()));
+        }
+    }
+    f.finish()?;
+    Ok(items)
+}
+
+fn message(role: Role, content: Vec<ContentPart>) -> Item {
+    Item::Message {
+        id: None,
+        role,
+        content,
+        status: None,
+    }
+}
+
+enum Block {
+    Part(ContentPart),
+    Item(Item),
+}
+
+fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
+    let kind = b.string("type")?;
+    let side = |b: &Fields<'_>, wanted: Role| {
+        if role == wanted {
+            Ok(())
+        } else {
+            Err(b.error("type", format!("a {kind} block in a {role:?} message")))
+        }
+    };
+    let block = match kind.as_str() {
+        "text" => Block::Part(read_text(&mut b)?),
+        "image" | "document" | "search_result" => return Ok(Block::Part(opaque_part(&b, raw)?)),
+        "thinking" => {
+            side(&b, Role::Assistant)?;
+            Block::Item(Item::Thinking {
+                thinking: b.string("thinking")?,
+                signature: b.opt_string("signature")?,
+            })
+        }
+        "redacted_thinking" => {
+            side(&b, Role::Assistant)?;
+            Block::Item(Item::RedactedThinking {
+                data: b.string("data")?,
+            })
+        }
+        "tool_use" => {
+            side(&b, Role::Assistant)?;
+            let call_id = b.string("id")?;
+            let name = b.string("name")?;
+            let input = b.required("input")?;
+            Block::Item(Item::ToolCall {
+                id: None,
+                call_id,
+                name,
+                arguments: input.get().to_owned(),
+                status: None,
+            })
+        }
+        "tool_result" => {
+            side(&b, Role::User)?;
+            Block::Item(read_tool_result(&mut b)?)
+        }
+        _ => {
+            let json = JsonText::parse(raw.get()).map_err(|e| b.error("type", e.to_string()))?;
+            return Ok(Block::Item(Item::Opaque {
+                role: Some(role),
+                json,
+            }));
+        }
+    };
+    b.finish()?;
+    Ok(block)
+}
+
+fn read_text(b: &mut Fields<'_>) -> Result<ContentPart> {
+    let text = b.string("text")?;
+    Ok(match b.json("citations")? {
+        None => ContentPart::Text { text },
+        citations => ContentPart::OutputText {
+            text,
+            annotations: citations,
+            logprobs: None,
+        },
+    })
+}
+
+fn opaque_part(b: &Fields<'_>, raw: &RawValue) -> Result<ContentPart> {
+    let json = JsonText::parse(raw.get()).map_err(|e| b.error("type", e.to_string()))?;
+    Ok(ContentPart::Opaque { json })
+}
+
+fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
+    let call_id = b.string("tool_use_id")?;
+    let is_error = b.optional::<bool>("is_error", "true or false")?;
+    let content = b.raw("content");
+    let text = content.and_then(as_string);
+    if let (Some(summary), None) = (&text, is_error) {
+        return Ok(Item::ToolResult {
+            id: None,
+            call_id,
+            summary: summary.clone(),
+            content: None,
+        });
+    }
+    let output = match (text, content) {
+        (Some(text), _) => Some(ToolOutput::Text(text)),
+        (None, Some(raw)) => {
+            let blocks = b.elements(raw, "content")?;
+            let parts = blocks
+                .iter()
+                .enumerate()
+                .map(|(i, raw)| {
+                    let mut p = b.nested(raw, &format!("content[{i}]"))?;
+                    if p.string("type")? != "text" {
+                        return opaque_part(&p, raw);
+                    }
+                    let part = read_text(&mut p)?;
+                    p.finish()?;
+                    Ok(part)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(ToolOutput::Parts(parts))
+        }
+        (None, None) => None,
+    };
+    Ok(Item::ToolOutput {
+        id: None,
+        call_id,
+        output,
+        is_error,
+        custom: false,
+        status: None,
+    })
+}
+
+/// The side an item goes to and its blocks.
+fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<String>)> {
+    let one = |role, block| Ok((role, vec![block]));
+    match item {
+        Item::Message { role, content, .. } => {
+            if !matches!(role, Role::User | Role::Assistant) {
+                return Err(place.error(
+                    "role",
+                    format!("a {role:?} message has no Messages form; send it as `system`"),
+                ));
+            }
+            let blocks = content
+                .iter()
+                .enumerate()
+                .map(|(i, part)| write_part(part, &format!("content[{i}]"), place))
+                .collect::<Result<_>>()?;
+            Ok((*role, blocks))
+        }
+        Item::ToolCall {
+            call_id,
+            name,
+            arguments,
+            ..
+        } => {
+            let input = one_line(arguments).map_err(|e| place.error("arguments", e))?;
+            one(
+                Role::Assistant,
+                Obj::typed("tool_use")
+                    .str("id", call_id)
+                    .str("name", name)
+                    .raw("input", &input)
+                    .finish(),
+            )
+        }
+        Item::ToolResult {
+            call_id, summary, ..
+        } => one(
+            Role::User,
+            Obj::typed("tool_result")
+                .str("tool_use_id", call_id)
+                .str("content", summary)
+                .finish(),
+        ),
+        Item::ToolOutput {
+            call_id,
+            output,
+            is_error,
+            custom: false,
+            ..
+        } => {
+            let obj = Obj::typed("tool_result").str("tool_use_id", call_id);
+            let obj = match output {
+                Some(ToolOutput::Text(text)) => obj.str("content", text),
+                Some(ToolOutput::Parts(parts)) => {
+                    let blocks = parts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, part)| write_part(part, &format!("output[{i}]"), place))
+                        .collect::<Result<Vec<_>>>()?;
+                    obj.raw("content", &list(blocks))
+                }
+                None => obj,
+            };
+            one(Role::User, obj.opt_bool("is_error", *is_error).finish())
+        }
+        Item::Thinking {
+            thinking,
+            signature,
+        } => one(
+            Role::Assistant,
+            Obj::typed("thinking")
+                .str("thinking", thinking)
+                .opt_str("signature", signature.as_deref())
+                .finish(),
+        ),
+        Item::RedactedThinking { data } => one(
+            Role::Assistant,
+            Obj::typed("redacted_thinking").str("data", data).finish(),
+        ),
+        Item::Opaque {
+            role: Some(role @ (Role::User | Role::Assistant)),
+            json,
+        } => one(*role, json.as_str().to_owned()),
+        Item::Opaque { .. } => Err(place.error("type", "a Responses item has no Messages form")),
+        Item::ToolOutput { custom: true, .. } => Err(place.error(
+            "custom",
+            "the output of a custom tool call has no Messages form",
+        )),
+        Item::CustomToolCall { .. } => {
+            Err(place.error("type", "a custom tool call has no Messages form"))
+        }
+        Item::Reasoning { .. } | Item::ReasoningParts { .. } => {
+            Err(place.error("type", "Responses reasoning has no Messages form"))
+        }
+    }
+}
+
+fn write_part(part: &ContentPart, at: &str, place: Place) -> Result<String> {
+    let no_form = |what: &str| place.error(at, format!("{what} has no Messages form"));
+    match part {
+        ContentPart::Text { text } => Ok(Obj::typed("text").str("text", text).finish()),
+        ContentPart::OutputText {
+            text,
+            annotations,
+            logprobs: None,
+        } => Ok(Obj::typed("text")
+            .str("text", text)
+            .opt_json("citations", annotations.as_ref())
+            .finish()),
+        ContentPart::OutputText { .. } => Err(no_form("output_text with logprobs")),
+        ContentPart::Opaque { json } => Ok(json.as_str().to_owned()),
+        ContentPart::Refusal { .. } => Err(no_form("a refusal")),
+        ContentPart::InputImage { .. } => Err(no_form("an input_image (use an image block)")),
+        ContentPart::InputFile { .. } => Err(no_form("an input_file (use a document block)")),
+        ContentPart::InputAudio { .. } => Err(no_form("input_audio")),
+    }
+}

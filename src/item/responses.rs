@@ -1,0 +1,469 @@
+//! The OpenAI Responses API's form of items: what a runtime sends as `input`
+//! and gets back as `output`, one JSON object per item.
+//!
+//! Typed items ([`Item::Message`], function and custom tool calls and their
+//! outputs, reasoning) drop `id` and `status`, which a stateless re-send must
+//! not carry; every other field has a place, and a field the model does not
+//! know is an error, never a silent drop. `encrypted_content`, `arguments` and
+//! `input` keep their exact text. Items of any other `type` (hosted tool calls,
+//! MCP items, types added later) are [`Item::Opaque`], kept as their JSON.
+//!
+//! Two spellings read as one: a message's `content` given as a string is one
+//! `input_text` part, and a message without `type` is a `"message"`; a `null`
+//! field counts as absent. A text part of an assistant message is written as
+//! `output_text` with `"annotations": []`, any other as `input_text`.
+//!
+//! ```
+//! use session_store::responses;
+//! use session_store::{Item, RequestConfig, Store};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::open(dir.path())?;
+//! let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+//! let output = [
+//!     r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#,
+//!     r#"{"id":"ws_1","type":"web_search_call","status":"completed","action":{"type":"search","query":"rkyv"}}"#,
+//!     r#"{"id":"fc_1","type":"function_call","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+//! ];
+//! let items = output.iter().map(|json| Item::from_responses_json(json)).collect::<Result<Vec<_>, _>>()?;
+//! store.save_delta(id, &mut head, &items)?;
+//!
+//! let input = responses::history_to_json(&store.restore(id)?.history)?;
+//! assert_eq!(
+//!     input,
+//!     format!(
+//!         "[{},{},{}]",
+//!         r#"{"type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#,
+//!         output[1],
+//!         r#"{"type":"function_call","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+//!     )
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use serde_json::value::RawValue;
+
+use super::fields::{as_string, history_list, list, Fields, Obj, Place};
+use super::{ContentPart, Item, Role, ToolOutput};
+use crate::error::Result;
+use crate::schema::JsonText;
+
+const API: &str = "responses";
+
+impl Item {
+    /// Reads one Responses item from its JSON text.
+    pub fn from_responses_json(json: &str) -> Result<Item> {
+        read_item(
+            json,
+            Place {
+                api: API,
+                index: None,
+            },
+        )
+    }
+
+    /// Writes the item as a Responses item, or fails, naming the field, if
+    /// it has no Responses form (Anthropic thinking, an Anthropic block, an
+    /// `is_error` flag).
+    pub fn to_responses_json(&self) -> Result<String> {
+        write_item(
+            self,
+            Place {
+                api: API,
+                index: None,
+            },
+        )
+    }
+}
+
+/// Reads a history: a JSON list of Responses items.
+pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
+    history_list(json, API)?
+        .into_iter()
+        .map(|(raw, place)| read_item(raw.get(), place))
+        .collect()
+}
+
+/// Writes a history as a JSON list of Responses items, ready to send as
+/// `input`.
+pub fn history_to_json(items: &[Item]) -> Result<String> {
+    Ok(list(history_to_items(items)?))
+}
+
+/// Writes a history as one JSON text per item.
+pub fn history_to_items(items: &[Item]) -> Result<Vec<String>> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            write_item(
+                item,
+                Place {
+                    api: API,
+                    index: Some(index),
+                },
+            )
+        })
+        .collect()
+}
+
+fn read_item(json: &str, place: Place) -> Result<Item> {
+    let mut f = Fields::new(json, place, String::new())?;
+    let kind = f.opt_string("type")?;
+    let item = match kind.as_deref() {
+        Some("message") => read_message(&mut f)?,
+        None if f.has("role") => read_message(&mut f)?,
+        Some("function_call") => Item::ToolCall {
+            id: None,
+            call_id: f.string("call_id")?,
+            name: f.string("name")?,
+            arguments: f.string("arguments")?,
+            status: None,
+        },
+        Some("custom_tool_call") => Item::CustomToolCall {
+            id: None,
+            call_id: f.string("call_id")?,
+            name: f.string("name")?,
+            input: f.string("input")?,
+            status: None,
+        },
+        Some(kind @ ("function_call_output" | "custom_tool_call_output")) => {
+            let call_id = f.string("call_id")?;
+            let output = f.required("output")?;
+            match (as_string(output), kind) {
+                (Some(summary), "function_call_output") => Item::ToolResult {
+                    id: None,
+                    call_id,
+                    summary,
+                    content: None,
+                },
+                (text, _) => Item::ToolOutput {
+                    id: None,
+                    call_id,
+                    output: Some(match text {
+                        Some(text) => ToolOutput::Text(text),
+                        None => ToolOutput::Parts(read_parts(&f, output, "output", None)?),
+                    }),
+                    is_error: None,
+                    custom: kind == "custom_tool_call_output",
+                    status: None,
+                },
+            }
+        }
+        Some("reasoning") => read_reasoning(&mut f)?,
+        Some(_) => {
+            let json = JsonText::parse(json).map_err(|e| place.error("type", e.to_string()))?;
+            return Ok(Item::Opaque { role: None, json });
+        }
+        None => return Err(f.error("type", "missing")),
+    };
+    f.drop(&["id", "status"]);
+    f.finish()?;
+    Ok(item)
+}
+
+fn read_message(f: &mut Fields<'_>) -> Result<Item> {
+    let role = match f.string("role")?.as_str() {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" => Role::System,
+        "developer" => Role::Developer,
+        other => return Err(f.error("role", format!("unknown role {other:?}"))),
+    };
+    let raw = f.required("content")?;
+    let content = match as_string(raw) {
+        Some(text) => vec![ContentPart::Text { text }],
+        None => read_parts(f, raw, "content", Some(role))?,
+    };
+    Ok(Item::Message {
+        id: None,
+        role,
+        content,
+        status: None,
+    })
+}
+
+/// Content parts of a message of `role`, or of a tool output (`role` `None`).
+fn read_parts<'a>(
+    f: &Fields<'a>,
+    raw: &'a RawValue,
+    name: &str,
+    role: Option<Role>,
+) -> Result<Vec<ContentPart>> {
+    f.elements(raw, name)?
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| read_part(f.nested(raw, &format!("{name}[{i}]"))?, raw, role))
+        .collect()
+}
+
+fn read_part(mut p: Fields<'_>, raw: &RawValue, role: Option<Role>) -> Result<ContentPart> {
+    let assistant = role == Some(Role::Assistant);
+    let kind = p.string("type")?;
+    let part = match kind.as_str() {
+        "input_text" if assistant => {
+            return Err(p.error("type", "input_text in an assistant message"))
+        }
+        "input_text" => ContentPart::Text {
+            text: p.string("text")?,
+        },
+        "output_text" if role.is_some() && !assistant => {
+            return Err(p.error("type", "output_text outside an assistant message"))
+        }
+        "output_text" => {
+            let text = p.string("text")?;
+            let annotations = p.json("annotations")?;
+            let logprobs = p.json("logprobs")?;
+            if annotations.as_ref().is_some_and(|a| a.as_str() == "[]") && logprobs.is_none() {
+                ContentPart::Text { text }
+            } else {
+                ContentPart::OutputText {
+                    text,
+                    annotations,
+                    logprobs,
+                }
+            }
+        }
+        "refusal" => ContentPart::Refusal {
+            refusal: p.string("refusal")?,
+        },
+        "input_image" => ContentPart::InputImage {
+            image_url: p.opt_string("image_url")?,
+            file_id: p.opt_string("file_id")?,
+            detail: p.opt_string("detail")?,
+        },
+        "input_file" => ContentPart::InputFile {
+            file_id: p.opt_string("file_id")?,
+            file_data: p.opt_string("file_data")?,
+            filename: p.opt_string("filename")?,
+            file_url: p.opt_string("file_url")?,
+        },
+        "input_audio" => {
+            let audio = p.required("input_audio")?;
+            let mut a = p.nested(audio, "input_audio")?;
+            let part = ContentPart::InputAudio {
+                data: a.string("data")?,
+                format: a.string("format")?,
+            };
+            a.finish()?;
+            part
+        }
+        _ => {
+            let json = JsonText::parse(raw.get()).map_err(|e| p.error("type", e.to_string()))?;
+            return Ok(ContentPart::Opaque { json });
+        }
+    };
+    p.finish()?;
+    Ok(part)
+}
+
+fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
+    let texts = |f: &mut Fields<'_>, name: &str, kind: &str| -> Result<Option<Vec<String>>> {
+        let Some(list) = f.list(name)? else {
+            return Ok(None);
+        };
+        list.iter()
+            .enumerate()
+            .map(|(i, raw)| {
+                let mut p = f.nested(raw, &format!("{name}[{i}]"))?;
+                if p.string("type")? != kind {
+                    return Err(p.error("type", format!("expected {kind:?}")));
+                }
+                let text = p.string("text")?;
+                p.finish()?;
+                Ok(text)
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    };
+    let summary =
+        texts(f, "summary", "summary_text")?.ok_or_else(|| f.error("summary", "missing"))?;
+    let content = texts(f, "content", "reasoning_text")?;
+    let encrypted_content = f.opt_string("encrypted_content")?;
+    Ok(match content {
+        None => Item::Reasoning {
+            id: None,
+            text: String::new(),
+            summary,
+            encrypted_content,
+            status: None,
+        },
+        Some(mut content) if content.len() == 1 && !content[0].is_empty() => Item::Reasoning {
+            id: None,
+            text: content.remove(0),
+            summary,
+            encrypted_content,
+            status: None,
+        },
+        Some(content) => Item::ReasoningParts {
+            id: None,
+            summary,
+            content,
+            encrypted_content,
+            status: None,
+        },
+    })
+}
+
+fn write_item(item: &Item, place: Place) -> Result<String> {
+    Ok(match item {
+        Item::Message { role, content, .. } => {
+            let role_name = match role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+                Role::System => "system",
+                Role::Developer => "developer",
+            };
+            Obj::typed("message")
+                .str("role", role_name)
+                .raw("content", &write_parts(content, Some(*role)))
+                .finish()
+        }
+        Item::ToolCall {
+            call_id,
+            name,
+            arguments,
+            ..
+        } => Obj::typed("function_call")
+            .str("call_id", call_id)
+            .str("name", name)
+            .str("arguments", arguments)
+            .finish(),
+        Item::ToolResult {
+            call_id, summary, ..
+        } => Obj::typed("function_call_output")
+            .str("call_id", call_id)
+            .str("output", summary)
+            .finish(),
+        Item::CustomToolCall {
+            call_id,
+            name,
+            input,
+            ..
+        } => Obj::typed("custom_tool_call")
+            .str("call_id", call_id)
+            .str("name", name)
+            .str("input", input)
+            .finish(),
+        Item::ToolOutput {
+            call_id,
+            output,
+            is_error,
+            custom,
+            ..
+        } => {
+            if is_error.is_some() {
+                return Err(place.error("is_error", "the Responses API has no error flag"));
+            }
+            let kind = if *custom {
+                "custom_tool_call_output"
+            } else {
+                "function_call_output"
+            };
+            let obj = Obj::typed(kind).str("call_id", call_id);
+            match output {
+                Some(ToolOutput::Text(text)) => obj.str("output", text),
+                Some(ToolOutput::Parts(parts)) => obj.raw("output", &write_parts(parts, None)),
+                None => return Err(place.error("output", "the Responses API needs an output")),
+            }
+            .finish()
+        }
+        Item::Reasoning {
+            text,
+            summary,
+            encrypted_content,
+            ..
+        } => {
+            let content = (!text.is_empty()).then(|| std::slice::from_ref(text));
+            write_reasoning(summary, content, encrypted_content.as_deref())
+        }
+        Item::ReasoningParts {
+            summary,
+            content,
+            encrypted_content,
+            ..
+        } => write_reasoning(summary, Some(content), encrypted_content.as_deref()),
+        Item::Thinking { .. } | Item::RedactedThinking { .. } => {
+            return Err(place.error("type", "Anthropic thinking has no Responses form"))
+        }
+        Item::Opaque { role: None, json } => json.as_str().to_owned(),
+        Item::Opaque { role: Some(_), .. } => {
+            return Err(place.error("type", "an Anthropic block has no Responses form"))
+        }
+    })
+}
+
+fn write_reasoning(
+    summary: &[String],
+    content: Option<&[String]>,
+    encrypted: Option<&str>,
+) -> String {
+    let texts = |kind: &str, texts: &[String]| {
+        list(
+            texts
+                .iter()
+                .map(|t| Obj::typed(kind).str("text", t).finish()),
+        )
+    };
+    let obj = Obj::typed("reasoning").raw("summary", &texts("summary_text", summary));
+    let obj = match content {
+        Some(content) => obj.raw("content", &texts("reasoning_text", content)),
+        None => obj,
+    };
+    obj.opt_str("encrypted_content", encrypted).finish()
+}
+
+fn write_parts(parts: &[ContentPart], role: Option<Role>) -> String {
+    let assistant = role == Some(Role::Assistant);
+    list(parts.iter().map(|part| {
+        match part {
+            ContentPart::Text { text } if assistant => Obj::typed("output_text")
+                .str("text", text)
+                .raw("annotations", "[]")
+                .finish(),
+            ContentPart::Text { text } => Obj::typed("input_text").str("text", text).finish(),
+            ContentPart::OutputText {
+                text,
+                annotations,
+                logprobs,
+            } => Obj::typed("output_text")
+                .str("text", text)
+                .opt_json("annotations", annotations.as_ref())
+                .opt_json("logprobs", logprobs.as_ref())
+                .finish(),
+            ContentPart::Refusal { refusal } => {
+                Obj::typed("refusal").str("refusal", refusal).finish()
+            }
+            ContentPart::InputImage {
+                image_url,
+                file_id,
+                detail,
+            } => Obj::typed("input_image")
+                .opt_str("image_url", image_url.as_deref())
+                .opt_str("file_id", file_id.as_deref())
+                .opt_str("detail", detail.as_deref())
+                .finish(),
+            ContentPart::InputFile {
+                file_id,
+                file_data,
+                filename,
+                file_url,
+            } => Obj::typed("input_file")
+                .opt_str("file_id", file_id.as_deref())
+                .opt_str("file_data", file_data.as_deref())
+                .opt_str("filename", filename.as_deref())
+                .opt_str("file_url", file_url.as_deref())
+                .finish(),
+            ContentPart::InputAudio { data, format } => Obj::typed("input_audio")
+                .raw(
+                    "input_audio",
+                    &Obj::empty()
+                        .str("data", data)
+                        .str("format", format)
+                        .finish(),
+                )
+                .finish(),
+            ContentPart::Opaque { json } => json.as_str().to_owned(),
+        }
+    }))
+}
