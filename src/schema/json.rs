@@ -1,0 +1,102 @@
+//! `JsonText`: arbitrary JSON kept as compact text in the archive.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{Error, Result};
+
+/// Arbitrary JSON, kept as compact JSON text inside the archive and shown as
+/// real JSON (never an escaped string) in the wire form.
+///
+/// The text is canonicalised once, on construction: whitespace outside strings
+/// is removed; key order and number spelling are kept exactly, so no value is
+/// ever rounded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[rkyv(derive(Debug))]
+pub struct JsonText(pub(super) String);
+
+impl JsonText {
+    /// Validates `text` as JSON and keeps its compact form.
+    pub fn parse(text: &str) -> Result<JsonText> {
+        serde_json::from_str::<&serde_json::value::RawValue>(text)
+            .map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
+        Ok(JsonText(minify(text)))
+    }
+
+    /// From a JSON value.
+    pub fn from_value(value: &serde_json::Value) -> JsonText {
+        JsonText(value.to_string())
+    }
+
+    /// The empty object `{}`.
+    pub fn empty_object() -> JsonText {
+        JsonText("{}".to_string())
+    }
+
+    /// The compact JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Parsed into a value.
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl ArchivedJsonText {
+    /// The JSON text as stored.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+/// Drops whitespace outside string literals. The input is known-valid JSON.
+fn minify(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl Serialize for JsonText {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
+/// Goes through a `serde_json::Value`, because every `JsonText` sits inside an
+/// internally tagged enum, which serde buffers, and a buffer cannot hand out a
+/// `RawValue`. The buffer keeps the value but not its spelling (key order,
+/// number form); [`crate::export::parse_line`] puts the original text back.
+impl<'de> Deserialize<'de> for JsonText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(d).map(|value| JsonText::from_value(&value))
+    }
+}
+
+/// `Some` even for a JSON `null`, which is what `Some(JsonText("null"))` is
+/// written as; an absent field is `None` through `#[serde(default)]`.
+pub(crate) fn some_json_text<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<JsonText>, D::Error> {
+    JsonText::deserialize(d).map(Some)
+}

@@ -1,0 +1,505 @@
+//! The log's own persistent schema, decoupled from the runtime [`Item`].
+//!
+//! Every type here derives rkyv (validated with bytecheck) for storage and
+//! serde (`tag = "kind"`, snake_case) for the JSON wire form. Provider item ids
+//! and statuses of typed items are dropped on the way in; `encrypted_content`,
+//! signatures and opaque items are kept byte for byte, since stateless re-send
+//! needs them.
+
+// rkyv's derived `Archived*` enums carry fields that cannot take doc comments;
+// every item written by hand here is documented.
+#![allow(missing_docs)]
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::item::Item;
+
+mod ids;
+mod item;
+mod json;
+
+pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
+pub use item::{
+    ArchivedLoggedItem, LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage,
+    LoggedItem, LoggedOutputText, LoggedRole, LoggedToolOutput,
+};
+pub(crate) use json::some_json_text;
+pub use json::JsonText;
+
+/// One log entry. Every variant carries `ts`, milliseconds since the Unix epoch.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[rkyv(derive(Debug))]
+pub enum LogEntry {
+    /// Starts a session, or restarts its history after a compaction or fork.
+    SessionStart {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The system prompt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system_prompt: Option<String>,
+        /// Request settings.
+        config: RequestConfig,
+        /// The history this session starts with (replaces any before).
+        history: Vec<LoggedItem>,
+        /// Set when this session is a fork.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forked_from: Option<SessionOrigin>,
+        /// Set when this session is a compaction.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compacted_from: Option<SessionOrigin>,
+    },
+    /// One user message.
+    UserInput {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The message.
+        item: LoggedItem,
+    },
+    /// A run of model output: messages, tool calls, reasoning.
+    AssistantItems {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The items, in order.
+        items: Vec<LoggedItem>,
+    },
+    /// A run of tool results.
+    ToolResults {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The items, in order.
+        items: Vec<LoggedItem>,
+    },
+    /// Items injected by hooks (system messages and the like).
+    HookInjectedItems {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The items, in order.
+        items: Vec<LoggedItem>,
+    },
+    /// A turn ended.
+    TurnEnd {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Turns completed so far.
+        turn_count: u64,
+    },
+    /// A run finished.
+    RunCompleted {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Whether it was interrupted.
+        interrupted: bool,
+        /// What it returned.
+        result: WorkerResult,
+    },
+    /// A run failed.
+    RunErrored {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Whether it was interrupted.
+        interrupted: bool,
+        /// The error message.
+        message: String,
+    },
+    /// The request settings changed.
+    ConfigChanged {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The new settings.
+        config: RequestConfig,
+    },
+    /// Token usage of one model call.
+    LlmUsage {
+        /// Timestamp, ms.
+        ts: u64,
+        /// History length sent.
+        history_len: u64,
+        /// Input tokens in total.
+        input_total_tokens: u64,
+        /// Input tokens read from cache.
+        cache_read_tokens: u64,
+        /// Input tokens written to cache.
+        cache_write_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+    },
+    /// Data of an extension, under its own domain.
+    Extension {
+        /// Timestamp, ms.
+        ts: u64,
+        /// Who owns the payload ("history.agy", "my-plugin", …).
+        domain: String,
+        /// The payload.
+        payload: JsonText,
+    },
+}
+
+/// The kind of an entry, as stored in each record header so that readers can
+/// filter without decoding the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EntryKind {
+    /// [`LogEntry::SessionStart`].
+    SessionStart = 1,
+    /// [`LogEntry::UserInput`].
+    UserInput = 2,
+    /// [`LogEntry::AssistantItems`].
+    AssistantItems = 3,
+    /// [`LogEntry::ToolResults`].
+    ToolResults = 4,
+    /// [`LogEntry::HookInjectedItems`].
+    HookInjectedItems = 5,
+    /// [`LogEntry::TurnEnd`].
+    TurnEnd = 6,
+    /// [`LogEntry::RunCompleted`].
+    RunCompleted = 7,
+    /// [`LogEntry::RunErrored`].
+    RunErrored = 8,
+    /// [`LogEntry::ConfigChanged`].
+    ConfigChanged = 9,
+    /// [`LogEntry::LlmUsage`].
+    LlmUsage = 10,
+    /// [`LogEntry::Extension`].
+    Extension = 11,
+}
+
+impl EntryKind {
+    /// From the header byte.
+    pub fn from_code(code: u8) -> Option<EntryKind> {
+        use EntryKind::*;
+        Some(match code {
+            1 => SessionStart,
+            2 => UserInput,
+            3 => AssistantItems,
+            4 => ToolResults,
+            5 => HookInjectedItems,
+            6 => TurnEnd,
+            7 => RunCompleted,
+            8 => RunErrored,
+            9 => ConfigChanged,
+            10 => LlmUsage,
+            11 => Extension,
+            _ => return None,
+        })
+    }
+
+    /// The snake_case name used in the wire form.
+    pub fn name(self) -> &'static str {
+        use EntryKind::*;
+        match self {
+            SessionStart => "session_start",
+            UserInput => "user_input",
+            AssistantItems => "assistant_items",
+            ToolResults => "tool_results",
+            HookInjectedItems => "hook_injected_items",
+            TurnEnd => "turn_end",
+            RunCompleted => "run_completed",
+            RunErrored => "run_errored",
+            ConfigChanged => "config_changed",
+            LlmUsage => "llm_usage",
+            Extension => "extension",
+        }
+    }
+}
+
+impl LogEntry {
+    /// The entry's kind.
+    pub fn kind(&self) -> EntryKind {
+        match self {
+            LogEntry::SessionStart { .. } => EntryKind::SessionStart,
+            LogEntry::UserInput { .. } => EntryKind::UserInput,
+            LogEntry::AssistantItems { .. } => EntryKind::AssistantItems,
+            LogEntry::ToolResults { .. } => EntryKind::ToolResults,
+            LogEntry::HookInjectedItems { .. } => EntryKind::HookInjectedItems,
+            LogEntry::TurnEnd { .. } => EntryKind::TurnEnd,
+            LogEntry::RunCompleted { .. } => EntryKind::RunCompleted,
+            LogEntry::RunErrored { .. } => EntryKind::RunErrored,
+            LogEntry::ConfigChanged { .. } => EntryKind::ConfigChanged,
+            LogEntry::LlmUsage { .. } => EntryKind::LlmUsage,
+            LogEntry::Extension { .. } => EntryKind::Extension,
+        }
+    }
+
+    /// The timestamp, ms since the Unix epoch.
+    pub fn ts(&self) -> u64 {
+        match self {
+            LogEntry::SessionStart { ts, .. }
+            | LogEntry::UserInput { ts, .. }
+            | LogEntry::AssistantItems { ts, .. }
+            | LogEntry::ToolResults { ts, .. }
+            | LogEntry::HookInjectedItems { ts, .. }
+            | LogEntry::TurnEnd { ts, .. }
+            | LogEntry::RunCompleted { ts, .. }
+            | LogEntry::RunErrored { ts, .. }
+            | LogEntry::ConfigChanged { ts, .. }
+            | LogEntry::LlmUsage { ts, .. }
+            | LogEntry::Extension { ts, .. } => *ts,
+        }
+    }
+
+    /// The history items this entry carries, in order.
+    pub fn items(&self) -> &[LoggedItem] {
+        match self {
+            LogEntry::SessionStart { history, .. } => history,
+            LogEntry::UserInput { item, .. } => std::slice::from_ref(item),
+            LogEntry::AssistantItems { items, .. }
+            | LogEntry::ToolResults { items, .. }
+            | LogEntry::HookInjectedItems { items, .. } => items,
+            _ => &[],
+        }
+    }
+
+    /// Checks what the log cannot keep faithfully: non-finite floats (the
+    /// JSON wire form has no spelling for them, so they would not survive an
+    /// export).
+    pub fn check(&self) -> Result<()> {
+        let config = match self {
+            LogEntry::SessionStart { config, .. } | LogEntry::ConfigChanged { config, .. } => {
+                config
+            }
+            _ => return Ok(()),
+        };
+        for (name, v) in [("temperature", config.temperature), ("top_p", config.top_p)] {
+            if v.is_some_and(|v| !v.is_finite()) {
+                return Err(Error::invalid(format!(
+                    "{} entry: config.{name} is not a finite number",
+                    self.kind().name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Archives the entry. The same entry always yields the same bytes.
+    pub fn to_archive(&self) -> rkyv::util::AlignedVec {
+        // Archiving into memory fails only on allocation failure, which aborts anyway.
+        rkyv::to_bytes::<rkyv::rancor::Error>(self)
+            .expect("archiving a LogEntry into memory cannot fail")
+    }
+
+    /// Validates archived bytes (bytecheck) and returns a view of them.
+    ///
+    /// `bytes` must start at a 16-byte aligned address; misalignment is reported
+    /// as an error, never undefined behaviour.
+    ///
+    /// Beyond bytecheck, the JSON text of an extension payload, a config's
+    /// `extra` and every item's JSON (opaque items and parts, annotations,
+    /// logprobs) must be valid JSON, so that everything read can be exported.
+    pub fn access_archive(bytes: &[u8]) -> std::result::Result<&ArchivedLogEntry, String> {
+        let archived = rkyv::access::<ArchivedLogEntry, rkyv::rancor::Error>(bytes)
+            .map_err(|e| e.to_string())?;
+        let json = match archived {
+            ArchivedLogEntry::Extension { payload, .. } => Some(payload.as_str()),
+            ArchivedLogEntry::SessionStart { config, .. }
+            | ArchivedLogEntry::ConfigChanged { config, .. } => {
+                config.extra.as_ref().map(|e| e.as_str())
+            }
+            _ => None,
+        };
+        let items = archived.items().iter().flat_map(|i| i.json_texts());
+        for text in json.into_iter().chain(items) {
+            serde_json::from_str::<serde::de::IgnoredAny>(text)
+                .map_err(|e| format!("JSON payload is not valid JSON: {e}"))?;
+        }
+        Ok(archived)
+    }
+
+    /// Validates and deserializes archived bytes.
+    pub fn from_archive(bytes: &[u8]) -> std::result::Result<LogEntry, String> {
+        let archived = LogEntry::access_archive(bytes)?;
+        rkyv::deserialize::<LogEntry, rkyv::rancor::Error>(archived).map_err(|e| e.to_string())
+    }
+}
+
+impl ArchivedLogEntry {
+    /// The owned entry.
+    pub fn to_entry(&self) -> LogEntry {
+        // Deserializing validated archived data into owned types has no failure path.
+        rkyv::deserialize::<LogEntry, rkyv::rancor::Error>(self)
+            .expect("deserializing a validated archive cannot fail")
+    }
+
+    /// The items this entry carries, archived, in order.
+    pub fn items(&self) -> &[ArchivedLoggedItem] {
+        match self {
+            ArchivedLogEntry::SessionStart { history, .. } => history.as_slice(),
+            ArchivedLogEntry::UserInput { item, .. } => std::slice::from_ref(item),
+            ArchivedLogEntry::AssistantItems { items, .. }
+            | ArchivedLogEntry::ToolResults { items, .. }
+            | ArchivedLogEntry::HookInjectedItems { items, .. } => items.as_slice(),
+            _ => &[],
+        }
+    }
+}
+
+/// Groups new history items into entries, with the seed's rules:
+/// each user message is one `UserInput`; a run of tool results is one
+/// `ToolResults`; a run of assistant messages, tool calls and reasoning is one
+/// `AssistantItems`; anything else (system messages) is one
+/// `HookInjectedItems` each. Order is kept exactly.
+pub fn group_delta(items: &[Item], ts: u64) -> Vec<LogEntry> {
+    #[derive(PartialEq)]
+    enum Run {
+        Assistant,
+        Tools,
+    }
+    let mut out = Vec::new();
+    let mut run: Option<(Run, Vec<LoggedItem>)> = None;
+    let flush = |run: &mut Option<(Run, Vec<LoggedItem>)>, out: &mut Vec<LogEntry>| {
+        if let Some((kind, items)) = run.take() {
+            out.push(match kind {
+                Run::Assistant => LogEntry::AssistantItems { ts, items },
+                Run::Tools => LogEntry::ToolResults { ts, items },
+            });
+        }
+    };
+    for item in items {
+        let wanted = if item.is_assistant_output() {
+            Some(Run::Assistant)
+        } else if item.is_tool_result() {
+            Some(Run::Tools)
+        } else {
+            None
+        };
+        match wanted {
+            Some(kind) => {
+                if run.as_ref().is_some_and(|(k, _)| *k != kind) {
+                    flush(&mut run, &mut out);
+                }
+                run.get_or_insert_with(|| (kind, Vec::new()))
+                    .1
+                    .push(item.into());
+            }
+            None => {
+                flush(&mut run, &mut out);
+                let item = LoggedItem::from(item);
+                out.push(
+                    if matches!(
+                        item,
+                        LoggedItem::Message {
+                            role: LoggedRole::User,
+                            ..
+                        }
+                    ) {
+                        LogEntry::UserInput { ts, item }
+                    } else {
+                        LogEntry::HookInjectedItems {
+                            ts,
+                            items: vec![item],
+                        }
+                    },
+                );
+            }
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::item::{ArchivedLoggedContentPart, ArchivedLoggedRole};
+    use super::*;
+
+    /// Schema 2 reads schema 1 archives as they are only while these sizes and
+    /// alignments hold: a `Vec` of items or parts strides by them, and rkyv
+    /// finds the root entry at the end of the payload by its size.
+    #[test]
+    fn archived_layout_is_schema_1s() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(size_of::<ArchivedLoggedRole>(), 1);
+        assert_eq!(
+            (
+                size_of::<ArchivedLoggedContentPart>(),
+                align_of::<ArchivedLoggedContentPart>()
+            ),
+            (12, 4)
+        );
+        assert_eq!(
+            (
+                size_of::<ArchivedLoggedItem>(),
+                align_of::<ArchivedLoggedItem>()
+            ),
+            (32, 4)
+        );
+        assert_eq!(
+            (
+                size_of::<ArchivedLogEntry>(),
+                align_of::<ArchivedLogEntry>()
+            ),
+            (232, 8)
+        );
+    }
+
+    #[test]
+    fn an_archive_whose_json_payload_is_not_json_is_rejected() {
+        // Only a forger (who re-computes the CRC) can store such bytes; reading
+        // them must still fail cleanly rather than panic at export.
+        let entry = LogEntry::Extension {
+            ts: 1,
+            domain: "x".into(),
+            payload: JsonText("{not json".into()),
+        };
+        let bytes = entry.to_archive();
+        let err = LogEntry::access_archive(&bytes).unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+        let ok = LogEntry::Extension {
+            ts: 1,
+            domain: "x".into(),
+            payload: JsonText::parse(r#"{"a": [1, 2]}"#).unwrap(),
+        };
+        assert!(LogEntry::access_archive(&ok.to_archive()).is_ok());
+    }
+
+    #[test]
+    fn an_archive_whose_item_json_is_not_json_is_rejected() {
+        let forged = |json: &str| JsonText(json.to_string());
+        let parts = |json: JsonText| {
+            vec![LoggedContentPart::OutputText(Box::new(LoggedOutputText {
+                text: String::new(),
+                annotations: None,
+                logprobs: Some(json),
+            }))]
+        };
+        for bad in ["{not json", ""] {
+            for item in [
+                LoggedItem::Opaque {
+                    role: None,
+                    json: forged(bad),
+                },
+                LoggedItem::Message {
+                    role: LoggedRole::User,
+                    content: vec![LoggedContentPart::Opaque { json: forged(bad) }],
+                },
+                LoggedItem::Message {
+                    role: LoggedRole::Assistant,
+                    content: parts(forged(bad)),
+                },
+                LoggedItem::ToolOutput {
+                    call_id: "c".into(),
+                    output: Some(LoggedToolOutput::Parts(parts(forged(bad)))),
+                    is_error: None,
+                    custom: false,
+                },
+            ] {
+                let entry = LogEntry::ToolResults {
+                    ts: 1,
+                    items: vec![item],
+                };
+                let err = LogEntry::access_archive(&entry.to_archive()).unwrap_err();
+                assert!(err.contains("not valid JSON"), "{err}");
+            }
+        }
+    }
+}
