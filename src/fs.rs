@@ -202,10 +202,17 @@ impl HookedFile {
         Ok(HookedFile::wrap(path, file, hook))
     }
 
-    /// Creates a new file (0600; it must not exist) and reserves `len` bytes
-    /// of disk for it, so that a full disk fails here rather than at a write.
-    /// The file is removed again if the reservation fails.
-    pub(crate) fn allocate(path: &Path, len: u64, hook: &Hook) -> Result<HookedFile> {
+    /// Creates a new file (0600; it must not exist) of `len` bytes. With
+    /// `reserve`, its disk space is reserved (`posix_fallocate`), so that a
+    /// full disk fails here rather than at a write; otherwise it is sparse,
+    /// and takes blocks as it is written. The file is removed again if this
+    /// fails.
+    pub(crate) fn allocate(
+        path: &Path,
+        len: u64,
+        reserve: bool,
+        hook: &Hook,
+    ) -> Result<HookedFile> {
         run_hook(hook, IoOp::Allocate { path, len }).map_err(io_err("fallocate", path))?;
         let file = OpenOptions::new()
             .read(true)
@@ -214,9 +221,13 @@ impl HookedFile {
             .mode(0o600)
             .open(path)
             .map_err(io_err("create", path))?;
-        if let Err(e) = crate::mmap::fallocate(&file, len) {
+        let sized = match reserve {
+            true => crate::mmap::fallocate(&file, len).map_err(io_err("fallocate", path)),
+            false => file.set_len(len).map_err(io_err("ftruncate", path)),
+        };
+        if let Err(e) = sized {
             let _ = fs::remove_file(path);
-            return Err(Error::io("fallocate", path, e));
+            return Err(e);
         }
         Ok(HookedFile::wrap(path, file, hook))
     }

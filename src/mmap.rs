@@ -109,8 +109,8 @@ impl Map {
     }
 }
 
-/// Reserves `len` bytes of real disk space for `file`, so that writes through
-/// a map can never hit a full disk.
+/// Reserves `len` bytes of real disk space for `file` (for a log that syncs:
+/// its segments are then zero-filled, see `segment::zero_fill`).
 pub(crate) fn fallocate(file: &File, len: u64) -> io::Result<()> {
     let len = libc::off_t::try_from(len)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
@@ -121,6 +121,55 @@ pub(crate) fn fallocate(file: &File, len: u64) -> io::Result<()> {
     } else {
         Err(io::Error::from_raw_os_error(rc))
     }
+}
+
+/// Where the first hole of `file` at or after `from` starts (`SEEK_HOLE`),
+/// if the file system can tell: a sparse file reads as zeros from there to
+/// the next data. Reads through a shared map must stop there: on tmpfs,
+/// touching a hole page allocates it, and on a full one that is SIGBUS.
+pub(crate) fn hole_at_or_after(file: &File, from: u64) -> Option<u64> {
+    let offset = libc::off_t::try_from(from).ok()?;
+    // SAFETY: plain syscall wrapper on a valid open descriptor; it moves only
+    // the descriptor's file offset, which this crate never uses.
+    let hole = unsafe { libc::lseek(file.as_raw_fd(), offset, libc::SEEK_HOLE) };
+    u64::try_from(hole).ok()
+}
+
+/// The parts of `from..to` of `file` that may hold bytes other than zeros:
+/// everything but the holes of a sparse file (`SEEK_DATA`, `SEEK_HOLE`).
+/// Where the file system cannot tell, the whole range.
+pub(crate) fn data_ranges(file: &File, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while at < to {
+        let Ok(offset) = libc::off_t::try_from(at) else {
+            return vec![(from, to)];
+        };
+        // SAFETY: plain syscall wrapper on a valid open descriptor. It moves
+        // the descriptor's file offset, which this crate never uses: every
+        // read and write is a `pread`/`pwrite` at an explicit offset.
+        let data = unsafe { libc::lseek(file.as_raw_fd(), offset, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: no data at or after `at`. Anything else: no answer.
+            if io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break;
+            }
+            return vec![(from, to)];
+        }
+        let start = data as u64;
+        if start >= to {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(file.as_raw_fd(), data, libc::SEEK_HOLE) };
+        let end = if hole < 0 { to } else { (hole as u64).min(to) };
+        if end <= start {
+            return vec![(from, to)];
+        }
+        out.push((start, end));
+        at = end;
+    }
+    out
 }
 
 /// Asks the kernel to start writing back `from..to` of `file` now, without

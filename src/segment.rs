@@ -74,6 +74,20 @@ fn zero_fill(file: &File, len: u64) -> io::Result<()> {
     file.sync_data()
 }
 
+/// How a new segment file gets its disk space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Space {
+    /// Sized with `ftruncate`: blocks are allocated as records are written,
+    /// so a log that never syncs (`Buffered`) takes on disk only what it
+    /// holds, and its segments can be large from the start (no rolls for a
+    /// small session). A full disk is an error at the write.
+    Sparse,
+    /// Reserved with `posix_fallocate`, then zero-filled and synced (see
+    /// [`zero_fill`]): for a log that syncs, whose `fdatasync`s then write
+    /// over initialized blocks.
+    Zeroed,
+}
+
 /// A freshly allocated file waiting to become the next segment.
 pub(crate) struct Prepared {
     file: HookedFile,
@@ -81,10 +95,11 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Creates `path` (0600), reserves `len` bytes of disk and maps it; with
-    /// `zero`, also writes zeros over it and syncs them (see [`zero_fill`]).
-    pub(crate) fn create(path: PathBuf, len: u64, zero: bool, hook: &Hook) -> Result<Prepared> {
-        let file = HookedFile::allocate(&path, len, hook)?;
+    /// Creates `path` (0600) of `len` bytes, gives it its disk space as
+    /// `space` says, and maps it.
+    pub(crate) fn create(path: PathBuf, len: u64, space: Space, hook: &Hook) -> Result<Prepared> {
+        let zero = space == Space::Zeroed;
+        let file = HookedFile::allocate(&path, len, zero, hook)?;
         let result = if zero {
             zero_fill(file.file(), len)
         } else {
@@ -341,9 +356,19 @@ impl Segment {
         hash: EntryHash,
         mode: ScanMode,
     ) -> Scan {
+        let limit = self.data_limit(from, limit);
         self.map.with_view(0, limit as usize, |bytes| {
             scan_bytes(bytes, from, next_seq, hash, mode)
         })
+    }
+
+    /// How far past `from` (up to `limit`) reads through the map may go.
+    /// Records are contiguous from the header on, so a hole after them (a
+    /// sparse segment's unwritten rest) ends them: reads stop there rather
+    /// than fault in pages that read as zeros anyway (see
+    /// `mmap::hole_at_or_after`).
+    pub(crate) fn data_limit(&self, from: u64, limit: u64) -> u64 {
+        mmap::hole_at_or_after(self.file.file(), from).map_or(limit, |hole| hole.clamp(from, limit))
     }
 
     /// Writes bytes at `offset` (header area, or at or above committed).
@@ -386,10 +411,28 @@ impl Segment {
     /// Zeroes `from..to` if any byte there is not zero, so that stale bytes
     /// can never validate later. Returns whether anything was written.
     pub(crate) fn zero_range(&self, from: u64, to: u64) -> Result<bool> {
-        let dirty = self
-            .map
-            .with_view(from as usize, to as usize, |b| b.iter().any(|&x| x != 0));
-        if dirty {
+        // Only the parts that hold data are read, and only the chunks that
+        // are not all zeros are written: the holes of a sparse segment read
+        // as zeros, and writing them would allocate the whole file.
+        const CHUNK: u64 = 64 << 10;
+        let mut dirty: Vec<(u64, u64)> = Vec::new();
+        for (start, end) in mmap::data_ranges(self.file.file(), from, to) {
+            let mut at = start;
+            while at < end {
+                let n = (end - at).min(CHUNK - at % CHUNK);
+                let nonzero = self.map.with_view(at as usize, (at + n) as usize, |b| {
+                    b.iter().any(|&x| x != 0)
+                });
+                if nonzero {
+                    match dirty.last_mut() {
+                        Some(last) if last.1 == at => last.1 = at + n,
+                        _ => dirty.push((at, at + n)),
+                    }
+                }
+                at += n;
+            }
+        }
+        if !dirty.is_empty() {
             // A mark must never name records that are gone, even after a
             // crash in the middle of this: below one, clear both slots
             // durably first (the caller writes the new mark).
@@ -399,14 +442,17 @@ impl Segment {
             }
             // Write in bounded chunks so a hook sees reasonably sized writes.
             let zeros = vec![0u8; 1 << 20];
-            let mut at = from;
-            while at < to {
-                let n = (to - at).min(zeros.len() as u64);
-                self.write_at(at, &zeros[..n as usize])?;
-                at += n;
+            for (start, end) in dirty {
+                let mut at = start;
+                while at < end {
+                    let n = (end - at).min(zeros.len() as u64);
+                    self.write_at(at, &zeros[..n as usize])?;
+                    at += n;
+                }
             }
+            return Ok(true);
         }
-        Ok(dirty)
+        Ok(false)
     }
 
     /// Writes the index and footer; the caller syncs.

@@ -2139,3 +2139,48 @@ fn sessions_within_the_open_budget_stay_open_however_they_spread_over_shards() {
     let open = sessions.iter().filter(|(id, _)| locked(*id)).count();
     assert_eq!(open, 19);
 }
+
+/// Allocated bytes (`st_blocks`) of everything under `dir`.
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            let own = m.blocks() * 512;
+            if m.is_dir() {
+                own + allocated_bytes(&e.path())
+            } else {
+                own
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn a_small_buffered_session_takes_disk_for_what_it_holds() {
+    let dir = tempdir();
+    // Default options: Buffered, 64 MiB segments (sparse until a sync).
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(Some("be brief"), RequestConfig::default(), &[])
+        .unwrap();
+    for t in 0..20 {
+        let turn = [
+            Item::user_text(format!("question {t}: {}", "q".repeat(300))),
+            Item::assistant_text(format!("answer {t}: {}", "a".repeat(1200))),
+        ];
+        store.save_delta(id, &mut head, &turn).unwrap();
+    }
+    store.close().unwrap();
+    let log_bytes = store.log(id).unwrap().bytes();
+    let allocated = allocated_bytes(&store.session_dir(id));
+    // The records, plus a few blocks for the catalog, the lock and the
+    // segment's header page: nowhere near the segment's 64 MiB.
+    assert!(
+        allocated < log_bytes + (64 << 10),
+        "{allocated} bytes allocated for {log_bytes} bytes of records"
+    );
+    assert_eq!(store.restore(id).unwrap().history.len(), 40);
+}

@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::chain::EntryHash;
 use crate::format::Point;
 use crate::fs::IoHook;
-use crate::segment::Segment;
+use crate::segment::{Segment, Space};
 
 mod commit;
 mod opening;
@@ -163,8 +163,13 @@ impl LogOptions {
     }
 
     /// Length of the segment after one of `current` bytes (0: the first).
-    fn next_segment_len(&self, current: u64) -> u64 {
+    /// Sparse segments cost no disk beyond what they hold, so they get the
+    /// largest size at once; reserved ones double from the initial size.
+    fn next_segment_len(&self, current: u64, space: Space) -> u64 {
         let max = self.max_segment_len();
+        if space == Space::Sparse {
+            return max;
+        }
         let initial = (self.initial_segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE).min(max);
         current.saturating_mul(2).clamp(initial, max)
     }

@@ -115,6 +115,7 @@ fn open_last(
     let footer = seg.read_footer(true).unwrap_or(None);
     let mark = seg.read_mark();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
+    let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
     let scan = scan_last(&seg, mark, limit, writable);
     let session_start = scan.last_session_start.map(|(_, offset)| offset);
     let mut last_session_start = prefix.last_session_start;

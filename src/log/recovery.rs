@@ -21,7 +21,7 @@ use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
-use crate::segment::{parse_segment_name, Prepared, ScanMode, Segment};
+use crate::segment::{parse_segment_name, Prepared, ScanMode, Segment, Space};
 
 /// Segment files by first seq, and leftover preparations.
 type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
@@ -244,8 +244,12 @@ impl Log {
 
 fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
     let log_id = *uuid::Uuid::now_v7().as_bytes();
-    let zero = opts.durability == Durability::Sync;
-    let prep = Prepared::create(dir.join("first.prep"), opts.next_segment_len(0), zero, hook)?;
+    let space = match opts.durability {
+        Durability::Sync => Space::Zeroed,
+        Durability::Buffered => Space::Sparse,
+    };
+    let len = opts.next_segment_len(0, space);
+    let prep = Prepared::create(dir.join("first.prep"), len, space, hook)?;
     let header = SegmentHeader {
         version: FORMAT_VERSION,
         log_id,

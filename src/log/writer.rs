@@ -17,7 +17,7 @@ use crate::format::{
     FORMAT_VERSION, INDEX_ENTRY_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::schema::{EntryKind, LogEntry};
-use crate::segment::{Prepared, Segment, INDEX_STRIDE_BYTES};
+use crate::segment::{Prepared, Segment, Space, INDEX_STRIDE_BYTES};
 
 thread_local! {
     /// Each thread's buffer for encoding its batches, reused across calls
@@ -279,8 +279,19 @@ impl Log {
         Ok(())
     }
 
+    /// How this log's next segment gets its disk space: sparse until the
+    /// log first syncs, zero-filled from then on.
+    fn space(&self) -> Space {
+        match self.inner.syncs.load(Ordering::Relaxed) {
+            true => Space::Zeroed,
+            false => Space::Sparse,
+        }
+    }
+
     pub(super) fn maybe_prepare(&self, w: &mut Writer) {
-        if !self.inner.opts.prepare_ahead || w.prepared.is_some() {
+        // A sparse file is made in an instant: only zero-filled ones are
+        // worth a thread.
+        if !self.inner.opts.prepare_ahead || w.prepared.is_some() || self.space() == Space::Sparse {
             return;
         }
         let Some(seg) = w.segments.last() else { return };
@@ -292,11 +303,11 @@ impl Log {
             .inner
             .dir
             .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
-        let len = self.inner.opts.next_segment_len(seg.len());
+        let space = self.space();
+        let len = self.inner.opts.next_segment_len(seg.len(), space);
         let hook = self.inner.opts.hook.clone();
-        let zero = self.inner.syncs.load(Ordering::Relaxed);
         w.prepared = Some(std::thread::spawn(move || {
-            Prepared::create(path, len, zero, &hook)
+            Prepared::create(path, len, space, &hook)
         }));
     }
 
@@ -330,9 +341,10 @@ impl Log {
             sealed = Some(active.clone());
         }
         let needed = (SEGMENT_HEADER_LEN + FOOTER_LEN + 2 * INDEX_ENTRY_LEN) as u64 + rec_len;
+        let space = self.space();
         let len = inner
             .opts
-            .next_segment_len(active.len())
+            .next_segment_len(active.len(), space)
             .max(needed.div_ceil(PAGE) * PAGE);
         let prepared = match w.prepared.take().map(|h| h.join()) {
             Some(Ok(Ok(p))) if p.len() >= len => Some(p),
@@ -351,7 +363,7 @@ impl Log {
                 let path = inner
                     .dir
                     .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
-                Prepared::create(path, len, inner.syncs.load(Ordering::Relaxed), hook)?
+                Prepared::create(path, len, space, hook)?
             }
         };
         let header = SegmentHeader {
