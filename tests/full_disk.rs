@@ -24,40 +24,17 @@ impl Drop for Mount<'_> {
     }
 }
 
-#[test]
-fn appends_on_a_full_disk_fail_with_io_and_recover() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false);
-    if !root {
-        println!("full disk test skipped: not running as root, cannot mount a tmpfs");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let status = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
-        .arg(&mnt)
-        .status();
-    if !matches!(status, Ok(s) if s.success()) {
-        println!(
-            "full disk test skipped: mounting a tmpfs failed ({status:?}); no CAP_SYS_ADMIN here"
-        );
-        return;
-    }
-    let _guard = Mount(&mnt);
-    let opts = LogOptions::default().segment_size(64 << 10);
-    let log = Log::open(mnt.join("log"), opts.clone()).unwrap();
+/// Appends with `durability` until the disk is full, checks the failure is
+/// `Io` with `StorageFull` and poisons the writer; returns the appends
+/// acknowledged.
+fn fill(log: &Log, durability: Durability) -> u64 {
     let mut acked = 0u64;
     let err = loop {
-        match log.append_with(&entry(acked), Durability::Sync) {
+        match log.append_with(&entry(acked), durability) {
             Ok(_) => acked += 1,
             Err(e) => break e,
         }
-        assert!(acked < 10_000, "512 KiB never filled up");
+        assert!(acked < 10_000, "the disk never filled up");
     };
     match &err {
         Error::Io { source, .. } => {
@@ -67,14 +44,12 @@ fn appends_on_a_full_disk_fail_with_io_and_recover() {
     }
     assert!(acked > 10, "the disk filled after only {acked} appends");
     assert!(matches!(log.append(&entry(acked)), Err(Error::Poisoned)));
-    drop(log);
-    // Free space, reopen: every acknowledged record is there and appends work.
-    for e in std::fs::read_dir(mnt.join("log")).unwrap().flatten() {
-        if e.file_name().to_string_lossy().ends_with(".prep") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
-    let log = Log::open(mnt.join("log"), opts).unwrap();
+    acked
+}
+
+/// Reopens the log and checks that it holds exactly the `acked` appends.
+fn reopens_with(dir: &Path, opts: LogOptions, acked: u64) {
+    let log = Log::open(dir, opts).unwrap();
     assert_eq!(log.next_seq(), acked);
     assert_eq!(log.verify().damage, None);
     let entries: Vec<_> = log
@@ -83,6 +58,25 @@ fn appends_on_a_full_disk_fail_with_io_and_recover() {
         .map(|r| r.unwrap().2)
         .collect();
     assert_eq!(entries.last(), Some(&entry(acked - 1)));
+}
+
+#[test]
+fn appends_on_a_full_disk_fail_with_io_and_recover() {
+    let Some((_dir, mnt)) = small_tmpfs("512k") else {
+        return;
+    };
+    let _guard = Mount(&mnt);
+    let opts = LogOptions::default().segment_size(64 << 10);
+    let log = Log::open(mnt.join("log"), opts.clone()).unwrap();
+    let acked = fill(&log, Durability::Sync);
+    drop(log);
+    // Free space, reopen: every acknowledged record is there and appends work.
+    for e in std::fs::read_dir(mnt.join("log")).unwrap().flatten() {
+        if e.file_name().to_string_lossy().ends_with(".prep") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    reopens_with(&mnt.join("log"), opts, acked);
     println!("full disk: {acked} appends acknowledged before ENOSPC; reopened intact");
 }
 
@@ -124,32 +118,9 @@ fn buffered_appends_on_a_full_disk_fail_with_io_and_reopen_while_full() {
     // Segments far larger than the disk: sparse, they still fit.
     let opts = LogOptions::default().segment_size(8 << 20);
     let log = Log::open(mnt.join("log"), opts.clone()).unwrap();
-    let mut acked = 0u64;
-    let err = loop {
-        match log.append(&entry(acked)) {
-            Ok(_) => acked += 1,
-            Err(e) => break e,
-        }
-        assert!(acked < 10_000, "256 KiB never filled up");
-    };
-    match &err {
-        Error::Io { source, .. } => {
-            assert_eq!(source.kind(), std::io::ErrorKind::StorageFull, "{err}")
-        }
-        other => panic!("expected Error::Io on a full disk, got {other:?}"),
-    }
-    assert!(acked > 10, "the disk filled after only {acked} appends");
-    assert!(matches!(log.append(&entry(acked)), Err(Error::Poisoned)));
+    let acked = fill(&log, Durability::Buffered);
     drop(log);
     // Reopen with the disk still full: recovery cuts the partial record.
-    let log = Log::open(mnt.join("log"), opts).unwrap();
-    assert_eq!(log.next_seq(), acked);
-    assert_eq!(log.verify().damage, None);
-    let entries: Vec<_> = log
-        .snapshot()
-        .entries_from(0)
-        .map(|r| r.unwrap().2)
-        .collect();
-    assert_eq!(entries.last(), Some(&entry(acked - 1)));
+    reopens_with(&mnt.join("log"), opts, acked);
     println!("full disk, buffered: {acked} appends before ENOSPC; reopened while full");
 }
