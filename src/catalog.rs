@@ -352,6 +352,10 @@ struct SlotTable {
     by_id: HashMap<SessionId, u32>,
     taken: std::collections::HashSet<u32>,
     next: u32,
+    /// The cache file's length when its placements were last all learnt.
+    /// New placements (any process's) only ever extend the file, so while
+    /// its length is this, there is nothing new to learn.
+    learned_len: u64,
 }
 
 const CACHE_MAGIC: [u8; 4] = *b"SSLC";
@@ -427,7 +431,9 @@ impl ListCache {
         let path = root.join(LIST_CACHE_FILE);
         let file = HookedFile::open_or_create(&path, hook)?;
         let mut table = SlotTable::default();
-        for (slot, entry) in ListCache::read_slots(&path)? {
+        let slots = ListCache::read_slots(&path)?;
+        table.learned_len = slots.len() as u64 * CACHE_SLOT_LEN as u64;
+        for (slot, entry) in slots {
             if let Some(e) = entry {
                 if let std::collections::hash_map::Entry::Vacant(v) = table.by_id.entry(e.id) {
                     v.insert(slot);
@@ -497,8 +503,13 @@ impl ListCache {
     fn place(&self, id: SessionId, learn: bool) -> u32 {
         let mut t = self.table.lock();
         let locked = self.file.file().lock().is_ok();
-        if learn {
-            for (slot, e) in ListCache::read_slots(self.file.path()).unwrap_or_default() {
+        let len = self.file.file().metadata().map_or(0, |m| m.len());
+        // Re-reading the whole file for every session placed made listing a
+        // store without its cache quadratic; only a longer file has news.
+        if learn && len != t.learned_len {
+            let slots = ListCache::read_slots(self.file.path()).unwrap_or_default();
+            t.learned_len = slots.len() as u64 * CACHE_SLOT_LEN as u64;
+            for (slot, e) in slots {
                 if let Some(e) = e {
                     if !t.by_id.contains_key(&e.id) && t.taken.insert(slot) {
                         t.by_id.insert(e.id, slot);
@@ -510,11 +521,7 @@ impl ListCache {
         let slot = match t.by_id.get(&id) {
             Some(&slot) => slot,
             None => {
-                let on_disk = self
-                    .file
-                    .file()
-                    .metadata()
-                    .map_or(0, |m| m.len() / CACHE_SLOT_LEN as u64);
+                let on_disk = len / CACHE_SLOT_LEN as u64;
                 let slot = (on_disk as u32).max(t.next);
                 let claim = CachedSession {
                     id,
@@ -529,7 +536,12 @@ impl ListCache {
                         compacted_from: None,
                     },
                 };
-                let _ = self.write(slot, &claim);
+                let written = self.write(slot, &claim).is_ok();
+                // Under the file's lock: what we knew plus our own slot is
+                // all there is, if we knew all of it before.
+                if written && len == t.learned_len {
+                    t.learned_len = len.max((u64::from(slot) + 1) * CACHE_SLOT_LEN as u64);
+                }
                 t.next = slot + 1;
                 t.by_id.insert(id, slot);
                 t.taken.insert(slot);
