@@ -558,11 +558,6 @@ impl ListCache {
         self.file.sync()
     }
 
-    /// Writes `entry` into the session's slot, taking one if it has none.
-    pub(crate) fn put(&self, entry: &CachedSession) -> Result<()> {
-        self.write(self.slot_for(entry.id), entry)
-    }
-
     fn write(&self, slot: u32, entry: &CachedSession) -> Result<()> {
         self.file
             .write_at(u64::from(slot) * CACHE_SLOT_LEN as u64, &entry.encode())

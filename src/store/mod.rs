@@ -22,12 +22,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
-use crate::catalog::{self, CachedSession, HeadSlot, Identity, ListCache, CATALOG_FILE};
+use crate::catalog::{self, HeadSlot, Identity, ListCache, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
-use crate::log::LogOptions;
-use crate::schema::{SessionId, SessionOrigin};
+use crate::log::{Log, LogOptions};
+use crate::schema::{LogEntry, SessionId, SessionOrigin};
 
 mod session;
 mod shards;
@@ -37,7 +37,7 @@ mod subscription;
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription};
 
-use shards::Shard;
+use shards::{head_slot_of, Shard};
 
 const SHARDS: usize = 16;
 
@@ -103,6 +103,11 @@ pub struct SessionInfo {
     pub forked_from: Option<SessionOrigin>,
     /// Compaction origin.
     pub compacted_from: Option<SessionOrigin>,
+    /// Why this session could not be read in full, if it could not: a
+    /// damaged catalog or log. The other fields say what could be read (the
+    /// creation time from the id, at least).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Filters for [`Store::list_filtered`].
@@ -244,9 +249,12 @@ impl Store {
                 .filter(|c| !c.head.dirty || self.is_open_here(id) || self.writer_elsewhere(id));
             let info = match trusted {
                 Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
-                None => match self.info(id)? {
-                    Some(info) => info,
-                    None => continue,
+                // One session's damage never hides the others: it is listed
+                // with what is known of it and the error.
+                None => match self.info(id) {
+                    Ok(Some(info)) => info,
+                    Ok(None) => continue,
+                    Err(e) => damaged_info(id, &e),
                 },
             };
             if filter.updated_since_ms.is_some_and(|t| info.updated_ms < t)
@@ -272,7 +280,11 @@ impl Store {
         Ok(out)
     }
 
-    /// One session's listing entry; `None` if it does not exist (or is half-created).
+    /// One session's listing entry; `None` if it does not exist. Reads
+    /// only: a catalog left dirty by a crashed writer is completed from a
+    /// read-only view of the log (the next writer recovers it), and a
+    /// damaged catalog is rebuilt from the log as far as it can be, with the
+    /// damage in [`SessionInfo::error`].
     pub fn info(&self, id: SessionId) -> Result<Option<SessionInfo>> {
         let path = self.session_dir(id).join(CATALOG_FILE);
         let record = match catalog::read(&path) {
@@ -282,38 +294,34 @@ impl Store {
             }
             Err(e) => return Err(e),
         };
-        let Some(identity) = record.identity else {
-            return Ok(None);
-        };
-        let head = match record.head {
-            Some(h) if !h.dirty || self.is_open_here(id) || self.writer_elsewhere(id) => h,
-            // Stale after a crash (or never written): rebuild from the log.
-            _ => self
-                .session(id)?
-                .head_slot(true, record.head.map(|h| h.updated_ms)),
-        };
-        if !head.dirty {
-            self.backfill_cache(CachedSession {
-                id,
-                head,
-                title: record.title.clone(),
-                identity: identity.clone(),
-            });
+        if let Some(handle) = self.open_handle_here(id) {
+            let identity = record
+                .identity
+                .unwrap_or_else(|| rebuilt_identity(id, &handle.log));
+            let head = handle.head_slot(true, record.head.map(|h| h.updated_ms));
+            return Ok(Some(session_info(id, &identity, &head, record.title)));
         }
-        Ok(Some(session_info(id, &identity, &head, record.title)))
-    }
-
-    /// Copies a clean catalog into the listing cache, so the next `list`
-    /// need not open the file. Only while holding the session's writer lock
-    /// for a moment, so no writer's dirty slot is overwritten with a clean,
-    /// older one. Best effort: the cache is only a copy.
-    fn backfill_cache(&self, entry: CachedSession) {
-        let Ok(lock) = File::open(self.session_dir(entry.id).join("LOCK")) else {
-            return;
-        };
-        if lock.try_lock().is_ok() {
-            let _ = self.inner.cache.put(&entry);
+        let trusted = record
+            .head
+            .filter(|h| !h.dirty || self.writer_elsewhere(id))
+            .filter(|_| record.identity.is_some());
+        if let (Some(head), Some(identity)) = (trusted, &record.identity) {
+            return Ok(Some(session_info(id, identity, &head, record.title)));
         }
+        // Stale after a crash, never written, or damaged: read the log.
+        let log = Log::open_read_only(self.session_dir(id))?;
+        let head = head_slot_of(&log, record.head.map(|h| h.updated_ms));
+        let mut info = match &record.identity {
+            Some(identity) => session_info(id, identity, &head, record.title),
+            None => session_info(id, &rebuilt_identity(id, &log), &head, record.title),
+        };
+        if record.identity.is_none() {
+            info.error = Some(format!(
+                "damaged catalog {}: identity rebuilt from the log",
+                path.display()
+            ));
+        }
+        Ok(Some(info))
     }
 
     fn writer_elsewhere(&self, id: SessionId) -> bool {
@@ -342,5 +350,42 @@ fn session_info(
         head: (entries > 0).then_some(head.head),
         forked_from: identity.forked_from,
         compacted_from: identity.compacted_from,
+        error: None,
+    }
+}
+
+/// The listing entry of a session that could not be read: its id, its
+/// creation time from the id, and the error.
+fn damaged_info(id: SessionId, e: &Error) -> SessionInfo {
+    let identity = Identity {
+        created_ms: id.created_ms().unwrap_or(0),
+        forked_from: None,
+        compacted_from: None,
+    };
+    let mut info = session_info(id, &identity, &HeadSlot::default(), None);
+    info.error = Some(e.to_string());
+    info
+}
+
+/// A session's identity as its log tells it: the creation time from the id,
+/// the origins from its first entry.
+fn rebuilt_identity(id: SessionId, log: &Log) -> Identity {
+    let first = log.snapshot().entries_from(0).next().and_then(|r| r.ok());
+    let (forked_from, compacted_from) = match first {
+        Some((
+            _,
+            _,
+            LogEntry::SessionStart {
+                forked_from,
+                compacted_from,
+                ..
+            },
+        )) => (forked_from, compacted_from),
+        _ => (None, None),
+    };
+    Identity {
+        created_ms: id.created_ms().unwrap_or(0),
+        forked_from,
+        compacted_from,
     }
 }

@@ -247,6 +247,15 @@ impl Store {
         self.shard(id).lock().open.contains_key(&id)
     }
 
+    /// This store's handle of a session, if it has the session open.
+    pub(super) fn open_handle_here(&self, id: SessionId) -> Option<SessionHandle> {
+        self.shard(id).lock().open.get(&id).map(|s| SessionHandle {
+            id,
+            log: s.log.clone(),
+            catalog: s.catalog.clone(),
+        })
+    }
+
     /// This store's writer of a session, if it has the session open.
     pub(super) fn open_log_here(&self, id: SessionId) -> Option<Log> {
         self.shard(id).lock().open.get(&id).map(|s| s.log.clone())
@@ -278,18 +287,27 @@ impl SessionHandle {
     }
 
     pub(super) fn head_slot(&self, dirty: bool, updated_ms: Option<u64>) -> HeadSlot {
-        let snap = self.log.snapshot();
         HeadSlot {
             dirty,
-            next_seq: snap.next_seq(),
-            bytes: snap.bytes(),
-            updated_ms: updated_ms.unwrap_or_else(now_ms),
-            first_seq: snap.first_seq(),
-            head: snap.head().map(|(_, h)| h).unwrap_or_default(),
+            ..head_slot_of(&self.log, updated_ms)
         }
     }
 
     pub(super) fn touch(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
         self.catalog.set_head(self.head_slot(dirty, updated_ms))
+    }
+}
+
+/// The catalog's head slot for `log` as it is now (dirty: the numbers of a
+/// log a writer may still extend, or one not yet recovered).
+pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
+    let snap = log.snapshot();
+    HeadSlot {
+        dirty: true,
+        next_seq: snap.next_seq(),
+        bytes: snap.bytes(),
+        updated_ms: updated_ms.unwrap_or_else(now_ms),
+        first_seq: snap.first_seq(),
+        head: snap.head().map(|(_, h)| h).unwrap_or_default(),
     }
 }

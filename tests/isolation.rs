@@ -1,0 +1,137 @@
+//! Guards against one damaged or crashed session taking a store-wide
+//! operation down, and against inspection changing files: `list` shows every
+//! session, flags the ones it cannot read, and writes nothing.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use session_store::{Item, RequestConfig, SessionId, Store};
+
+/// Every file under `dir` with its bytes.
+fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(snapshot_files(&p));
+        } else {
+            out.insert(p.clone(), fs::read(&p).unwrap());
+        }
+    }
+    out
+}
+
+/// Copies the tree `from` to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().flatten() {
+        let (p, q) = (e.path(), to.join(e.file_name()));
+        if p.is_dir() {
+            copy_tree(&p, &q);
+        } else {
+            fs::copy(&p, &q).unwrap();
+        }
+    }
+}
+
+/// A store with three sessions at `root`, as a killed process leaves it:
+/// every catalog dirty, nothing closed, no lock held.
+fn crashed_store(root: &Path) -> Vec<SessionId> {
+    let live = tempfile::tempdir().unwrap();
+    let store = Store::open(live.path()).unwrap();
+    let ids = (0..3)
+        .map(|i| {
+            let (id, mut head) = store
+                .create_session(None, RequestConfig::default(), &[])
+                .unwrap();
+            let turn = [
+                Item::user_text(format!("session {i}")),
+                Item::assistant_text("ok"),
+            ];
+            store.save_delta(id, &mut head, &turn).unwrap();
+            id
+        })
+        .collect();
+    // A copy while the writers are open: their catalogs dirty, as after a
+    // crash, and no process holding their locks.
+    copy_tree(live.path(), root);
+    drop(store);
+    ids
+}
+
+fn flip(path: &Path, at: usize) {
+    let mut b = fs::read(path).unwrap();
+    b[at] ^= 0xff;
+    fs::write(path, b).unwrap();
+}
+
+fn first_segment(dir: &Path) -> PathBuf {
+    let mut segs: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    segs.remove(0)
+}
+
+#[test]
+fn list_shows_every_session_and_flags_the_ones_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = crashed_store(dir.path());
+    let sessions = dir.path().join("sessions");
+    // One session's segment header is damaged; another's catalog identity.
+    flip(&first_segment(&sessions.join(ids[1].to_string())), 20);
+    flip(&sessions.join(ids[2].to_string()).join("catalog"), 512 + 10);
+    fs::remove_file(dir.path().join("list.cache")).unwrap();
+
+    let store = Store::open(dir.path()).unwrap();
+    let listed: BTreeMap<SessionId, _> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.id, s))
+        .collect();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let healthy = &listed[&ids[0]];
+    assert_eq!(healthy.error, None);
+    assert_eq!(healthy.entries, 3, "the session start and two entries");
+    let broken_log = listed[&ids[1]].error.as_deref().unwrap();
+    assert!(broken_log.contains("corrupt"), "{broken_log}");
+    let broken_catalog = &listed[&ids[2]];
+    let why = broken_catalog.error.as_deref().unwrap();
+    assert!(why.contains("catalog"), "{why}");
+    // What the log says is still listed, and the session still restores.
+    assert_eq!(broken_catalog.entries, 3);
+    assert_eq!(
+        broken_catalog.head,
+        store.restore(ids[2]).unwrap().head,
+        "rebuilt from the log"
+    );
+    assert_eq!(store.restore(ids[0]).unwrap().history.len(), 2);
+}
+
+#[test]
+fn listing_and_restoring_crashed_sessions_change_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = crashed_store(dir.path());
+    let store = Store::open(dir.path()).unwrap();
+    let before = snapshot_files(dir.path());
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 3);
+    for id in &ids {
+        assert_eq!(store.restore(*id).unwrap().history.len(), 2);
+        assert!(store.info(*id).unwrap().is_some());
+        let _ = store.snapshot(*id).unwrap().verify();
+    }
+    let after = snapshot_files(dir.path());
+    let changed: Vec<&PathBuf> = before
+        .iter()
+        .filter(|(p, b)| after.get(*p) != Some(*b))
+        .map(|(p, _)| p)
+        .chain(after.keys().filter(|p| !before.contains_key(*p)))
+        .collect();
+    assert!(changed.is_empty(), "inspection changed {changed:?}");
+}
