@@ -135,3 +135,65 @@ fn listing_and_restoring_crashed_sessions_change_no_file() {
         .collect();
     assert!(changed.is_empty(), "inspection changed {changed:?}");
 }
+
+/// Fails every write to files named `name` while armed.
+struct FailWritesTo {
+    name: &'static str,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl session_store::IoHook for FailWritesTo {
+    fn before(&self, op: &session_store::IoOp<'_>) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let path = match op {
+            session_store::IoOp::Write { path, .. } | session_store::IoOp::Sync { path } => path,
+            _ => return Ok(()),
+        };
+        if self.armed.load(Ordering::SeqCst) && path.file_name().is_some_and(|n| n == self.name) {
+            return Err(std::io::Error::other(format!(
+                "injected failure of {}",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_save_that_reached_the_log_succeeds_whatever_its_catalog_does() {
+    use std::sync::atomic::Ordering;
+    for name in ["catalog", "list.cache"] {
+        let dir = tempfile::tempdir().unwrap();
+        let hook = std::sync::Arc::new(FailWritesTo {
+            name,
+            armed: false.into(),
+        });
+        let opts = session_store::StoreOptions::default()
+            .log(session_store::LogOptions::default().hook(hook.clone()));
+        let store = Store::open_with(dir.path(), opts).unwrap();
+        let (id, mut head) = store
+            .create_session(None, RequestConfig::default(), &[])
+            .unwrap();
+        hook.armed.store(true, Ordering::SeqCst);
+        let turn = [Item::user_text("hello"), Item::assistant_text("hi")];
+        store
+            .save_delta(id, &mut head, &turn)
+            .unwrap_or_else(|e| panic!("{name}: a save in the log reported {e}"));
+        // The head moved with the log: a retry with it is a new save, not
+        // the same entries twice.
+        assert_eq!(store.head(id).unwrap(), Some(head), "{name}");
+        assert_eq!(store.restore(id).unwrap().history, turn.to_vec(), "{name}");
+        let listed = store.list().unwrap();
+        assert_eq!(
+            listed[0].head,
+            Some(head),
+            "{name}: list shows the live log"
+        );
+        hook.armed.store(false, Ordering::SeqCst);
+        store.close().unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.list().unwrap()[0].head, Some(head), "{name}");
+        assert_eq!(store.restore(id).unwrap().history, turn.to_vec(), "{name}");
+    }
+}

@@ -244,9 +244,13 @@ impl Store {
             else {
                 continue;
             };
+            // A session open here is listed from its live log; one another
+            // process writes, from its dirty slot (as fresh as that
+            // writer's last save).
             let trusted = cached
                 .get(&id)
-                .filter(|c| !c.head.dirty || self.is_open_here(id) || self.writer_elsewhere(id));
+                .filter(|_| !self.is_open_here(id))
+                .filter(|c| !c.head.dirty || self.writer_elsewhere(id));
             let info = match trusted {
                 Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
                 // One session's damage never hides the others: it is listed

@@ -2,7 +2,7 @@
 //! restore, forks and compaction, import of the wire form, and reads.
 
 use super::staging::user_text;
-use super::{now_ms, Store};
+use super::{now_ms, SessionHandle, Store};
 use crate::catalog::CATALOG_FILE;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
@@ -64,6 +64,19 @@ impl Store {
         if let Some(&(_, h)) = written.last() {
             *head = h;
         }
+        // The entries are in the log, and the caller's head has moved: the
+        // save is done. The catalog and the list cache are derived from the
+        // log, marked dirty (durably) since this writer opened the session,
+        // and rebuilt from the log whenever they are stale; a failure to
+        // update them must not make a retry append the entries twice. The
+        // next save or the close writes them again.
+        let _ = self.update_catalog(&s, entries);
+        Ok(())
+    }
+
+    /// Records a save in the session's catalog and list-cache slot: its
+    /// title (from the first user text), and the new head.
+    fn update_catalog(&self, s: &SessionHandle, entries: &[LogEntry]) -> Result<()> {
         if !s.catalog.has_title() {
             if let Some(t) = entries.iter().flat_map(|e| e.items()).find_map(user_text) {
                 s.catalog.set_title(&t)?;
