@@ -2184,3 +2184,57 @@ fn a_small_buffered_session_takes_disk_for_what_it_holds() {
     );
     assert_eq!(store.restore(id).unwrap().history.len(), 40);
 }
+
+#[test]
+fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
+    let dir = tempdir();
+    let store = open(dir.path());
+    let (id, _) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("kept")])
+        .unwrap();
+    store.close().unwrap();
+    drop(store);
+    let staging = dir.path().join("staging");
+    let stage = |name: &str, lock_file: bool| {
+        let d = staging.join(name);
+        fs::create_dir(&d).unwrap();
+        fs::write(d.join("00000000000000000000.seg"), b"half a session").unwrap();
+        if lock_file {
+            File::create(d.join("CREATING")).unwrap();
+        }
+        d
+    };
+    let dead = stage("dead", true);
+    let live = stage("live", true);
+    let young = stage("young-without-lock", false);
+    // A creation still running holds its lock (here, this test does).
+    let held = File::open(live.join("CREATING")).unwrap();
+    held.lock().unwrap();
+    let store = open(dir.path());
+    assert!(!dead.exists(), "a dead creation's leftover stayed");
+    assert!(live.exists(), "a running creation's directory was swept");
+    assert!(
+        young.exists(),
+        "a fresh directory without its lock yet was swept"
+    );
+    assert_eq!(
+        store.restore(id).unwrap().history,
+        vec![Item::user_text("kept")]
+    );
+    // New creations leave nothing behind in staging/ once placed.
+    store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let names: BTreeSet<String> = fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["LOCK", "live", "young-without-lock"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+    assert!(!store.session_dir(id).join("CREATING").exists());
+}

@@ -189,7 +189,7 @@ impl Store {
         }
         let cache = Arc::new(ListCache::open(&root, hook)?);
         let shards = SHARDS;
-        Ok(Store {
+        let store = Store {
             inner: Arc::new(Inner {
                 cache,
                 root,
@@ -200,7 +200,9 @@ impl Store {
                 open_count: AtomicUsize::new(0),
                 tick: AtomicU64::new(0),
             }),
-        })
+        };
+        store.sweep_staging();
+        Ok(store)
     }
 
     /// The fault seam every write of this store goes through.

@@ -13,6 +13,12 @@ use crate::item::Item;
 use crate::log::{Durability, ExpectHead, Log, LogOptions};
 use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId};
 
+/// The lock file a creation holds in its staged directory.
+const CREATING_FILE: &str = "CREATING";
+
+/// How old a staged directory without a lock file must be to be swept.
+const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl Store {
     /// Creates a session with a fresh UUID v7 id. Returns it and its head.
     pub fn create_session(
@@ -84,15 +90,63 @@ impl Store {
             .root
             .join("staging")
             .join(format!("{id}-{}", SessionId::new_v7()));
-        let built = self.build_session(&staged, entries, &identity, title.as_deref());
-        let placed = built.and_then(|()| self.place_session(id, &staged, &dir));
-        if let Err(e) = placed {
+        // The creation holds a lock in its staged directory until the
+        // session is in place: an open that can take it knows the creator is
+        // gone and sweeps the leftover (`Store::sweep_staging`).
+        let creating = self.start_staging(&staged);
+        let built = creating.and_then(|_lock| {
+            self.build_session(&staged, entries, &identity, title.as_deref())?;
+            self.place_session(id, &staged, &dir)?;
+            // Placed: the marker goes (it would be harmless if it stayed).
+            let _ = hooked_fs::remove_file(&dir.join(CREATING_FILE), self.hook());
+            Ok(())
+        });
+        if let Err(e) = built {
             let _ = hooked_fs::remove_dir_all(&staged, self.hook());
             return Err(e);
         }
         self.inner.cache.place_new(id);
         let handle = self.session(id)?;
         Ok(handle.log.head().map(|(_, h)| h).expect("just written"))
+    }
+
+    /// Makes a staged directory and takes the lock that says a creation is
+    /// running in it; the returned file holds the lock until dropped.
+    fn start_staging(&self, staged: &Path) -> Result<HookedFile> {
+        hooked_fs::create_dir(staged, self.hook())?;
+        let path = staged.join(CREATING_FILE);
+        let lock = HookedFile::open_or_create(&path, self.hook())?;
+        lock.file().lock().map_err(io_err("lock", &path))?;
+        Ok(lock)
+    }
+
+    /// Removes what creations that died left in `staging/`: a staged
+    /// directory whose creation lock can be taken has no creator any more.
+    /// One without the lock file is swept only once it is older than
+    /// [`STALE_STAGING`] (a leftover of an older version, or a creator that
+    /// has made the directory but not yet its lock). Best effort: what
+    /// cannot be removed now is tried again at the next open.
+    pub(super) fn sweep_staging(&self) {
+        let staging = self.inner.root.join("staging");
+        let Ok(entries) = std::fs::read_dir(&staging) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let dir = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let creator_gone = match std::fs::File::open(dir.join(CREATING_FILE)) {
+                Ok(f) => f.try_lock().is_ok(),
+                Err(_) => e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > STALE_STAGING)),
+            };
+            if creator_gone {
+                let _ = hooked_fs::remove_dir_all(&dir, self.hook());
+            }
+        }
     }
 
     /// Writes a new session's log and catalog in `dir`, durably.
