@@ -148,6 +148,31 @@ pub(crate) fn remove_dir_all(path: &Path, hook: &Hook) -> Result<()> {
     })
 }
 
+/// Takes the one-writer lock at `path` (an exclusive `flock`, the file made
+/// 0600 if missing), or fails with [`Error::Locked`] while another writer
+/// holds it. A reader probing for a live writer (`Store::list`) holds a
+/// shared lock for a moment, so only a lock still held after a few tries is
+/// a writer's. The lock lasts as long as the returned file.
+pub(crate) fn lock_writer(path: &Path, hook: &Hook) -> Result<File> {
+    let lock = HookedFile::open_or_create(path, hook)?.into_file();
+    let mut tries = 0;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => return Ok(lock),
+            Err(fs::TryLockError::WouldBlock) if tries < 5 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", path, e)),
+        }
+    }
+}
+
 /// An open file whose writes and syncs go through the hook, named by its
 /// path in every error.
 pub(crate) struct HookedFile {

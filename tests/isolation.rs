@@ -197,3 +197,60 @@ fn a_save_that_reached_the_log_succeeds_whatever_its_catalog_does() {
         assert_eq!(store.restore(id).unwrap().history, turn.to_vec(), "{name}");
     }
 }
+
+#[test]
+fn a_damaged_session_can_be_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = crashed_store(dir.path());
+    let sessions = dir.path().join("sessions");
+    flip(&first_segment(&sessions.join(ids[1].to_string())), 20);
+    let store = Store::open(dir.path()).unwrap();
+    assert!(store.restore(ids[1]).is_err(), "the damage is there");
+    store.delete(ids[1]).unwrap();
+    assert!(!store.exists(ids[1]));
+    let listed: Vec<SessionId> = store.list().unwrap().iter().map(|s| s.id).collect();
+    assert_eq!(listed.len(), 2);
+    assert!(!listed.contains(&ids[1]));
+}
+
+#[test]
+fn a_refused_delete_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
+        .unwrap();
+    let subscription = store.subscribe(id, 0).unwrap();
+    let err = store.delete(id).unwrap_err();
+    assert!(matches!(err, session_store::Error::Locked { .. }), "{err}");
+    // The session is as usable as before the refusal.
+    assert_eq!(store.head(id).unwrap(), Some(head));
+    store
+        .save_delta(id, &mut head, &[Item::assistant_text("b")])
+        .unwrap();
+    drop(subscription);
+    store.delete(id).unwrap();
+    assert!(!store.exists(id));
+}
+
+#[test]
+fn an_open_empties_the_trash_but_not_under_a_running_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    let trash = dir.path().join("trash");
+    let leftover = trash.join("left-by-a-crash");
+    let running = trash.join("being-deleted");
+    for d in [&leftover, &running] {
+        fs::create_dir(d).unwrap();
+        fs::write(d.join("LOCK"), b"").unwrap();
+        fs::write(d.join("catalog"), b"x").unwrap();
+    }
+    let held = fs::File::open(running.join("LOCK")).unwrap();
+    held.lock().unwrap();
+    drop(Store::open(dir.path()).unwrap());
+    assert!(!leftover.exists());
+    assert!(
+        running.join("catalog").exists(),
+        "a running delete lost its files"
+    );
+}

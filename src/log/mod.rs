@@ -33,7 +33,8 @@ use writer::Writer;
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 /// The default size of a log's first segment: 256 KiB.
 pub const DEFAULT_INITIAL_SEGMENT_SIZE: u64 = 256 << 10;
-const LOCK_FILE: &str = "LOCK";
+/// The one-writer lock file in a log directory.
+pub(crate) const LOCK_FILE: &str = "LOCK";
 /// Writeback of appended bytes is started every this many bytes.
 const WRITEBACK_CHUNK: u64 = 4 << 20;
 const PAGE: u64 = 4096;

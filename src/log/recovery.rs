@@ -5,7 +5,6 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -20,7 +19,7 @@ use super::{
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION};
-use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
 use crate::segment::{parse_segment_name, Prepared, ScanMode, Segment, Space};
 
 /// Segment files by first seq, and leftover preparations.
@@ -76,22 +75,7 @@ impl Log {
         let dir = dir.as_ref().to_path_buf();
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
-        let lock_path = dir.join(LOCK_FILE);
-        let lock = HookedFile::open_or_create(&lock_path, &hook)?.into_file();
-        // A reader probing for a live writer (`Store::list`) holds a shared
-        // lock for a moment; only a lock still held after a few tries is a writer.
-        let mut tries = 0;
-        loop {
-            match lock.try_lock() {
-                Ok(()) => break,
-                Err(fs::TryLockError::WouldBlock) if tries < 5 => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: lock_path }),
-                Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
-            }
-        }
+        let lock = hooked_fs::lock_writer(&dir.join(LOCK_FILE), &hook)?;
         let (_, preps) = list_segments(&dir)?;
         let mut removed = Vec::new();
         for p in preps {

@@ -26,7 +26,7 @@ use crate::catalog::{self, HeadSlot, Identity, ListCache, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
-use crate::log::{Log, LogOptions};
+use crate::log::{Log, LogOptions, LOCK_FILE};
 use crate::schema::{LogEntry, SessionId, SessionOrigin};
 
 mod session;
@@ -181,10 +181,16 @@ impl Store {
             let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
             sync_dir(parent.unwrap_or(Path::new(".")), hook)?;
         }
-        // Finish deletions a crash interrupted.
+        // Finish deletions a crash interrupted; not one still running
+        // (its deleter holds the session's lock until the removal is done).
         if let Ok(entries) = fs::read_dir(root.join("trash")) {
             for e in entries.flatten() {
-                let _ = hooked_fs::remove_dir_all(&e.path(), hook);
+                let dir = e.path();
+                let running = fs::File::open(dir.join(LOCK_FILE))
+                    .is_ok_and(|l| matches!(l.try_lock(), Err(fs::TryLockError::WouldBlock)));
+                if !running {
+                    let _ = hooked_fs::remove_dir_all(&dir, hook);
+                }
             }
         }
         let cache = Arc::new(ListCache::open(&root, hook)?);

@@ -59,12 +59,20 @@ impl Store {
 
     /// Drops this store's open log of a session, if it has one, without a
     /// clean close: `Store::delete` takes the writer lock next.
-    pub(super) fn drop_open(&self, id: SessionId) {
-        let open = self.shard(id).lock().open.remove(&id);
+    /// Drops this store's open log of a session, if it has one and no
+    /// other handle uses it, without a clean close (`Store::delete` takes the
+    /// writer lock next). Returns whether the session is now closed here.
+    pub(super) fn drop_open_if_unused(&self, id: SessionId) -> bool {
+        let mut shard = self.shard(id).lock();
+        if shard.open.get(&id).is_some_and(|s| !s.log.is_unshared()) {
+            return false;
+        }
+        let open = shard.open.remove(&id);
+        drop(shard);
         if open.is_some() {
             self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
         }
-        drop(open);
+        true
     }
 
     /// The next value of the store-wide clock of last use.

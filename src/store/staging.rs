@@ -10,7 +10,7 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, HookedFile};
 use crate::item::Item;
-use crate::log::{Durability, ExpectHead, Log, LogOptions};
+use crate::log::{Durability, ExpectHead, Log, LogOptions, LOCK_FILE};
 use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId};
 
 /// The lock file a creation holds in its staged directory.
@@ -206,21 +206,38 @@ impl Store {
         sync_dir(&self.inner.root.join("staging"), self.hook())
     }
 
-    /// Deletes a session durably. Forks of it keep working: they carry their history.
+    /// Deletes a session durably. Forks of it keep working: they carry
+    /// their history.
+    ///
+    /// A refused delete changes nothing: [`Error::Locked`] while a handle of
+    /// this store (a [`Subscription`](crate::Subscription), a
+    /// [`SessionHandle`](crate::SessionHandle), a [`Log`]) or a writer in
+    /// another process holds the session. Deleting needs no readable log: a
+    /// damaged session is deleted like any other. Once the session's
+    /// directory is durably in `trash/`, the delete is done and returns
+    /// `Ok`; what is left in the trash is removed now or by the next open.
     pub fn delete(&self, id: SessionId) -> Result<()> {
         let dir = self.session_dir(id);
         if !dir.join(CATALOG_FILE).exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        self.drop_open(id);
-        // Take the writer lock so no other process is writing it.
-        let log = Log::open(
-            &dir,
-            LogOptions {
-                prepare_ahead: false,
-                ..self.inner.opts.log.clone()
-            },
-        )?;
+        let lock_path = dir.join(LOCK_FILE);
+        if !self.drop_open_if_unused(id) {
+            return Err(Error::Locked { path: lock_path });
+        }
+        // The writer lock, so that no other process writes it; no recovery.
+        let lock = hooked_fs::lock_writer(&lock_path, self.hook())?;
+        // The listing cache is a copy: its slot goes first, while the catalog
+        // is still in place (a crash after it leaves a session that `list`
+        // finds through its catalog).
+        if let Ok(catalog) = SessionCatalog::open(
+            id,
+            dir.join(CATALOG_FILE),
+            Some(&self.inner.cache),
+            self.hook(),
+        ) {
+            let _ = catalog.forget();
+        }
         let trash = self
             .inner
             .root
@@ -229,12 +246,11 @@ impl Store {
         hooked_fs::rename(&dir, &trash, self.hook())?;
         sync_dir(&self.inner.root.join("sessions"), self.hook())?;
         sync_dir(&self.inner.root.join("trash"), self.hook())?;
-        drop(log);
-        // The listing cache is a copy: forgetting the slot after the durable
-        // rename is enough (a stale slot names a directory that is gone).
-        let catalog = trash.join(CATALOG_FILE);
-        SessionCatalog::open(id, catalog, Some(&self.inner.cache), self.hook())?.forget()?;
-        hooked_fs::remove_dir_all(&trash, self.hook())
+        // Removed while the lock is still held, so that an open emptying the
+        // trash meanwhile leaves this directory alone.
+        let _ = hooked_fs::remove_dir_all(&trash, self.hook());
+        drop(lock);
+        Ok(())
     }
 }
 
