@@ -223,7 +223,7 @@ fn ls_shows_every_session_newest_first_and_json_is_one_object_per_line() {
     let (newer, head) = build_session(&root, &["the newer one", "second turn"]);
 
     let table = ok(&root, &["ls"]);
-    let rows: Vec<&str> = table.lines().collect();
+    let rows: Vec<&str> = table.lines().skip(1).collect();
     assert_eq!(rows.len(), 2, "{table}");
     assert!(rows[0].starts_with(&newer.to_string()) && rows[0].contains("the newer one"));
     assert!(rows[1].starts_with(&older.to_string()) && rows[1].contains("the older one"));
@@ -254,7 +254,7 @@ fn show_prints_a_plain_transcript_and_cuts_long_texts_unless_full() {
     assert!(cut.contains("user: start word"));
     assert!(!cut.contains(" end"), "a long text was not cut");
     assert!(cut.contains("more chars]"));
-    assert!(cut.contains("turns: 2"));
+    assert!(cut.contains("-- 2 turns, interrupted: false"));
 
     let full = ok(&root, &["show", &id, "--full"]);
     assert!(full.contains(&long));
@@ -866,6 +866,21 @@ fn usage_errors_exit_2() {
         &["completions", "klingon"],
         &["demo", "--sessions", "many"],
         &["tail", &id, "--from", "-1"],
+        // Ids and hashes that do not parse are usage errors too.
+        &["show", "not-a-uuid"],
+        &["show", ".."],
+        &["show", "../../etc/passwd"],
+        &["stat", "nope"],
+        &["tail", "nope"],
+        &["export", "nope"],
+        &["rm", "nope"],
+        &["verify", "nope"],
+        &["verify", &id, "nope"],
+        &["fork", "nope", "--at", "0"],
+        &["fork", &id, "--at", "abc"],
+        &["fork", &id, "--at", &"g".repeat(64)],
+        &["append", "nope"],
+        &["append", &id, "--head", "abc"],
     ];
     for args in cases {
         let r = run(&root, args);
@@ -885,20 +900,14 @@ fn odd_input_gives_one_error_line_and_never_a_panic() {
     let dir = tmp.path().to_str().unwrap().to_string();
     let no_dir = tmp.path().join("no/such/dir/f.jsonl");
     let no_dir = no_dir.to_str().unwrap();
-    let not_hex = "g".repeat(64);
     let zero_hash = "0".repeat(64);
     let cases: &[&[&str]] = &[
-        &["show", "not-a-uuid"],
-        &["show", "../../etc/passwd"],
         &["show", &missing],
         &["stat", &missing],
         &["tail", &missing],
         &["export", &missing],
         &["rm", &missing],
-        &["verify", "nope"],
         &["fork", &missing, "--at", "0"],
-        &["fork", &id, "--at", "zzz"],
-        &["fork", &id, "--at", &not_hex],
         &["fork", &id, "--at", &zero_hash],
         &["fork", &id, "--at", "18446744073709551615"],
         &["fork", &id, "--at", "4"],
@@ -927,4 +936,247 @@ fn odd_input_gives_one_error_line_and_never_a_panic() {
     let r = run(&file, &["ls"]);
     one_line_error(&r, "ls with a file as root");
     assert_eq!(session_dirs(&root), 1);
+}
+
+/// The names in `dir`, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Flips a payload byte of the first record of a rolled session's first,
+/// sealed segment, so that reading the session fails part of the way in.
+fn damage_first_segment(segs: &[PathBuf]) {
+    let mut bytes = fs::read(&segs[0]).unwrap();
+    bytes[256 + 64 + 8] ^= 0x01;
+    fs::write(&segs[0], bytes).unwrap();
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn a_failed_export_leaves_no_file_behind() {
+    let (tmp, root) = store_dir();
+    let (healthy, _) = build_session(&root, &["healthy"]);
+    let (id, segs) = build_rolled_session(&root);
+    damage_first_segment(&segs);
+    let out = tmp.path().join("out");
+    fs::create_dir(&out).unwrap();
+
+    let file = out.join("damaged.jsonl");
+    let r = run(
+        &root,
+        &["export", &id.to_string(), "-o", file.to_str().unwrap()],
+    );
+    one_line_error(&r, "export of a damaged session");
+    assert_eq!(
+        names_in(&out),
+        Vec::<String>::new(),
+        "a partial export was left"
+    );
+
+    // An existing file is replaced only by a complete export.
+    fs::write(&file, "before\n").unwrap();
+    let r = run(
+        &root,
+        &["export", &id.to_string(), "-o", file.to_str().unwrap()],
+    );
+    one_line_error(&r, "export over an existing file");
+    assert_eq!(fs::read_to_string(&file).unwrap(), "before\n");
+    fs::remove_file(&file).unwrap();
+
+    let missing = out.join("no/such/dir/f.jsonl");
+    let r = run(
+        &root,
+        &[
+            "export",
+            &healthy.to_string(),
+            "-o",
+            missing.to_str().unwrap(),
+        ],
+    );
+    let err = one_line_error(&r, "export into a missing directory");
+    assert!(err.contains("no/such/dir/f.jsonl"), "{err}");
+    assert_eq!(names_in(&out), Vec::<String>::new());
+
+    // --all exports the healthy session, reports the damaged one, leaves no part of it.
+    let all = out.join("all");
+    let r = run(&root, &["export", "--all", "-o", all.to_str().unwrap()]);
+    assert_eq!(r.code, Some(1), "{} {}", r.stdout, r.stderr);
+    assert!(r.stderr.contains(&id.to_string()), "{}", r.stderr);
+    assert_eq!(names_in(&all), vec![format!("{healthy}.jsonl")]);
+}
+
+#[test]
+fn everything_the_cli_writes_is_private() {
+    let (tmp, root) = store_dir();
+    let r = run(&root, &["demo", "--sessions", "1", "--turns", "1"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let exported: Vec<String> = names_in(&root)
+        .into_iter()
+        .filter(|n| n.starts_with("export-"))
+        .collect();
+    assert_eq!(exported.len(), 1, "{:?}", names_in(&root));
+    assert_eq!(mode(&root.join(&exported[0])), 0o600, "demo's export");
+    assert_eq!(mode(&root.join("staging/LOCK")), 0o600, "staging/LOCK");
+
+    let id = ls_ids(&root)[0].clone();
+    let file = tmp.path().join("one.jsonl");
+    ok(&root, &["export", &id, "-o", file.to_str().unwrap()]);
+    assert_eq!(mode(&file), 0o600, "export -o");
+    let dir = tmp.path().join("all/nested");
+    ok(&root, &["export", "--all", "-o", dir.to_str().unwrap()]);
+    assert_eq!(mode(&dir), 0o700, "export --all directory");
+    assert_eq!(mode(&tmp.path().join("all")), 0o700, "its parent");
+    for name in names_in(&dir) {
+        assert_eq!(mode(&dir.join(&name)), 0o600, "export --all file {name}");
+    }
+
+    let r =
+        finish(
+            bare()
+                .env("TMPDIR", tmp.path())
+                .args(["demo", "--sessions", "1", "--turns", "1"]),
+        );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let first = r.stdout.lines().next().unwrap();
+    let demo_root = PathBuf::from(first.strip_prefix("store: ").unwrap());
+    assert_eq!(mode(&demo_root), 0o700, "demo's temporary store");
+}
+
+#[test]
+fn errors_name_the_file_and_say_the_os_reason_once() {
+    let (tmp, root) = store_dir();
+    let file = tmp.path().join("afile");
+    fs::write(&file, "").unwrap();
+    let err = one_line_error(&run(&file, &["ls"]), "a file as root");
+    assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
+    assert!(err.contains("afile"), "{err}");
+
+    let (id, _) = build_session(&root, &["full disk"]);
+    if Path::new("/dev/full").exists() {
+        let r = run(&root, &["export", &id.to_string(), "-o", "/dev/full"]);
+        let err = one_line_error(&r, "export to /dev/full");
+        assert!(err.contains("/dev/full"), "{err}");
+        assert_eq!(err.matches("No space left").count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn human_output_has_a_header_local_times_plurals_and_newest_update_first() {
+    let (_tmp, root) = store_dir();
+    let (older, head) = build_session(&root, &["older but touched last", "two"]);
+    let (newer, _) = build_session(&root, &["newer"]);
+    let store = Store::open(&root).unwrap();
+    let mut head = head;
+    store
+        .save_delta(older, &mut head, &[Item::user_text("later")])
+        .unwrap();
+    let (fork, _) = store.fork_at_seq(older, 6).unwrap();
+    let (lone, _) = store
+        .create_session(None, RequestConfig::model("m"), &[])
+        .unwrap();
+    store.close().unwrap();
+
+    let table = finish(cmd(&root).env("TZ", "JST-9").arg("ls")).stdout;
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(
+        rows[0].starts_with("ID ") && rows[0].contains("UPDATED"),
+        "{table}"
+    );
+    let order: Vec<&str> = rows[1..].iter().map(|r| &r[..36]).collect();
+    let older_at = order.iter().position(|r| *r == older.to_string()).unwrap();
+    let newer_at = order.iter().position(|r| *r == newer.to_string()).unwrap();
+    assert!(older_at < newer_at, "not sorted by last update: {table}");
+    assert!(rows[1..].iter().all(|r| r.contains(" JST ")), "{table}");
+    assert!(rows[1..].iter().any(|r| r.contains(" B ")), "{table}");
+    let utc = finish(cmd(&root).env("TZ", "UTC0").arg("ls")).stdout;
+    assert!(utc.lines().skip(1).all(|r| r.contains(" UTC ")), "{utc}");
+
+    let verified = ok(&root, &["verify", &lone.to_string(), &newer.to_string()]);
+    assert!(
+        verified.contains(&format!("{lone}: ok, 1 record, ")),
+        "{verified}"
+    );
+    assert!(
+        verified.contains(&format!("{newer}: ok, 4 records, ")),
+        "{verified}"
+    );
+    assert!(!verified.contains(" bytes"), "{verified}");
+
+    let shown = ok(&root, &["show", &fork.to_string()]);
+    assert!(
+        shown.trim_end().ends_with("2 turns, interrupted: false"),
+        "{shown}"
+    );
+    let shown = ok(&root, &["show", &lone.to_string()]);
+    assert!(
+        shown.trim_end().ends_with("0 turns, interrupted: false"),
+        "{shown}"
+    );
+
+    let demo = ok(&root, &["demo", "--sessions", "4", "--turns", "1"]);
+    assert!(
+        demo.contains("asked for, plus 1 from compactions and 1 from forks"),
+        "{demo}"
+    );
+}
+
+#[test]
+fn append_adds_text_or_wire_entries_after_the_head_check() {
+    let (tmp, root) = store_dir();
+    let (id, head) = build_session(&root, &["first"]);
+    let id = id.to_string();
+
+    let r = finish(
+        cmd(&root)
+            .args(["append", &id, "--text"])
+            .write_stdin("a note\n"),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let new_head = r.stdout.trim_end().to_string();
+    assert_eq!(new_head.len(), 64, "{}", r.stdout);
+    let lines = json_lines(&ok(&root, &["export", &id]));
+    assert_eq!(lines.last().unwrap()["hash"], new_head.as_str());
+    assert!(ok(&root, &["show", &id]).contains("user: a note\n"));
+
+    // A stale head is refused and nothing is written.
+    let r = finish(
+        cmd(&root)
+            .args(["append", &id, "--text", "--head", &head.to_string()])
+            .write_stdin("late"),
+    );
+    one_line_error(&r, "append on a stale head");
+    assert_eq!(json_lines(&ok(&root, &["export", &id])).len(), lines.len());
+
+    // Wire-form entries from a file, at the given (current) head.
+    let mut entry = lines[1].clone();
+    for key in ["seq", "hash", "prev_hash"] {
+        entry.as_object_mut().unwrap().remove(key);
+    }
+    let file = tmp.path().join("entries.jsonl");
+    fs::write(&file, format!("{entry}\n{entry}\n")).unwrap();
+    let printed = ok(
+        &root,
+        &["append", &id, file.to_str().unwrap(), "--head", &new_head],
+    );
+    let after = json_lines(&ok(&root, &["export", &id]));
+    assert_eq!(after.len(), lines.len() + 2);
+    assert_eq!(after.last().unwrap()["hash"], printed.trim_end());
+    ok(&root, &["verify", &id]);
+
+    // Lines that carry a seq or hash are refused: the store computes them.
+    fs::write(&file, format!("{}\n", lines[1])).unwrap();
+    one_line_error(
+        &run(&root, &["append", &id, file.to_str().unwrap()]),
+        "a line with a seq",
+    );
+    assert_eq!(json_lines(&ok(&root, &["export", &id])).len(), after.len());
 }

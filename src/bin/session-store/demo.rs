@@ -9,8 +9,9 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use session_store::{Item, Log, RequestConfig, SessionId, Store, UsageRecord, WorkerResult};
 
+use crate::inspect::count;
 use crate::progress;
-use crate::transfer::{write_session, Format};
+use crate::transfer::{write_file_atomically, write_session, Format};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -63,6 +64,8 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         Some(r) => r.clone(),
         None => tempfile::Builder::new()
             .prefix("session-store-demo-")
+            // Private like every store: session logs hold credentials.
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .context("creating a temporary directory")?
             .keep(),
@@ -103,16 +106,17 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
 
     let listed = store.list()?;
     let export_path = root.join(format!("export-{}.jsonl", w.ids[0]));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&export_path)?);
-    let lines = write_session(&store, w.ids[0], Format::Wire, &mut f)?;
-    f.flush()?;
+    let lines = write_file_atomically(&export_path, |out| {
+        write_session(&store, w.ids[0], Format::Wire, out)
+    })?;
 
     let mb = w.payload_bytes as f64 / 1e6;
     let items = w.items_written;
     writeln!(
         out,
-        "wrote     {} sessions ({} compactions, {} forks), {items} items, {mb:.1} MB of items",
-        w.ids.len(),
+        "wrote     {}: {} asked for, plus {} from compactions and {} from forks; {items} items, {mb:.1} MB of items",
+        count(w.ids.len() as u64, "session"),
+        a.sessions,
         w.compactions,
         w.forks
     )?;

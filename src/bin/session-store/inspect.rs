@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use session_store::{ContentPart, Item, ToolOutput};
+use session_store::{ContentPart, Item, SessionId, ToolOutput};
 
 use crate::transfer::record_line;
-use crate::{open_reader, open_store, parse_id};
+use crate::{open_reader, open_store};
 
 #[derive(clap::Args)]
 pub struct LsArgs {
@@ -21,7 +21,7 @@ pub struct LsArgs {
 #[derive(clap::Args)]
 pub struct ShowArgs {
     /// Session id
-    id: String,
+    id: SessionId,
     /// Do not cut long texts
     #[arg(long)]
     full: bool,
@@ -30,7 +30,7 @@ pub struct ShowArgs {
 #[derive(clap::Args)]
 pub struct StatArgs {
     /// Session id
-    id: String,
+    id: SessionId,
     /// JSON output
     #[arg(long)]
     json: bool,
@@ -39,7 +39,7 @@ pub struct StatArgs {
 #[derive(clap::Args)]
 pub struct TailArgs {
     /// Session id
-    id: String,
+    id: SessionId,
     /// Follow new entries as they are committed
     #[arg(short, long)]
     follow: bool,
@@ -48,29 +48,28 @@ pub struct TailArgs {
     from: Option<u64>,
 }
 
+/// A time in ms since the epoch, in the system's time zone (`TZ`, else
+/// /etc/localtime), with the zone's abbreviation so that it is never read as UTC.
 pub(crate) fn fmt_time(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm, restated).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let Ok(t) = jiff::Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX)) else {
+        return format!("{ms} ms");
+    };
+    t.to_zoned_datetime(jiff::tz::TimeZone::system())
+        .strftime("%Y-%m-%d %H:%M:%S %Z")
+        .to_string()
 }
 
-fn human_bytes(n: u64) -> String {
+/// `n` and the noun, plural unless `n` is 1: "1 record", "2 records".
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A size in B, KiB, MiB or GiB.
+pub(crate) fn human_bytes(n: u64) -> String {
     match n {
         n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
         n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
@@ -81,15 +80,25 @@ fn human_bytes(n: u64) -> String {
 
 pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
+    let mut sessions = store.list()?;
+    // Newest first by last write: the session one worked in last is on top.
+    sessions.sort_by_key(|s| std::cmp::Reverse((s.updated_ms, s.created_ms)));
     let mut out = std::io::stdout().lock();
-    for s in store.list()? {
+    if !a.json && !sessions.is_empty() {
+        writeln!(
+            out,
+            "{:<36}  {:<23}  {:>7}  {:>10}  TITLE",
+            "ID", "UPDATED", "ENTRIES", "SIZE"
+        )?;
+    }
+    for s in sessions {
         if a.json {
             writeln!(out, "{}", serde_json::to_string(&s)?)?;
         } else {
             writeln!(
                 out,
-                "{}  {}  {:>6}  {:>10}  {}",
-                s.id,
+                "{:<36}  {:<23}  {:>7}  {:>10}  {}",
+                s.id.to_string(),
                 fmt_time(s.updated_ms),
                 s.entries,
                 human_bytes(s.bytes),
@@ -111,7 +120,7 @@ fn cut(text: &str, full: bool) -> String {
 
 pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
-    let state = open_reader(&store, parse_id(&a.id)?)?.restore()?;
+    let state = open_reader(&store, a.id)?.restore()?;
     let color = std::io::stdout().is_terminal();
     let paint = |code: &str, s: &str| {
         if color {
@@ -266,11 +275,26 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
             }
         }
     }
+    // Turns as the transcript holds them: a fork or a compaction starts
+    // with turns of its origin, which its own turn ends do not count.
+    let turns = state
+        .history
+        .iter()
+        .filter(|i| {
+            matches!(
+                i,
+                Item::Message {
+                    role: session_store::Role::User,
+                    ..
+                }
+            )
+        })
+        .count() as u64;
     writeln!(
         out,
-        "{} turns: {}, interrupted: {}",
+        "{} {}, interrupted: {}",
         paint("2", "--"),
-        state.turn_count,
+        count(turns.max(state.turn_count), "turn"),
         state.last_run_interrupted
     )?;
     Ok(ExitCode::SUCCESS)
@@ -278,7 +302,7 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
 
 pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
-    let id = parse_id(&a.id)?;
+    let id = a.id;
     let log = open_reader(&store, id)?;
     let snap = log.snapshot();
     let segments = log.segment_paths();
@@ -330,7 +354,7 @@ pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
     // Consecutive failed re-reads tolerated, e.g. one that met a footer being written.
     const RETRIES: u32 = 10;
     let store = open_store(root)?;
-    let mut log = open_reader(&store, parse_id(&a.id)?)?;
+    let mut log = open_reader(&store, a.id)?;
     let snap = log.snapshot();
     let mut next = a
         .from

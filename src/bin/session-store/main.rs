@@ -52,6 +52,8 @@ enum Command {
     Fork(transfer::ForkArgs),
     /// Delete a session
     Rm(transfer::RmArgs),
+    /// Append wire-form entries, or a plain-text user message, to a session; prints the new head
+    Append(transfer::AppendArgs),
     /// Print a shell completion script
     Completions {
         /// The shell
@@ -85,10 +87,6 @@ pub(crate) fn open_reader(store: &Store, id: SessionId) -> Result<Log> {
     Ok(Log::open_read_only(store.session_dir(id))?)
 }
 
-pub(crate) fn parse_id(s: &str) -> Result<SessionId> {
-    Ok(s.parse::<SessionId>()?)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -102,6 +100,7 @@ fn main() -> ExitCode {
         Command::Tail(a) => inspect::tail(&cli.root, a),
         Command::Fork(a) => transfer::fork(&cli.root, a),
         Command::Rm(a) => transfer::rm(&cli.root, a),
+        Command::Append(a) => transfer::append(&cli.root, a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
@@ -123,16 +122,29 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            // One line: the chain of causes, outermost first.
-            let msg = e
-                .chain()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(": ");
-            eprintln!("error: {}", msg.replace('\n', " "));
+            eprintln!("error: {}", error_line(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// One line: the chain of causes, outermost first. A cause whose text the
+/// message before it already ends with is left out: the library's errors
+/// print their source and also return it from `source()`, and saying the OS
+/// reason twice reads like two failures.
+fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.replace('\n', " ")
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.

@@ -2,8 +2,10 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use session_store::{
@@ -11,7 +13,7 @@ use session_store::{
     SessionId, Store,
 };
 
-use crate::{open_reader, open_store, parse_id, progress};
+use crate::{open_reader, open_store, progress};
 
 /// The form of the lines `export` prints and `import` reads.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -28,7 +30,7 @@ pub enum Format {
 pub struct ExportArgs {
     /// Session id (omit with --all)
     #[arg(required_unless_present = "all")]
-    id: Option<String>,
+    id: Option<SessionId>,
     /// What to print: the log's entries (wire), or the history restored from
     /// the last SessionStart as a provider's items or messages (the system
     /// prompt and request settings are not items, and are not printed)
@@ -55,16 +57,112 @@ pub struct ImportArgs {
 #[derive(clap::Args)]
 pub struct ForkArgs {
     /// Session id
-    id: String,
+    id: SessionId,
     /// A seq number or a 64-hex-digit hash
     #[arg(long)]
-    at: String,
+    at: At,
+}
+
+/// Where `fork --at` cuts: a seq, or the hash of an entry.
+#[derive(Clone, Copy)]
+pub enum At {
+    /// The entry with this seq.
+    Seq(u64),
+    /// The entry with this hash.
+    Hash(EntryHash),
+}
+
+impl FromStr for At {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<At, String> {
+        if s.len() == 64 {
+            return s.parse().map(At::Hash).map_err(|e| e.to_string());
+        }
+        s.parse()
+            .map(At::Seq)
+            .map_err(|_| format!("{s:?} is neither a seq nor a 64-hex-digit hash"))
+    }
 }
 
 #[derive(clap::Args)]
 pub struct RmArgs {
     /// Session id
-    id: String,
+    id: SessionId,
+}
+
+#[derive(clap::Args)]
+pub struct AppendArgs {
+    /// Session id
+    id: SessionId,
+    /// A file of wire-form entries, one per line, or - for stdin. The store
+    /// computes seq and hashes, so the lines carry none.
+    #[arg(default_value = "-")]
+    file: String,
+    /// The input is plain text: append it as one user message
+    #[arg(long)]
+    text: bool,
+    /// Append only if this is still the session's head [default: the current head]
+    #[arg(long)]
+    head: Option<EntryHash>,
+}
+
+/// Creates `dir` and any missing parents, 0700: exports hold what the
+/// sessions hold, credentials included.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("create dir {}", dir.display()))
+}
+
+/// Writes `path` (0600) whole or not at all: `write` fills a temporary file
+/// in the same directory, which is synced and renamed into place only when
+/// `write` succeeded, and the directory is synced after. On any error the
+/// temporary file is removed and `path` is untouched, so a failed export
+/// never leaves a shorter file that imports cleanly.
+///
+/// A path that exists and is not a regular file (`/dev/stdout`, a pipe) is
+/// written in place: renaming over it would replace the device.
+pub(crate) fn write_file_atomically<T>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<T>,
+) -> Result<T> {
+    let named = || format!("writing {}", path.display());
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(named)?;
+        let mut out = BufWriter::new(file);
+        let value = write(&mut out).with_context(named)?;
+        out.flush().with_context(named)?;
+        return Ok(value);
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.as_deref().unwrap_or("export")))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)
+        .with_context(named)?;
+    let mut out = BufWriter::new(tmp);
+    let value = write(&mut out).with_context(named)?;
+    let tmp = out
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(named)?;
+    tmp.as_file().sync_all().with_context(named)?;
+    tmp.persist(path).map_err(|e| e.error).with_context(named)?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("sync dir {}", dir.display()))?;
+    Ok(value)
 }
 
 /// One record as a wire line, without the newline.
@@ -106,35 +204,34 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
         let Some(dir) = a.output else {
             bail!("export --all needs -o DIR")
         };
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        create_private_dir(&dir)?;
         let sessions = store.list()?;
         let bar = progress(sessions.len() as u64, "export");
+        let mut failed = 0;
         for s in sessions {
             let path = dir.join(format!("{}.jsonl", s.id));
-            let mut f = BufWriter::new(
-                File::create(&path).with_context(|| format!("creating {}", path.display()))?,
-            );
-            write_session(&store, s.id, a.format, &mut f)
-                .with_context(|| format!("session {}", s.id))?;
-            f.flush()
-                .with_context(|| format!("writing {}", path.display()))?;
+            // One session that cannot be read does not stop the others.
+            if let Err(e) =
+                write_file_atomically(&path, |out| write_session(&store, s.id, a.format, out))
+            {
+                failed += 1;
+                bar.suspend(|| eprintln!("error: session {}: {}", s.id, crate::error_line(&e)));
+            }
             bar.inc(1);
         }
         bar.finish_and_clear();
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if failed > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
     let Some(id) = a.id else {
         bail!("give a session id, or --all")
     };
-    let id = parse_id(&id)?;
     match a.output {
         Some(path) => {
-            let mut f = BufWriter::new(
-                File::create(&path).with_context(|| format!("creating {}", path.display()))?,
-            );
-            write_session(&store, id, a.format, &mut f)?;
-            f.flush()
-                .with_context(|| format!("writing {}", path.display()))?;
+            write_file_atomically(&path, |out| write_session(&store, id, a.format, out))?;
         }
         None => {
             let mut out = BufWriter::new(std::io::stdout().lock());
@@ -145,22 +242,27 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
-    let (reader, name, len): (Box<dyn BufRead>, String, u64) = if a.file == "-" {
-        (
+/// The input `import` and `append` read: a file, or stdin for `-`; with
+/// the name to put in errors and the length, when known, for progress.
+fn open_input(file: &str) -> Result<(Box<dyn BufRead>, String, u64)> {
+    if file == "-" {
+        return Ok((
             Box::new(BufReader::new(std::io::stdin().lock())),
             "<stdin>".into(),
             0,
-        )
-    } else {
-        let f = File::open(&a.file).with_context(|| format!("opening {}", a.file))?;
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        (
-            Box::new(BufReader::with_capacity(1 << 20, f)),
-            a.file.clone(),
-            len,
-        )
-    };
+        ));
+    }
+    let f = File::open(file).with_context(|| format!("opening {file}"))?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((
+        Box::new(BufReader::with_capacity(1 << 20, f)),
+        file.to_string(),
+        len,
+    ))
+}
+
+pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
+    let (reader, name, len) = open_input(&a.file)?;
     let bar = progress(len, "import");
     if len < 16 << 20 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -199,14 +301,9 @@ pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
 
 pub fn fork(root: &Option<PathBuf>, a: ForkArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
-    let id = parse_id(&a.id)?;
-    let (new_id, _) = if a.at.len() == 64 {
-        store.fork_at(id, a.at.parse::<EntryHash>()?)?
-    } else {
-        let seq: u64 =
-            a.at.parse()
-                .with_context(|| format!("--at {:?} is neither a seq nor a hash", a.at))?;
-        store.fork_at_seq(id, seq)?
+    let (new_id, _) = match a.at {
+        At::Hash(hash) => store.fork_at(a.id, hash)?,
+        At::Seq(seq) => store.fork_at_seq(a.id, seq)?,
     };
     store.close()?;
     println!("{new_id}");
@@ -215,6 +312,65 @@ pub fn fork(root: &Option<PathBuf>, a: ForkArgs) -> Result<ExitCode> {
 
 pub fn rm(root: &Option<PathBuf>, a: RmArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
-    store.delete(parse_id(&a.id)?)?;
+    store.delete(a.id)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `append` writes.
+enum Appended {
+    /// Wire-form entries, as read.
+    Entries(Vec<session_store::LogEntry>),
+    /// The one user message of `--text`.
+    Message(Item),
+}
+
+pub fn append(root: &Option<PathBuf>, a: AppendArgs) -> Result<ExitCode> {
+    let (mut reader, name, _) = open_input(&a.file)?;
+    let input = if a.text {
+        let mut text = String::new();
+        reader
+            .read_to_string(&mut text)
+            .with_context(|| name.clone())?;
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        if text.trim().is_empty() {
+            bail!("{name}: no text to append");
+        }
+        Appended::Message(Item::user_text(text))
+    } else {
+        let mut lines = LineReader::new(reader);
+        let mut entries = Vec::new();
+        while let Some((no, text)) = lines.next_line().with_context(|| name.clone())? {
+            let wire = parse_line(text, no).with_context(|| name.clone())?;
+            if wire.seq.is_some() || wire.hash.is_some() || wire.prev_hash.is_some() {
+                bail!(
+                    "{name}: line {no}: append takes entries without seq, hash or prev_hash: \
+                     the store computes them (check the head with --head)"
+                );
+            }
+            entries.push(wire.entry);
+        }
+        if entries.is_empty() {
+            bail!("{name}: no entries to append");
+        }
+        Appended::Entries(entries)
+    };
+    let store = open_store(root)?;
+    if !store.exists(a.id) {
+        bail!("not found: session {}", a.id);
+    }
+    let mut head = match a.head {
+        Some(h) => h,
+        None => store
+            .head(a.id)?
+            .with_context(|| format!("session {} has no entries", a.id))?,
+    };
+    match &input {
+        Appended::Entries(entries) => store.save_entries(a.id, &mut head, entries)?,
+        Appended::Message(message) => {
+            store.save_delta(a.id, &mut head, std::slice::from_ref(message))?
+        }
+    }
+    store.close()?;
+    println!("{head}");
     Ok(ExitCode::SUCCESS)
 }

@@ -6,13 +6,14 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use session_store::{Error, Log, SessionId};
 
-use crate::{open_store, parse_id, progress};
+use crate::inspect::{count, human_bytes};
+use crate::{open_store, progress};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Session ids
     #[arg(required_unless_present = "all")]
-    ids: Vec<String>,
+    ids: Vec<SessionId>,
     /// Verify every session
     #[arg(long, conflicts_with = "ids")]
     all: bool,
@@ -25,7 +26,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     } else if a.ids.is_empty() {
         bail!("give session ids, or --all");
     } else {
-        a.ids.iter().map(|s| parse_id(s)).collect::<Result<_>>()?
+        a.ids
     };
     let bar = progress(ids.len() as u64, "verify");
     let mut damaged = 0;
@@ -46,13 +47,17 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                         format!("{id}: DAMAGED: {d}")
                     }
                     (None, Some(t)) => format!(
-                        "{id}: ok, {} records; torn tail not yet recovered at {} offset {} ({})",
-                        r.records,
+                        "{id}: ok, {}; torn tail not yet recovered at {} offset {} ({})",
+                        count(r.records, "record"),
                         t.segment.display(),
                         t.offset,
                         t.reason
                     ),
-                    (None, None) => format!("{id}: ok, {} records, {} bytes", r.records, r.bytes),
+                    (None, None) => format!(
+                        "{id}: ok, {}, {}",
+                        count(r.records, "record"),
+                        human_bytes(r.bytes)
+                    ),
                 }
             }
             Err(Error::Corrupt {
