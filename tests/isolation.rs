@@ -254,3 +254,44 @@ fn an_open_empties_the_trash_but_not_under_a_running_delete() {
         "a running delete lost its files"
     );
 }
+
+#[test]
+fn a_read_only_store_reads_everything_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-store-here");
+    let err = Store::open_read_only(&missing).unwrap_err();
+    assert!(
+        matches!(err, session_store::Error::NotFound { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no-store-here"), "{err}");
+    assert!(!missing.exists(), "opening for reading made a store");
+
+    let ids = crashed_store(dir.path());
+    let before = snapshot_files(dir.path());
+    let store = Store::open_read_only(dir.path()).unwrap();
+    assert!(store.is_read_only());
+    assert_eq!(store.list().unwrap().len(), 3);
+    for id in &ids {
+        assert_eq!(store.restore(*id).unwrap().history.len(), 2);
+        assert_eq!(store.snapshot(*id).unwrap().verify().damage, None);
+    }
+    let refused = [
+        store
+            .create_session(None, RequestConfig::default(), &[])
+            .map(|_| ()),
+        store.delete(ids[0]),
+        store
+            .head(ids[0])
+            .and_then(|h| store.save_delta(ids[0], &mut h.unwrap(), &[Item::user_text("x")])),
+    ];
+    for r in refused {
+        let e = r.unwrap_err();
+        assert!(e.to_string().contains("read-only"), "{e}");
+    }
+    assert_eq!(
+        snapshot_files(dir.path()),
+        before,
+        "a read-only store wrote"
+    );
+}

@@ -127,7 +127,8 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     /// One per shard: signalled when an open that others wait for ends.
     opened: Vec<Condvar>,
-    cache: Arc<ListCache>,
+    /// The listing cache, which writers keep; `None` in a read-only store.
+    cache: Option<Arc<ListCache>>,
     /// Sessions open in all shards together: eviction starts only when
     /// this passes `max_open_sessions`, however they spread over shards.
     open_count: AtomicUsize,
@@ -193,22 +194,56 @@ impl Store {
                 }
             }
         }
-        let cache = Arc::new(ListCache::open(&root, hook)?);
-        let shards = SHARDS;
-        let store = Store {
+        let cache = Some(Arc::new(ListCache::open(&root, hook)?));
+        let store = Store::with_parts(root, opts, cache);
+        store.sweep_staging();
+        Ok(store)
+    }
+
+    /// Opens an existing store for reading only: nothing is created,
+    /// swept, recovered or written, and no lock is taken for writing, so it
+    /// works on a read-only medium and beside live writers. Listing,
+    /// `info`, `restore`, snapshots, subscriptions' reads and `verify` work as
+    /// in a writable store; every write (creating, saving, deleting, opening
+    /// a session's writer) fails with [`Error::InvalidInput`].
+    ///
+    /// Fails with [`Error::NotFound`] naming `root` when no store is there.
+    pub fn open_read_only(root: impl AsRef<Path>) -> Result<Store> {
+        let root = root.as_ref().to_path_buf();
+        if !root.join("sessions").is_dir() {
+            return Err(Error::not_found(format!("no store at {}", root.display())));
+        }
+        Ok(Store::with_parts(root, StoreOptions::default(), None))
+    }
+
+    fn with_parts(root: PathBuf, opts: StoreOptions, cache: Option<Arc<ListCache>>) -> Store {
+        Store {
             inner: Arc::new(Inner {
                 cache,
                 root,
                 opts,
-                shards: (0..shards).map(|_| Mutex::new(Shard::default())).collect(),
-                opened: (0..shards).map(|_| Condvar::new()).collect(),
+                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+                opened: (0..SHARDS).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
                 open_count: AtomicUsize::new(0),
                 tick: AtomicU64::new(0),
             }),
-        };
-        store.sweep_staging();
-        Ok(store)
+        }
+    }
+
+    /// Whether this store was opened with [`Store::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.cache.is_none()
+    }
+
+    /// Refuses a write to a read-only store.
+    fn writable(&self) -> Result<&Arc<ListCache>> {
+        self.inner.cache.as_ref().ok_or_else(|| {
+            Error::invalid(format!(
+                "the store at {} was opened read-only",
+                self.inner.root.display()
+            ))
+        })
     }
 
     /// The fault seam every write of this store goes through.

@@ -204,7 +204,7 @@ impl Store {
 
     /// The session's current head.
     pub fn head(&self, id: SessionId) -> Result<Option<EntryHash>> {
-        Ok(self.session(id)?.log.head().map(|(_, h)| h))
+        Ok(self.reader(id)?.head().map(|(_, h)| h))
     }
 
     /// If the stored head is `head`, returns `(id, head)`; otherwise forks the

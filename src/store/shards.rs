@@ -86,6 +86,7 @@ impl Store {
     /// the shard lock, so that it does not hold up the shard's other
     /// sessions; a second caller for the same session waits for it.
     pub fn session(&self, id: SessionId) -> Result<SessionHandle> {
+        self.writable()?;
         let slot = self.slot(id);
         let mut shard = self.inner.shards[slot].lock();
         loop {
@@ -202,7 +203,7 @@ impl Store {
         let catalog = Arc::new(SessionCatalog::open(
             id,
             catalog_path,
-            Some(&self.inner.cache),
+            Some(self.writable()?),
             self.hook(),
         )?);
         let handle = SessionHandle { id, log, catalog };

@@ -57,6 +57,7 @@ impl Store {
         id: SessionId,
         entries: &[LogEntry],
     ) -> Result<EntryHash> {
+        self.writable()?;
         let Some(LogEntry::SessionStart {
             history,
             forked_from,
@@ -105,7 +106,7 @@ impl Store {
             let _ = hooked_fs::remove_dir_all(&staged, self.hook());
             return Err(e);
         }
-        self.inner.cache.place_new(id);
+        self.writable()?.place_new(id);
         let handle = self.session(id)?;
         Ok(handle.log.head().map(|(_, h)| h).expect("just written"))
     }
@@ -217,6 +218,7 @@ impl Store {
     /// directory is durably in `trash/`, the delete is done and returns
     /// `Ok`; what is left in the trash is removed now or by the next open.
     pub fn delete(&self, id: SessionId) -> Result<()> {
+        let cache = self.writable()?;
         let dir = self.session_dir(id);
         if !dir.join(CATALOG_FILE).exists() {
             return Err(Error::not_found(format!("session {id}")));
@@ -230,12 +232,9 @@ impl Store {
         // The listing cache is a copy: its slot goes first, while the catalog
         // is still in place (a crash after it leaves a session that `list`
         // finds through its catalog).
-        if let Ok(catalog) = SessionCatalog::open(
-            id,
-            dir.join(CATALOG_FILE),
-            Some(&self.inner.cache),
-            self.hook(),
-        ) {
+        if let Ok(catalog) =
+            SessionCatalog::open(id, dir.join(CATALOG_FILE), Some(cache), self.hook())
+        {
             let _ = catalog.forget();
         }
         let trash = self

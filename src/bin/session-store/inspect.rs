@@ -9,7 +9,7 @@ use anyhow::Result;
 use session_store::{ContentPart, Item, SessionId, ToolOutput};
 
 use crate::transfer::record_line;
-use crate::{open_reader, open_store};
+use crate::{open_reader, open_store_to_read};
 
 #[derive(clap::Args)]
 pub struct LsArgs {
@@ -79,7 +79,7 @@ pub(crate) fn human_bytes(n: u64) -> String {
 }
 
 pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = open_store_to_read(root)?;
     let mut sessions = store.list()?;
     // Newest first by last write: the session one worked in last is on top.
     sessions.sort_by_key(|s| std::cmp::Reverse((s.updated_ms, s.created_ms)));
@@ -119,7 +119,7 @@ fn cut(text: &str, full: bool) -> String {
 }
 
 pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = open_store_to_read(root)?;
     let state = open_reader(&store, a.id)?.restore()?;
     let color = std::io::stdout().is_terminal();
     let paint = |code: &str, s: &str| {
@@ -301,7 +301,7 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
 }
 
 pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = open_store_to_read(root)?;
     let id = a.id;
     let log = open_reader(&store, id)?;
     let snap = log.snapshot();
@@ -317,6 +317,7 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
         "head_hash": head.map(|h| h.1),
         "last_session_start": snap.last_session_start(),
         "recovery": report,
+        "verified": false,
     });
     if a.json {
         println!("{value}");
@@ -341,7 +342,9 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
                 t.offset,
                 t.reason
             ),
-            None => println!("recovery     clean"),
+            None => println!(
+                "recovery     no torn tail; records not verified (run `session-store verify {id}`)"
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -353,7 +356,7 @@ pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
     const POLL: Duration = Duration::from_millis(100);
     // Consecutive failed re-reads tolerated, e.g. one that met a footer being written.
     const RETRIES: u32 = 10;
-    let store = open_store(root)?;
+    let store = open_store_to_read(root)?;
     let mut log = open_reader(&store, a.id)?;
     let snap = log.snapshot();
     let mut next = a

@@ -78,6 +78,14 @@ pub(crate) fn open_store(root: &Option<PathBuf>) -> Result<Store> {
     Store::open(&root).with_context(|| format!("opening store {}", root.display()))
 }
 
+/// Opens the store for a command that only reads: nothing is created or
+/// changed (a read-only medium works), and a path that holds no store is an
+/// error naming it.
+pub(crate) fn open_store_to_read(root: &Option<PathBuf>) -> Result<Store> {
+    let root = root.clone().unwrap_or_else(default_root);
+    Store::open_read_only(&root).with_context(|| format!("opening store {}", root.display()))
+}
+
 /// Opens a session's log read-only. Reading never takes the writer lock, so it
 /// works beside a live writer (an agent runtime) and never locks one out.
 pub(crate) fn open_reader(store: &Store, id: SessionId) -> Result<Log> {

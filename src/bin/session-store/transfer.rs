@@ -13,7 +13,7 @@ use session_store::{
     SessionId, Store,
 };
 
-use crate::{open_reader, open_store, progress};
+use crate::{open_reader, open_store, open_store_to_read, progress};
 
 /// The form of the lines `export` prints and `import` reads.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -199,7 +199,7 @@ pub(crate) fn write_session(
 }
 
 pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = open_store_to_read(root)?;
     if a.all {
         let Some(dir) = a.output else {
             bail!("export --all needs -o DIR")

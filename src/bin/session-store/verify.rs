@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use session_store::{Error, Log, SessionId};
 
 use crate::inspect::{count, human_bytes};
-use crate::{open_store, progress};
+use crate::{open_store_to_read, progress};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = open_store_to_read(root)?;
     let ids: Vec<SessionId> = if a.all {
         store.list()?.into_iter().map(|s| s.id).collect()
     } else if a.ids.is_empty() {
