@@ -1,23 +1,40 @@
-//! Side by side, in one process, on the same items: session-store against the
-//! seed's JSONL + SHA-256 chain, SQLite (WAL) and redb, and against the raw
-//! limit (memcpy into a prefaulted map plus BLAKE3 and CRC32).
+//! Side by side, in one process, on the same items: session-store against
+//! the seed's JSONL + SHA-256 chain, SQLite (WAL) and redb.
+//!
+//! The headline table (`compare/sessions.rs`) is what agent runtimes do:
+//! many sessions saved turn by turn through the public `Store` API, round-
+//! robin, with every peer in the same shape: workload A, 200 sessions × 100
+//! realistic turns, and workload B, 10,000 sessions × 5 small turns. It
+//! reports append throughput, save latency percentiles, allocated disk,
+//! replay of every session, open + restore of one session, and `list`, and
+//! checks them against issue 14's targets.
+//!
+//! The second table is the more favourable path: one log written through
+//! `Log::append_batch`, with the raw limit (memcpy into a prefaulted map plus
+//! BLAKE3 and CRC32), durable appends, replay and verify.
 //!
 //! ```text
-//! cargo bench --bench compare               # full: 20k turns (100k items), 5 repetitions
-//! cargo bench --bench compare -- --quick    # < 1 minute: 2k turns, 3 repetitions
+//! cargo bench --bench compare               # full: the issue's sizes, 5 repetitions
+//! cargo bench --bench compare -- --quick    # CI-sized, 3 repetitions: A 50 × 40, B 1,000 × 5,
+//!                                           # single log 2k turns
+//! cargo bench --bench compare -- --headline # the headline table only (with --quick too)
+//! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
-//!                                           # restore 1 GB vs 10 MB, list 10k sessions
+//!                                           # restore 1 GB vs 10 MB
 //! ```
-//! `BENCH_LARGE=1` is the same as `--large`. Every figure is the median of the
-//! repetitions, and repetitions are interleaved across systems so that a noisy
-//! neighbour slows all of them alike. Appends time only the appending: opening
-//! a store and closing it are outside the clock, for every system. Replay and
-//! verify include opening, for every system. Each peer runs in its best
-//! ordinary configuration: see the README's "Performance" section for what
-//! each row does.
+//! `BENCH_LARGE=1` is the same as `--large`. Workloads are seeded. Every
+//! figure is the median of the repetitions, and repetitions are interleaved
+//! across systems so that a noisy neighbour slows all of them alike; each
+//! system gets an untimed warm-up pass, and its previous files are deleted
+//! before it runs. Appends time only the appending: opening a store and
+//! closing it are outside the clock, for every system. Replay and verify
+//! include opening, for every system. Each peer runs in its best ordinary
+//! configuration: see the README's "Performance" section for what each row
+//! does.
 //!
-//! The quick mode's 25 MB fit in one 64 MiB segment, so it never rolls; the
-//! full mode's 224 MB roll three times, and show what a roll costs.
+//! In the second table, the quick mode's 25 MB fit in one 64 MiB segment, so
+//! it never rolls; the full mode's 224 MB roll three times, and show what a
+//! roll costs.
 
 use std::fs::File;
 use std::hint::black_box;
@@ -30,10 +47,13 @@ use std::time::Instant;
 
 use redb::ReadableTable;
 use rusqlite::{params, Connection, TransactionBehavior};
-use session_store::{Durability, Item, Log, LogEntry, LogOptions, RestoredState, Store};
+use session_store::{Durability, Item, Log, LogEntry, LogOptions, RestoredState};
 use sha2::{Digest, Sha256};
 
 mod common;
+// A file of its own, next to this one (a bench target is a crate root).
+#[path = "compare/sessions.rs"]
+mod sessions;
 use common::Workload;
 
 const REDB_ITEMS: redb::TableDefinition<u64, &str> = redb::TableDefinition::new("items");
@@ -143,19 +163,29 @@ impl Jsonl {
     /// reaches the page cache (what `Buffered` promises) before returning.
     fn save(&mut self, entries: &[LogEntry]) {
         for e in entries {
-            let json = serde_json::to_vec(e).expect("json");
-            let mut h = Sha256::new();
-            h.update(self.prev);
-            h.update(&json);
-            self.prev = h.finalize().into();
-            self.out.write_all(b"{\"hash\":\"").expect("write");
-            self.out
-                .write_all(hex::encode(self.prev).as_bytes())
-                .expect("write");
-            self.out.write_all(b"\",").expect("write");
-            self.out.write_all(&json[1..]).expect("write");
-            self.out.write_all(b"\n").expect("write");
+            self.chain(&serde_json::to_vec(e).expect("json"));
         }
+        self.flush();
+    }
+
+    /// Writes one line: the JSON object `json` with
+    /// `"hash": sha256(prev || json)` spliced in as its first field.
+    fn chain(&mut self, json: &[u8]) {
+        let mut h = Sha256::new();
+        h.update(self.prev);
+        h.update(json);
+        self.prev = h.finalize().into();
+        self.out.write_all(b"{\"hash\":\"").expect("write");
+        self.out
+            .write_all(hex::encode(self.prev).as_bytes())
+            .expect("write");
+        self.out.write_all(b"\",").expect("write");
+        self.out.write_all(&json[1..]).expect("write");
+        self.out.write_all(b"\n").expect("write");
+    }
+
+    /// Hands what is buffered to the kernel (the page cache).
+    fn flush(&mut self) {
         self.out.flush().expect("flush");
     }
 }
@@ -228,17 +258,18 @@ enum Batch {
     PerTurn,
 }
 
-fn sqlite_open(path: &Path, synchronous: &str) -> Connection {
+const ITEMS_SCHEMA: &str =
+    "CREATE TABLE IF NOT EXISTS items(seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, body TEXT NOT NULL)";
+
+/// A WAL connection with `synchronous` set and `schema` created.
+fn sqlite_open(path: &Path, synchronous: &str, schema: &str) -> Connection {
     let c = Connection::open(path).expect("sqlite open");
     c.pragma_update(None, "journal_mode", "WAL").expect("wal");
     c.pragma_update(None, "synchronous", synchronous)
         .expect("synchronous");
     c.busy_timeout(std::time::Duration::from_secs(60))
         .expect("busy timeout");
-    c.execute_batch(
-        "CREATE TABLE IF NOT EXISTS items(seq INTEGER PRIMARY KEY, ts INTEGER NOT NULL, body TEXT NOT NULL)",
-    )
-    .expect("schema");
+    c.execute_batch(schema).expect("schema");
     c
 }
 
@@ -269,7 +300,7 @@ fn sqlite_save(c: &mut Connection, turn: &[Item], ts: u64, batch: Batch) {
 }
 
 fn sqlite_append(path: &Path, w: &Workload, synchronous: &str, batch: Batch) -> f64 {
-    let mut c = sqlite_open(path, synchronous);
+    let mut c = sqlite_open(path, synchronous, ITEMS_SCHEMA);
     time(|| {
         for (i, t) in w.turns.iter().enumerate() {
             sqlite_save(&mut c, t, common::TS0 + i as u64, batch);
@@ -454,9 +485,9 @@ impl Runner<'_> {
         let payloads = archives(w);
         let raw_len: usize = payloads.iter().map(|p| p.len().next_multiple_of(16)).sum();
         let mut map = prefaulted_map(raw_len);
-        type Run<'a> = Box<dyn FnMut(&Path) -> f64 + 'a>;
+        type Run<'a> = DirRun<'a, f64>;
         // (label, commits, run); the first four keep their last directory.
-        let mut systems: Vec<(&str, u64, Run)> = vec![
+        let systems: Vec<(&str, u64, Run)> = vec![
             (
                 "session-store (Buffered)",
                 turns,
@@ -492,30 +523,10 @@ impl Runner<'_> {
                 }),
             ),
         ];
-        // Repetitions are interleaved across systems, so that a noisy
-        // neighbour slows every system alike rather than one of them.
-        let mut times = vec![Vec::new(); systems.len()];
-        let mut kept: Vec<Option<tempfile::TempDir>> = (0..systems.len()).map(|_| None).collect();
-        // One untimed pass first: on this VM, the first writes into memory
-        // the process has not used yet ran up to 2.6× slower, and whichever
-        // system went first paid for it.
-        for (i, (_, _, run)) in systems.iter_mut().enumerate() {
-            let d = fresh();
-            run(d.path());
-            kept[i] = Some(d);
-        }
-        for _ in 0..self.cfg.reps {
-            for (i, (_, _, run)) in systems.iter_mut().enumerate() {
-                // Each system's previous files go before it runs, so that it
-                // reuses the memory they held rather than the next system.
-                kept[i] = None;
-                let d = fresh();
-                times[i].push(run(d.path()));
-                kept[i] = Some(d);
-            }
-        }
         let labels: Vec<(&str, u64)> = systems.iter().map(|(l, c, _)| (*l, *c)).collect();
-        drop(systems);
+        let mut runs: Vec<Run> = systems.into_iter().map(|(_, _, run)| run).collect();
+        let (times, kept) = interleave_dirs(self.cfg.reps, &mut runs);
+        drop(runs);
         for ((label, commits), t) in labels.into_iter().zip(times) {
             self.push(&op, label, items, bytes, commits, common::median(t));
         }
@@ -526,13 +537,64 @@ impl Runner<'_> {
         }
         let mut kept = kept.into_iter();
         Dirs {
-            ss: kept.next().flatten(),
-            jsonl: kept.next().flatten(),
-            sqlite: kept.next().flatten(),
-            redb: kept.next().flatten(),
+            ss: kept.next(),
+            jsonl: kept.next(),
+            sqlite: kept.next(),
+            redb: kept.next(),
             raw_mb_s,
         }
     }
+}
+
+/// One run of a system in the directory it is given.
+type DirRun<'a, T> = Box<dyn FnMut(&Path) -> T + 'a>;
+
+/// Runs each system `reps` times, interleaved across systems so that a
+/// noisy neighbour slows every system alike rather than one of them, each
+/// in a fresh directory. Returns each system's results and the directory of
+/// its last run.
+fn interleave_dirs<T>(
+    reps: usize,
+    runs: &mut [DirRun<'_, T>],
+) -> (Vec<Vec<T>>, Vec<tempfile::TempDir>) {
+    let mut results: Vec<Vec<T>> = runs.iter().map(|_| Vec::new()).collect();
+    let mut kept: Vec<Option<tempfile::TempDir>> = runs.iter().map(|_| None).collect();
+    // Pass 0 is an untimed warm-up: on this VM, the first writes into memory
+    // the process has not used yet ran up to 2.6× slower, and whichever
+    // system went first paid for it.
+    for rep in 0..=reps {
+        for (i, run) in runs.iter_mut().enumerate() {
+            // Each system's previous files go before it runs, so that it
+            // reuses the memory they held rather than the next system.
+            kept[i] = None;
+            let d = fresh();
+            let r = run(d.path());
+            if rep > 0 {
+                results[i].push(r);
+            }
+            kept[i] = Some(d);
+        }
+    }
+    let kept = kept
+        .into_iter()
+        .map(|d| d.expect("every system ran"))
+        .collect();
+    (results, kept)
+}
+
+/// Runs each case `reps` times, interleaved, after one untimed pass of
+/// each, and returns the median of each case's times.
+fn medians(reps: usize, cases: &[&dyn Fn() -> f64]) -> Vec<f64> {
+    let mut times = vec![Vec::new(); cases.len()];
+    for f in cases {
+        f();
+    }
+    for _ in 0..reps {
+        for (i, f) in cases.iter().enumerate() {
+            times[i].push(f());
+        }
+    }
+    times.into_iter().map(common::median).collect()
 }
 
 #[derive(Default)]
@@ -553,16 +615,28 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let large = args.iter().any(|a| a == "--large")
         || std::env::var_os("BENCH_LARGE").is_some_and(|v| v == "1");
+    let headline_only = args.iter().any(|a| a == "--headline");
+    let reps = args.iter().position(|a| a == "--reps").map(|i| {
+        args.get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .expect("--reps N")
+    });
     let cfg = Config {
         quick,
         large,
         turns: if quick { 2_000 } else { 20_000 },
-        reps: if quick { 3 } else { 5 },
+        reps: reps.unwrap_or(if quick { 3 } else { 5 }),
         durable_commits: if quick { 160 } else { 800 },
     };
     let started = Instant::now();
+    print_cpu_features();
+    sessions::run(quick, cfg.reps);
+    if headline_only {
+        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     eprintln!(
-        "compare: {} mode, {} turns, {} repetitions",
+        "compare: single log, {} mode, {} turns, {} repetitions",
         if quick { "quick" } else { "full" },
         cfg.turns,
         cfg.reps
@@ -596,11 +670,11 @@ fn main() {
 fn sqlite_durable(w: &Workload, threads: usize, commits: usize, batch: Batch) -> f64 {
     let d = fresh();
     let path = d.path().join("db");
-    drop(sqlite_open(&path, "FULL"));
+    drop(sqlite_open(&path, "FULL", ITEMS_SCHEMA));
     durable(
         threads,
         commits,
-        || sqlite_open(&path, "FULL"),
+        || sqlite_open(&path, "FULL", ITEMS_SCHEMA),
         |c, i| sqlite_save(c, &w.turns[i], common::TS0 + i as u64, batch),
     )
 }
@@ -846,18 +920,9 @@ type Case<'a> = (&'a str, Box<dyn Fn() -> f64 + 'a>);
 
 /// Runs each case `reps` times, interleaved, and pushes the medians.
 fn interleaved(run: &mut Runner, op: &str, items: u64, bytes: u64, cases: &[Case<'_>]) {
-    let mut times = vec![Vec::new(); cases.len()];
-    // One untimed pass first, as for appends.
-    for (_, f) in cases {
-        f();
-    }
-    for _ in 0..run.cfg.reps {
-        for (i, (_, f)) in cases.iter().enumerate() {
-            times[i].push(f());
-        }
-    }
-    for ((label, _), t) in cases.iter().zip(times) {
-        run.push(op, label, items, bytes, 0, common::median(t));
+    let fs: Vec<&dyn Fn() -> f64> = cases.iter().map(|(_, f)| f.as_ref()).collect();
+    for ((label, _), t) in cases.iter().zip(medians(run.cfg.reps, &fs)) {
+        run.push(op, label, items, bytes, 0, t);
     }
 }
 
@@ -918,6 +983,8 @@ fn verify_rows(run: &mut Runner, w: &Workload, dirs: &Dirs) {
 
 fn print_table(rows: &[Row], w: &Workload, cfg: &Config) {
     println!();
+    println!("## Second table: one log through `Log::append_batch` (the more favourable path: one session, no `Store`, no session cache, no catalog)");
+    println!();
     println!(
         "session-store compare ({} mode): {} turns, {} items, {:.1} MB of payload per workload; median of {} runs",
         if cfg.quick { "quick" } else { "full" },
@@ -972,16 +1039,34 @@ fn find<'a>(rows: &'a [Row], op: &str, system: &str) -> Option<&'a Row> {
         .find(|r| r.op == op && r.system.starts_with(system))
 }
 
+/// How a figure must compare with its target.
+#[derive(Clone, Copy)]
+enum Op {
+    AtLeast,
+    AtMost,
+    Below,
+}
+
+/// Prints one target line: the figure, the target, and whether it is met.
+fn target(what: &str, v: Option<f64>, op: Op, target: f64, unit: &str) {
+    let (sign, ok): (&str, fn(f64, f64) -> bool) = match op {
+        Op::AtLeast => ("≥", |v, t| v >= t),
+        Op::AtMost => ("≤", |v, t| v <= t),
+        Op::Below => ("<", |v, t| v < t),
+    };
+    let (v, ok) = v.map_or((f64::NAN, false), |v| (v, ok(v, target)));
+    println!(
+        "- {what}: {v:.2}{unit} (target {sign} {target}{unit}) {}",
+        if ok { "met" } else { "MISSED" }
+    );
+}
+
 fn print_targets(rows: &[Row]) {
     let ratio = |op: &str, a: &str, b: &str| -> Option<f64> {
         Some(find(rows, op, a)?.items_s() / find(rows, op, b)?.items_s())
     };
-    let line = |what: &str, v: Option<f64>, target: f64, unit: &str| {
-        let (v, ok) = v.map_or((f64::NAN, false), |v| (v, v >= target));
-        println!(
-            "- {what}: {v:.2}{unit} (target ≥ {target}{unit}) {}",
-            if ok { "met" } else { "MISSED" }
-        );
+    let line = |what: &str, v: Option<f64>, t: f64, unit: &str| {
+        target(what, v, Op::AtLeast, t, unit);
     };
     // What the limit rows allow at most in this run: a target above its
     // bound cannot be met by any implementation on this machine.
@@ -1056,7 +1141,7 @@ fn print_targets(rows: &[Row]) {
     );
 }
 
-// ---------------------------------------------------------------- large: RSS, restore, list
+// ---------------------------------------------------------------- large: RSS, restore
 
 fn large_figures() -> String {
     let mut out = String::new();
@@ -1134,37 +1219,33 @@ fn large_figures() -> String {
         r1g * 1e3,
         r1g / r10
     );
-
-    // Listing 10k sessions against stat-ing 10k files.
-    let root = common::list_fixture();
-    let store = Store::open_with(&root, common::list_store_options()).expect("store");
-    let sessions = root.join("sessions");
-    let list = common::median(
-        (0..15)
-            .map(|_| time(|| assert_eq!(store.list().expect("list").len(), common::LIST_SESSIONS)))
-            .collect(),
-    );
-    let stat = common::median(
-        (0..15)
-            .map(|_| {
-                time(|| {
-                    for e in std::fs::read_dir(&sessions).expect("read_dir") {
-                        black_box(
-                            std::fs::metadata(e.expect("entry").path().join("catalog"))
-                                .expect("stat"),
-                        );
-                    }
-                })
-            })
-            .collect(),
-    );
-    out += &format!(
-        "List 10k sessions: Store::list {:.2} ms, read_dir + stat of 10k files {:.2} ms, ratio {:.2}× (target ≤ 2×)\n",
-        list * 1e3,
-        stat * 1e3,
-        list / stat
-    );
     out
+}
+
+/// Which CPU features the two hashes can use here.
+fn print_cpu_features() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .and_then(|l| l.split_once(':'))
+        .map_or(Vec::new(), |(_, f)| f.split_whitespace().collect());
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown", |(_, m)| m.trim());
+    let has = |f: &str| if flags.contains(&f) { "yes" } else { "no" };
+    println!(
+        "CPU: {model}; /proc/cpuinfo flags: sha_ni {}, avx2 {}, avx512f {}, sse4_1 {}",
+        has("sha_ni"),
+        has("avx2"),
+        has("avx512f"),
+        has("sse4_1")
+    );
+    println!("- BLAKE3 (session-store's chain) picks AVX-512, AVX2, SSE4.1 or SSE2 at run time; its SIMD lanes hash 1 KiB chunks side by side, so a record of a few KB fills few of them.");
+    println!("- SHA-256 (the JSONL peer) is the `sha2` 0.10.9 crate, built with its default features only (no `asm`, no `force-soft`): on x86_64 it checks for SHA-NI (`sha`, with SSE2, SSSE3, SSE4.1) at run time through `cpufeatures` and uses the SHA extensions when present, else its portable code.");
+    println!();
 }
 
 fn status_kb(key: &str) -> u64 {

@@ -271,14 +271,19 @@ impl Workload {
     }
 }
 
+/// The system prompt of every benchmark session.
+pub const SYSTEM_PROMPT: &str =
+    "You are a coding agent. Use the tools to inspect and change the repository.";
+
+/// The model every benchmark session names.
+pub const MODEL: &str = "bench-model";
+
 /// The `SessionStart` every benchmark log begins with, carrying `history`.
 pub fn session_start(history: &[Item], ts: u64) -> LogEntry {
     LogEntry::SessionStart {
         ts,
-        system_prompt: Some(
-            "You are a coding agent. Use the tools to inspect and change the repository.".into(),
-        ),
-        config: RequestConfig::model("bench-model"),
+        system_prompt: Some(SYSTEM_PROMPT.into()),
+        config: RequestConfig::model(MODEL),
         history: history.iter().map(LoggedItem::from).collect(),
         forked_from: None,
         compacted_from: None,
@@ -453,7 +458,7 @@ pub fn list_fixture() -> std::path::PathBuf {
             store
                 .create_session(
                     Some("system"),
-                    RequestConfig::model("bench-model"),
+                    RequestConfig::model(MODEL),
                     &[Item::user_text(title)],
                 )
                 .expect("create");

@@ -1,0 +1,927 @@
+//! The headline table: what agent runtimes do. Many sessions, each saved
+//! turn by turn through the public `Store` API, turn `t` of every session
+//! before turn `t + 1` of any (round-robin), with default `StoreOptions`.
+//! Every peer gets the same shape:
+//! - JSONL + SHA-256: one file per session, every file kept open behind a
+//!   `BufWriter` that is flushed once per turn (what `Buffered` promises:
+//!   the turn is in the page cache when the save returns);
+//! - SQLite WAL, `synchronous=NORMAL` (no fsync per commit, as `Buffered`):
+//!   one database, a session column, the composite primary key
+//!   `(session, seq)`, one transaction per turn;
+//! - redb: one table keyed by `(session, seq)`, one write transaction per
+//!   turn, with `Durability::None` and with its default, `Immediate`.
+//!
+//! Peers store one record per item, `{"ts":…,"item":{…}}` serialized from
+//! the borrowed item (a session's first record carries its `SessionStart`
+//! instead), so MB/s counts the same bytes for everyone: the items' JSON.
+//!
+//! A pass creates every session (timed on its own, reported, not part of
+//! the append figures), saves every turn (each save timed: latency
+//! percentiles; their wall time: throughput), closes (untimed), sums the
+//! allocated blocks, then replays every session from a fresh open.
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use session_store::{EntryHash, Item, Log, LogEntry, RequestConfig, SessionId, Store};
+
+use crate::common::{self, Mix, Rng};
+use crate::{interleave_dirs, medians, sqlite_open, target, time, DirRun, Jsonl, Op};
+
+/// One workload's size and mix.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    /// "A" or "B".
+    pub name: &'static str,
+    /// Sessions written side by side.
+    pub sessions: usize,
+    /// Turns per session.
+    pub turns: usize,
+    /// Item sizes.
+    pub mix: Mix,
+    /// Seed of the items and ids.
+    pub seed: u64,
+}
+
+/// The issue's two workloads, or CI-sized ones.
+pub fn shapes(quick: bool) -> [Shape; 2] {
+    [
+        Shape {
+            name: "A",
+            sessions: if quick { 50 } else { 200 },
+            turns: if quick { 40 } else { 100 },
+            mix: common::TURNS,
+            seed: 21,
+        },
+        Shape {
+            name: "B",
+            sessions: if quick { 400 } else { 10_000 },
+            turns: 5,
+            mix: common::SMALL,
+            seed: 22,
+        },
+    ]
+}
+
+/// The sessions of one workload, generated once and shared by every system.
+struct Sessions {
+    shape: Shape,
+    ids: Vec<SessionId>,
+    /// `ids` as text: the peers' session keys and file names.
+    names: Vec<String>,
+    /// `turns[session][turn]`: the items of one save.
+    turns: Vec<Vec<Vec<Item>>>,
+    items: u64,
+    item_json_bytes: u64,
+}
+
+impl Sessions {
+    fn new(shape: Shape) -> Sessions {
+        let mut id_rng = Rng::new(shape.seed);
+        let names: Vec<String> = (0..shape.sessions)
+            .map(|s| uuid_v7_text(common::TS0 + s as u64, &mut id_rng))
+            .collect();
+        let ids = names.iter().map(|n| n.parse().expect("id")).collect();
+        let turns: Vec<Vec<Vec<Item>>> = (0..shape.sessions)
+            .map(|s| {
+                let mut rng = Rng::new(shape.seed * 1_000_000 + s as u64);
+                (0..shape.turns as u64)
+                    .map(|i| common::turn(&mut rng, &shape.mix, i))
+                    .collect()
+            })
+            .collect();
+        let all = || turns.iter().flatten().flatten();
+        Sessions {
+            shape,
+            ids,
+            names,
+            items: all().count() as u64,
+            item_json_bytes: all()
+                .map(|i| serde_json::to_vec(i).expect("json").len() as u64)
+                .sum(),
+            turns,
+        }
+    }
+
+    fn saves(&self) -> u64 {
+        (self.shape.sessions * self.shape.turns) as u64
+    }
+}
+
+/// A UUID v7 in canonical text, its time `ms` and its random bits from `rng`.
+fn uuid_v7_text(ms: u64, rng: &mut Rng) -> String {
+    let (a, b) = (rng.next_u64(), rng.next_u64());
+    format!(
+        "{:08x}-{:04x}-7{:03x}-{:04x}-{:012x}",
+        ms >> 16,
+        ms & 0xffff,
+        a & 0xfff,
+        0x8000 | ((b >> 48) & 0x3fff),
+        b & 0xffff_ffff_ffff
+    )
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What a peer stores per item (or, first, per session).
+#[derive(Serialize)]
+struct Record<'a> {
+    ts: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start: Option<&'a LogEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    item: Option<&'a Item>,
+}
+
+/// A stored record read back: the item, if it is one.
+#[derive(Deserialize)]
+struct Stored {
+    item: Option<Item>,
+}
+
+impl Record<'_> {
+    fn start_json(start: &LogEntry) -> Vec<u8> {
+        let r = Record {
+            ts: now_ms(),
+            start: Some(start),
+            item: None,
+        };
+        serde_json::to_vec(&r).expect("json")
+    }
+
+    /// One JSON record per item, all stamped with the time of the save.
+    fn items_json(turn: &[Item]) -> impl Iterator<Item = Vec<u8>> + '_ {
+        let ts = now_ms();
+        turn.iter().map(move |item| {
+            let r = Record {
+                ts,
+                start: None,
+                item: Some(item),
+            };
+            serde_json::to_vec(&r).expect("json")
+        })
+    }
+}
+
+/// Parses stored records into the session's items.
+fn parse_items<'a>(records: impl Iterator<Item = &'a [u8]>) -> Vec<Item> {
+    records
+        .filter_map(|r| serde_json::from_slice::<Stored>(r).expect("parse").item)
+        .collect()
+}
+
+// ---------------------------------------------------------------- systems
+
+#[derive(Clone, Copy, PartialEq)]
+enum System {
+    Store,
+    Jsonl,
+    Sqlite,
+    RedbNone,
+    RedbImmediate,
+}
+
+/// The systems of a run. redb with its default durability fsyncs every
+/// commit, which makes it the slowest row by far on a shared disk and no
+/// target names it: the quick mode leaves it out.
+fn systems(quick: bool) -> Vec<System> {
+    let mut all = vec![
+        System::Store,
+        System::Jsonl,
+        System::Sqlite,
+        System::RedbNone,
+        System::RedbImmediate,
+    ];
+    if quick {
+        all.pop();
+    }
+    all
+}
+
+/// One system's writes of one workload.
+trait Writer {
+    /// Creates session `s` (its `SessionStart`).
+    fn create(&mut self, s: usize);
+    /// Saves one turn of session `s`.
+    fn save(&mut self, s: usize, turn: &[Item]);
+    /// Closes: untimed, for every system. Dropping is enough for most.
+    fn close(self: Box<Self>) {}
+}
+
+impl System {
+    fn label(self) -> &'static str {
+        match self {
+            System::Store => "session-store (Store::save_delta, default options)",
+            System::Jsonl => "JSONL + SHA-256 (file per session, flush per turn)",
+            System::Sqlite => "SQLite WAL NORMAL, txn per turn",
+            System::RedbNone => "redb Durability::None, txn per turn",
+            System::RedbImmediate => "redb default (Immediate), txn per turn",
+        }
+    }
+
+    fn writer<'a>(self, dir: &Path, w: &'a Sessions) -> Box<dyn Writer + 'a> {
+        match self {
+            System::Store => Box::new(StoreWriter {
+                store: Store::open(dir).expect("open store"),
+                ids: &w.ids,
+                heads: Vec::with_capacity(w.ids.len()),
+            }),
+            System::Jsonl => Box::new(JsonlWriter {
+                dir: dir.to_path_buf(),
+                names: &w.names,
+                files: Vec::with_capacity(w.names.len()),
+            }),
+            System::Sqlite => Box::new(Keyed::new(
+                SqliteTable(sqlite_open(&dir.join("db"), "NORMAL", SQLITE_SCHEMA)),
+                &w.names,
+            )),
+            System::RedbNone | System::RedbImmediate => Box::new(Keyed::new(
+                RedbTable {
+                    db: redb::Database::create(dir.join("db")).expect("redb create"),
+                    durability: match self {
+                        System::RedbNone => redb::Durability::None,
+                        _ => redb::Durability::Immediate,
+                    },
+                },
+                &w.names,
+            )),
+        }
+    }
+
+    /// Replays every session into owned items from a fresh open; returns
+    /// the time it took (the results are dropped after the clock stops).
+    fn replay(self, dir: &Path, w: &Sessions) -> f64 {
+        let start = Instant::now();
+        let histories: Vec<Vec<Item>> = match self {
+            System::Store => {
+                let store = Store::open(dir).expect("open store");
+                w.ids
+                    .iter()
+                    .map(|&id| store.restore(id).expect("restore").history)
+                    .collect()
+            }
+            System::Jsonl => w
+                .names
+                .iter()
+                .map(|n| {
+                    let text = std::fs::read(jsonl_path(dir, n)).expect("read");
+                    parse_items(text.split(|&b| b == b'\n').filter(|l| !l.is_empty()))
+                })
+                .collect(),
+            System::Sqlite => {
+                let c = Connection::open(dir.join("db")).expect("open");
+                let mut stmt = c
+                    .prepare("SELECT body FROM records WHERE session = ?1 ORDER BY seq")
+                    .expect("prepare");
+                w.names
+                    .iter()
+                    .map(|n| {
+                        let mut rows = stmt.query([n]).expect("query");
+                        let mut items = Vec::new();
+                        while let Some(row) = rows.next().expect("row") {
+                            let body = row.get_ref(0).expect("body").as_bytes().expect("text");
+                            items.extend(parse_items(std::iter::once(body)));
+                        }
+                        items
+                    })
+                    .collect()
+            }
+            System::RedbNone | System::RedbImmediate => {
+                let db = redb::Database::open(dir.join("db")).expect("redb open");
+                let tx = db.begin_read().expect("read");
+                let t = tx.open_table(REDB_RECORDS).expect("table");
+                w.names
+                    .iter()
+                    .map(|n| {
+                        let range = t
+                            .range((n.as_str(), 0u64)..=(n.as_str(), u64::MAX))
+                            .expect("range");
+                        let values: Vec<_> = range.map(|kv| kv.expect("kv").1).collect();
+                        parse_items(values.iter().map(|v| v.value().as_bytes()))
+                    })
+                    .collect()
+            }
+        };
+        let secs = start.elapsed().as_secs_f64();
+        let items: u64 = histories.iter().map(|h| h.len() as u64).sum();
+        assert_eq!(items, w.items, "{} replayed the wrong items", self.label());
+        secs
+    }
+}
+
+struct StoreWriter<'a> {
+    store: Store,
+    ids: &'a [SessionId],
+    heads: Vec<EntryHash>,
+}
+
+impl Writer for StoreWriter<'_> {
+    fn create(&mut self, s: usize) {
+        assert_eq!(self.heads.len(), s, "sessions are created in order");
+        let head = self
+            .store
+            .create_session_with_id(
+                self.ids[s],
+                Some(common::SYSTEM_PROMPT),
+                RequestConfig::model(common::MODEL),
+                &[],
+            )
+            .expect("create");
+        self.heads.push(head);
+    }
+
+    fn save(&mut self, s: usize, turn: &[Item]) {
+        self.store
+            .save_delta(self.ids[s], &mut self.heads[s], turn)
+            .expect("save_delta");
+    }
+
+    fn close(self: Box<Self>) {
+        self.store.close().expect("close");
+    }
+}
+
+fn jsonl_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.jsonl"))
+}
+
+struct JsonlWriter<'a> {
+    dir: PathBuf,
+    names: &'a [String],
+    files: Vec<Jsonl>,
+}
+
+impl Writer for JsonlWriter<'_> {
+    fn create(&mut self, s: usize) {
+        assert_eq!(self.files.len(), s, "sessions are created in order");
+        let mut f = Jsonl::create(&jsonl_path(&self.dir, &self.names[s]));
+        f.chain(&Record::start_json(&common::session_start(&[], now_ms())));
+        f.flush();
+        self.files.push(f);
+    }
+
+    fn save(&mut self, s: usize, turn: &[Item]) {
+        let f = &mut self.files[s];
+        for json in Record::items_json(turn) {
+            f.chain(&json);
+        }
+        f.flush();
+    }
+}
+
+/// A peer that keeps records in one table keyed by `(session, seq)`.
+trait Table {
+    /// Inserts `bodies` as records `seq, seq + 1, …` of `session`, in one
+    /// transaction; returns how many.
+    fn insert(&mut self, session: &str, seq: u64, bodies: impl Iterator<Item = Vec<u8>>) -> u64;
+}
+
+/// A [`Table`] written as sessions: each session's next seq, one
+/// transaction per save.
+struct Keyed<'a, T> {
+    table: T,
+    names: &'a [String],
+    next: Vec<u64>,
+}
+
+impl<'a, T> Keyed<'a, T> {
+    fn new(table: T, names: &'a [String]) -> Self {
+        Keyed {
+            table,
+            names,
+            next: Vec::with_capacity(names.len()),
+        }
+    }
+}
+
+impl<T: Table> Writer for Keyed<'_, T> {
+    fn create(&mut self, s: usize) {
+        assert_eq!(self.next.len(), s, "sessions are created in order");
+        let start = Record::start_json(&common::session_start(&[], now_ms()));
+        let n = self.table.insert(&self.names[s], 0, std::iter::once(start));
+        self.next.push(n);
+    }
+
+    fn save(&mut self, s: usize, turn: &[Item]) {
+        let n = self
+            .table
+            .insert(&self.names[s], self.next[s], Record::items_json(turn));
+        self.next[s] += n;
+    }
+}
+
+const SQLITE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS records(
+    session TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (session, seq))";
+
+struct SqliteTable(Connection);
+
+impl Table for SqliteTable {
+    fn insert(&mut self, session: &str, seq: u64, bodies: impl Iterator<Item = Vec<u8>>) -> u64 {
+        let tx = self
+            .0
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .expect("begin");
+        let mut n = 0;
+        {
+            let mut stmt = tx
+                .prepare_cached("INSERT INTO records(session, seq, body) VALUES (?1, ?2, ?3)")
+                .expect("prepare");
+            for body in bodies {
+                let body = std::str::from_utf8(&body).expect("utf-8");
+                stmt.execute(params![session, (seq + n) as i64, body])
+                    .expect("insert");
+                n += 1;
+            }
+        }
+        tx.commit().expect("commit");
+        n
+    }
+}
+
+const REDB_RECORDS: redb::TableDefinition<(&str, u64), &str> =
+    redb::TableDefinition::new("records");
+
+struct RedbTable {
+    db: redb::Database,
+    durability: redb::Durability,
+}
+
+impl Table for RedbTable {
+    fn insert(&mut self, session: &str, seq: u64, bodies: impl Iterator<Item = Vec<u8>>) -> u64 {
+        let mut tx = self.db.begin_write().expect("begin");
+        tx.set_durability(self.durability);
+        let mut n = 0;
+        {
+            let mut t = tx.open_table(REDB_RECORDS).expect("table");
+            for body in bodies {
+                let body = std::str::from_utf8(&body).expect("utf-8");
+                t.insert((session, seq + n), body).expect("insert");
+                n += 1;
+            }
+        }
+        tx.commit().expect("commit");
+        n
+    }
+}
+
+// ---------------------------------------------------------------- one pass
+
+/// Save latency percentiles of one pass, in seconds.
+#[derive(Clone, Copy)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+impl Latency {
+    fn of(mut ns: Vec<u64>) -> Latency {
+        ns.sort_unstable();
+        // Nearest rank.
+        let q = |q: f64| {
+            ns[((q * ns.len() as f64).ceil() as usize).clamp(1, ns.len()) - 1] as f64 / 1e9
+        };
+        Latency {
+            p50: q(0.5),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: q(1.0),
+        }
+    }
+}
+
+/// What one pass of one system measured.
+struct Pass {
+    create_s: f64,
+    append_s: f64,
+    latency: Latency,
+    /// Allocated bytes of the files under the system's directory.
+    file_bytes: u64,
+    /// Allocated bytes of the directories under it (the root not counted).
+    dir_bytes: u64,
+    replay_s: f64,
+}
+
+fn pass(system: System, dir: &Path, w: &Sessions) -> Pass {
+    let mut writer = system.writer(dir, w);
+    let create_s = time(|| {
+        for s in 0..w.shape.sessions {
+            writer.create(s);
+        }
+    });
+    let mut ns = Vec::with_capacity(w.saves() as usize);
+    let append_s = time(|| {
+        for t in 0..w.shape.turns {
+            for (s, turns) in w.turns.iter().enumerate() {
+                let start = Instant::now();
+                writer.save(s, &turns[t]);
+                ns.push(start.elapsed().as_nanos() as u64);
+            }
+        }
+    });
+    writer.close();
+    let (file_bytes, dir_bytes) = allocated(dir);
+    Pass {
+        create_s,
+        append_s,
+        latency: Latency::of(ns),
+        file_bytes,
+        dir_bytes,
+        replay_s: system.replay(dir, w),
+    }
+}
+
+/// Allocated bytes (`st_blocks * 512`) of the files and of the directories
+/// under `dir`, `dir` itself not counted.
+fn allocated(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (mut files, mut dirs) = (0, 0);
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let e = e.expect("entry");
+        let m = e.metadata().expect("metadata");
+        if m.is_dir() {
+            let (f, d) = allocated(&e.path());
+            files += f;
+            dirs += d + m.blocks() * 512;
+        } else {
+            files += m.blocks() * 512;
+        }
+    }
+    (files, dirs)
+}
+
+// ---------------------------------------------------------------- figures
+
+/// One system's medians over the repetitions.
+struct Figures {
+    system: System,
+    create_s: f64,
+    append_s: f64,
+    latency: Latency,
+    /// The slowest save of all repetitions.
+    worst_s: f64,
+    file_bytes: f64,
+    dir_bytes: f64,
+    replay_s: f64,
+}
+
+impl Figures {
+    fn of(system: System, passes: &[Pass]) -> Figures {
+        let m = |f: &dyn Fn(&Pass) -> f64| common::median(passes.iter().map(f).collect());
+        Figures {
+            system,
+            create_s: m(&|p| p.create_s),
+            append_s: m(&|p| p.append_s),
+            latency: Latency {
+                p50: m(&|p| p.latency.p50),
+                p99: m(&|p| p.latency.p99),
+                p999: m(&|p| p.latency.p999),
+                max: m(&|p| p.latency.max),
+            },
+            worst_s: passes.iter().map(|p| p.latency.max).fold(0.0, f64::max),
+            file_bytes: m(&|p| p.file_bytes as f64),
+            dir_bytes: m(&|p| p.dir_bytes as f64),
+            replay_s: m(&|p| p.replay_s),
+        }
+    }
+
+    fn disk_bytes(&self) -> f64 {
+        self.file_bytes + self.dir_bytes
+    }
+}
+
+/// Everything measured on one workload.
+struct Report {
+    w: Sessions,
+    figures: Vec<Figures>,
+    /// (`Store::open` + `restore`, `Log::open_read_only` + `restore`) of one session.
+    one_session: (f64, f64),
+    one_session_items: usize,
+    /// For the workload with the most sessions.
+    list: Option<ListFigures>,
+}
+
+impl Report {
+    fn find(&self, system: System) -> &Figures {
+        self.figures
+            .iter()
+            .find(|f| f.system == system)
+            .expect("every system runs")
+    }
+}
+
+fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report {
+    eprintln!(
+        "headline {}: {} sessions × {} turns, generating…",
+        shape.name, shape.sessions, shape.turns
+    );
+    let w = Sessions::new(shape);
+    let mut runs: Vec<DirRun<Pass>> = systems
+        .iter()
+        .map(|&sys| {
+            let w = &w;
+            Box::new(move |d: &Path| {
+                let p = pass(sys, d, w);
+                eprintln!(
+                    "  {:<52} append {:>8.1} ms  replay {:>8.1} ms",
+                    sys.label(),
+                    p.append_s * 1e3,
+                    p.replay_s * 1e3
+                );
+                p
+            }) as DirRun<Pass>
+        })
+        .collect();
+    let (passes, dirs) = interleave_dirs(reps, &mut runs);
+    drop(runs);
+    let figures = systems
+        .iter()
+        .zip(&passes)
+        .map(|(&s, p)| Figures::of(s, p))
+        .collect();
+    let root = dirs[0].path();
+    let one_session = one_session(root, w.ids[0], reps);
+    let one_session_items = Log::open_read_only(session_dir(root, w.ids[0]))
+        .expect("open")
+        .restore()
+        .expect("restore")
+        .history
+        .len();
+    let list = list.then(|| list_figures(root, w.ids.len(), reps));
+    Report {
+        w,
+        figures,
+        one_session,
+        one_session_items,
+        list,
+    }
+}
+
+fn session_dir(root: &Path, id: SessionId) -> PathBuf {
+    let store = Store::open(root).expect("open store");
+    store.session_dir(id)
+}
+
+/// `Store::open` + `restore` of one session against the read-only path.
+/// Opening is inside the clock for both; dropping is outside, for both.
+fn one_session(root: &Path, id: SessionId, reps: usize) -> (f64, f64) {
+    let dir = session_dir(root, id);
+    let through_store = || {
+        let start = Instant::now();
+        let store = Store::open(root).expect("open store");
+        let state = store.restore(id).expect("restore");
+        let secs = start.elapsed().as_secs_f64();
+        drop((state, store));
+        secs
+    };
+    let read_only = || {
+        let start = Instant::now();
+        let state = Log::open_read_only(&dir)
+            .expect("open")
+            .restore()
+            .expect("restore");
+        let secs = start.elapsed().as_secs_f64();
+        drop(state);
+        secs
+    };
+    let m = medians(3 * reps, &[&through_store, &read_only]);
+    (m[0], m[1])
+}
+
+/// `Store::list` times, and what they are compared with.
+struct ListFigures {
+    /// Without `list.cache`.
+    cold: f64,
+    /// With the `list.cache` the writing run left (what the next start of a
+    /// runtime finds).
+    as_written: f64,
+    /// With the `list.cache` that a `list` just rebuilt.
+    relisted: f64,
+    /// `read_dir` + `stat` of every session's catalog file.
+    stat: f64,
+}
+
+/// `Store::list` without `list.cache` (deleted before each cold run), right
+/// after that (the cold run rebuilt the cache), and with the cache the
+/// writing run left. Only `list` is timed; opening the store is not.
+fn list_figures(root: &Path, sessions: usize, reps: usize) -> ListFigures {
+    let cache = root.join("list.cache");
+    let saved = root.with_extension("list.cache.saved");
+    std::fs::copy(&cache, &saved).expect("save list.cache");
+    let list = || {
+        let store = Store::open(root).expect("open store");
+        let start = Instant::now();
+        let n = store.list().expect("list").len();
+        let secs = start.elapsed().as_secs_f64();
+        assert_eq!(n, sessions);
+        secs
+    };
+    let cold = || {
+        std::fs::remove_file(&cache).expect("delete list.cache");
+        list()
+    };
+    let as_written = || {
+        std::fs::copy(&saved, &cache).expect("restore list.cache");
+        list()
+    };
+    let sessions_dir = root.join("sessions");
+    let stat = || {
+        time(|| {
+            for e in std::fs::read_dir(&sessions_dir).expect("read_dir") {
+                let path = e.expect("entry").path().join("catalog");
+                std::hint::black_box(std::fs::metadata(path).expect("stat"));
+            }
+        })
+    };
+    // Cold first: the relisting case lists what the cold run rebuilt.
+    let m = medians(reps, &[&cold, &list, &as_written, &stat]);
+    std::fs::remove_file(&saved).expect("remove saved cache");
+    ListFigures {
+        cold: m[0],
+        relisted: m[1],
+        as_written: m[2],
+        stat: m[3],
+    }
+}
+
+// ---------------------------------------------------------------- output
+
+/// Runs the headline workloads and prints their tables and the issue's targets.
+pub fn run(quick: bool, reps: usize) {
+    let [a, b] = shapes(quick);
+    let systems = systems(quick);
+    let reports = [
+        measure(a, &systems, reps, false),
+        measure(b, &systems, reps, true),
+    ];
+    println!();
+    println!(
+        "## Headline: many sessions through `Store` ({} mode; median of {reps} interleaved repetitions)",
+        if quick { "quick" } else { "full" }
+    );
+    for r in &reports {
+        print_report(r);
+    }
+    print_targets(&reports);
+}
+
+fn print_report(r: &Report) {
+    let w = &r.w;
+    println!();
+    println!(
+        "Workload {}: {} sessions × {} turns round-robin, {} saves, {} items, {:.1} MB of item JSON",
+        w.shape.name,
+        w.shape.sessions,
+        w.shape.turns,
+        w.saves(),
+        w.items,
+        w.item_json_bytes as f64 / 1e6
+    );
+    println!();
+    println!("| system | turns/s | MB/s | append: store ÷ this | save p50 µs | p99 µs | p99.9 µs | max µs | worst µs | create all ms | disk MB | of which dirs MB | disk ÷ JSONL | replay all ms | replay: store ÷ this |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let store = r.find(System::Store);
+    let jsonl = r.find(System::Jsonl);
+    for f in &r.figures {
+        let us = |s: f64| s * 1e6;
+        println!(
+            "| {} | {:.0} | {:.1} | {:.2}× | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.2}× | {:.1} | {:.2}× |",
+            f.system.label(),
+            w.saves() as f64 / f.append_s,
+            w.item_json_bytes as f64 / 1e6 / f.append_s,
+            f.append_s / store.append_s,
+            us(f.latency.p50),
+            us(f.latency.p99),
+            us(f.latency.p999),
+            us(f.latency.max),
+            us(f.worst_s),
+            f.create_s * 1e3,
+            f.disk_bytes() / 1e6,
+            f.dir_bytes / 1e6,
+            f.disk_bytes() / jsonl.disk_bytes(),
+            f.replay_s * 1e3,
+            f.replay_s / store.replay_s,
+        );
+    }
+    println!();
+    let (through_store, read_only) = r.one_session;
+    println!(
+        "One session ({} items): Store::open + restore {:.2} ms; Log::open_read_only + restore {:.2} ms; ratio {:.2}×",
+        r.one_session_items,
+        through_store * 1e3,
+        read_only * 1e3,
+        through_store / read_only
+    );
+    if let Some(l) = &r.list {
+        let n = w.shape.sessions;
+        println!(
+            "List {n} sessions: Store::list without list.cache {:.1} ms; with the list.cache the writers left {:.2} ms; \
+             right after a list rebuilt it {:.2} ms; read_dir + stat of {n} catalog files {:.2} ms",
+            l.cold * 1e3,
+            l.as_written * 1e3,
+            l.relisted * 1e3,
+            l.stat * 1e3
+        );
+    }
+}
+
+fn print_targets(reports: &[Report]) {
+    println!();
+    println!("Notes: turns/s and MB/s count `save_delta` (or the peer's save) only: creating the sessions is its own column, opening and closing are outside every clock. MB/s counts the items' JSON for every system. Latency is per save; p50–max are medians over the repetitions of each one's percentile, worst is the slowest save of all repetitions. Disk is `st_blocks × 512` of everything under the system's directory after closing; the directories' share is shown apart. Replay opens afresh (inside the clock) and restores every session into owned items; the peers read and parse their records.");
+    println!();
+    println!("Targets (issue 14), this run:");
+    for r in reports {
+        let name = r.w.shape.name;
+        let store = r.find(System::Store);
+        let jsonl = r.find(System::Jsonl);
+        let sqlite = r.find(System::Sqlite);
+        let per = |what: &str| format!("{name}: {what}");
+        target(
+            &per("append ÷ JSONL + SHA-256"),
+            Some(jsonl.append_s / store.append_s),
+            Op::AtLeast,
+            1.5,
+            "×",
+        );
+        target(
+            &per("append ÷ SQLite txn per turn"),
+            Some(sqlite.append_s / store.append_s),
+            Op::AtLeast,
+            3.0,
+            "×",
+        );
+        target(
+            &per("save p99.9 ÷ JSONL's"),
+            Some(store.latency.p999 / jsonl.latency.p999),
+            Op::AtMost,
+            2.0,
+            "×",
+        );
+        target(
+            &per("worst save (all repetitions)"),
+            Some(store.worst_s * 1e3),
+            Op::Below,
+            5.0,
+            " ms",
+        );
+        target(
+            &per("Store::open + restore of one session ÷ read-only path"),
+            Some(r.one_session.0 / r.one_session.1),
+            Op::AtMost,
+            1.2,
+            "×",
+        );
+        target(
+            &per("replay of all sessions ÷ JSONL + SHA-256"),
+            Some(jsonl.replay_s / store.replay_s),
+            Op::AtLeast,
+            3.0,
+            "×",
+        );
+        if name == "A" {
+            target(
+                &per("allocated disk ÷ JSONL's"),
+                Some(store.disk_bytes() / jsonl.disk_bytes()),
+                Op::AtMost,
+                1.3,
+                "×",
+            );
+        }
+        if let Some(l) = &r.list {
+            let n = r.w.shape.sessions;
+            target(
+                &per(&format!("list {n} sessions without list.cache")),
+                Some(l.cold * 1e3),
+                Op::Below,
+                200.0,
+                " ms",
+            );
+            target(
+                &per(&format!(
+                    "list {n} sessions with the list.cache the writers left ÷ stat of {n} files"
+                )),
+                Some(l.as_written / l.stat),
+                Op::AtMost,
+                1.0,
+                "×",
+            );
+            target(
+                &per(&format!(
+                    "list {n} sessions right after a list rebuilt list.cache ÷ stat of {n} files"
+                )),
+                Some(l.relisted / l.stat),
+                Op::AtMost,
+                1.0,
+                "×",
+            );
+        }
+    }
+}
