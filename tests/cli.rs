@@ -1253,3 +1253,37 @@ fn read_commands_work_on_a_read_only_medium_and_writes_say_why_they_fail() {
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("Read-only file system"), "{}", r.stderr);
 }
+
+#[test]
+fn ls_marks_a_session_it_cannot_read_and_lists_the_others() {
+    let (_tmp, root) = store_dir();
+    let (good, _) = build_session(&root, &["fine"]);
+    let (bad, _) = build_session(&root, &["broken"]);
+    // A damaged catalog and no listing cache: ls must read the log, and
+    // cannot: its only segment's header is damaged too.
+    let dir = root.join("sessions").join(bad.to_string());
+    for (file, at) in [("catalog", 512 + 10), ("00000000000000000000.seg", 20)] {
+        let p = dir.join(file);
+        let mut b = fs::read(&p).unwrap();
+        b[at] ^= 0xff;
+        fs::write(&p, b).unwrap();
+    }
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let text = ok(&root, &["ls"]);
+    let line = |id: SessionId| {
+        text.lines()
+            .find(|l| l.starts_with(&id.to_string()))
+            .unwrap_or_else(|| panic!("{id} not listed: {text}"))
+            .to_string()
+    };
+    assert!(line(good).contains("fine"), "{text}");
+    assert!(line(bad).contains("DAMAGED"), "{text}");
+    let json = ok(&root, &["ls", "--json"]);
+    let flagged: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v.get("error").is_some())
+        .collect();
+    assert_eq!(flagged.len(), 1, "{json}");
+    assert_eq!(flagged[0]["id"], bad.to_string());
+}

@@ -102,7 +102,11 @@ pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
                 fmt_time(s.updated_ms),
                 s.entries,
                 human_bytes(s.bytes),
-                s.title.as_deref().unwrap_or("")
+                match &s.error {
+                    // A session that could not be read is listed, marked.
+                    Some(e) => format!("DAMAGED: {e}"),
+                    None => s.title.clone().unwrap_or_default(),
+                }
             )?;
         }
     }
