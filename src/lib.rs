@@ -79,7 +79,7 @@ pub use schema::{
     group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
     LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedItem,
     LoggedOutputText, LoggedRole, LoggedToolOutput, RequestConfig, SessionId, SessionOrigin,
-    WorkerResult,
+    WorkerResult, MAX_JSON_DEPTH,
 };
 pub use state::{
     check_history, collect_state, ExtensionRecord, Problem, RestoredState, UsageRecord,

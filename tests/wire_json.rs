@@ -727,3 +727,59 @@ fn schema_2_items_and_parts() {
     let (_, _, message) = wire_error(line, 1);
     assert!(message.contains("items[0].content[0].rate"), "{message}");
 }
+
+/// JSON nested `depth` levels deep: `{"a":{"a":…1…}}`.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth))
+}
+
+#[test]
+fn json_the_store_accepts_exports_and_imports_back() {
+    use session_store::MAX_JSON_DEPTH;
+    // What import would refuse is refused when stored.
+    for bad in [
+        r#"{"x":1e400}"#.to_string(),
+        nested(MAX_JSON_DEPTH + 1),
+        nested(127),
+    ] {
+        let err = JsonText::parse(&bad).unwrap_err();
+        assert!(err.to_string().contains("JSON"), "{err}");
+    }
+    // The deepest accepted payload, in the deepest places it can stand,
+    // reads back from its wire line unchanged.
+    let deep = JsonText::parse(&nested(MAX_JSON_DEPTH)).unwrap();
+    assert!(deep.to_value()["a"]["a"]["a"].is_object());
+    let entries = [
+        LogEntry::Extension {
+            ts: 1,
+            domain: "deep".into(),
+            payload: deep.clone(),
+        },
+        LogEntry::SessionStart {
+            ts: 2,
+            system_prompt: None,
+            config: session_store::RequestConfig {
+                extra: Some(deep.clone()),
+                ..Default::default()
+            },
+            history: vec![LoggedItem::Opaque {
+                role: None,
+                json: JsonText::parse(&format!(
+                    r#"{{"type":"x","deep":{}}}"#,
+                    nested(MAX_JSON_DEPTH - 1)
+                ))
+                .unwrap(),
+            }],
+            forked_from: None,
+            compacted_from: None,
+        },
+    ];
+    let mut prev = session_store::EntryHash::genesis();
+    for (seq, entry) in entries.iter().enumerate() {
+        let hash = session_store::EntryHash::genesis();
+        let line = entry_line(seq as u64, &hash, (seq > 0).then_some(&prev), entry);
+        let back = parse_line(&line, 1).unwrap_or_else(|e| panic!("{e}: {}", &line[..80]));
+        assert_eq!(&back.entry, entry);
+        prev = hash;
+    }
+}

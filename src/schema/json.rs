@@ -14,12 +14,31 @@ use crate::error::{Error, Result};
 #[rkyv(derive(Debug))]
 pub struct JsonText(pub(super) String);
 
+/// The deepest nesting of arrays and objects a [`JsonText`] may have. A
+/// wire line holds a JSON text a few levels down (an item's part sits in a
+/// history inside a `session_start`), and a line is read with serde_json's
+/// limit of 128 levels: this leaves room, so that whatever is stored also
+/// exports and imports back.
+pub const MAX_JSON_DEPTH: usize = 100;
+
 impl JsonText {
-    /// Validates `text` as JSON and keeps its compact form.
+    /// Validates `text` as JSON that will also read back from the wire form,
+    /// and keeps its compact form. Refused: invalid JSON, numbers outside
+    /// the range of a JSON number as read back (`1e400`), and nesting deeper
+    /// than [`MAX_JSON_DEPTH`].
     pub fn parse(text: &str) -> Result<JsonText> {
-        serde_json::from_str::<&serde_json::value::RawValue>(text)
+        // A value, not a raw slice: that is what import reads, so a number
+        // it would refuse is refused here.
+        serde_json::from_str::<serde_json::Value>(text)
             .map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
-        Ok(JsonText(minify(text)))
+        let compact = minify(text);
+        let depth = nesting_depth(&compact);
+        if depth > MAX_JSON_DEPTH {
+            return Err(Error::invalid(format!(
+                "JSON nested {depth} levels deep; at most {MAX_JSON_DEPTH} can be exported and imported back"
+            )));
+        }
+        Ok(JsonText(compact))
     }
 
     /// From a JSON value.
@@ -48,6 +67,33 @@ impl ArchivedJsonText {
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
+}
+
+/// The deepest nesting of arrays and objects in valid JSON text.
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut most) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                most = most.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    most
 }
 
 /// Drops whitespace outside string literals. The input is known-valid JSON.

@@ -25,7 +25,7 @@ pub use item::{
     LoggedItem, LoggedOutputText, LoggedRole, LoggedToolOutput,
 };
 pub(crate) use json::some_json_text;
-pub use json::JsonText;
+pub use json::{JsonText, MAX_JSON_DEPTH};
 
 /// One log entry. Every variant carries `ts`, milliseconds since the Unix epoch.
 #[derive(
