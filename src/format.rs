@@ -232,16 +232,6 @@ impl Mark {
         }
     }
 
-    /// The position this mark names.
-    pub fn point(&self) -> Point {
-        Point {
-            end: self.end,
-            next_seq: self.next_seq,
-            hash: self.hash,
-            session_start: self.session_start,
-        }
-    }
-
     /// The slot bytes, laid out for a segment of format `version`.
     pub fn encode(&self, version: u32) -> [u8; MARK_SLOT_LEN] {
         let mut b = [0u8; MARK_SLOT_LEN];
