@@ -218,4 +218,16 @@ impl Error {
     pub(crate) fn not_found(what: impl Into<String>) -> Error {
         Error::NotFound { what: what.into() }
     }
+
+    /// Whether this is an I/O error for a full disk (`ENOSPC`) or an
+    /// exceeded quota (`EDQUOT`): freeing space and reopening goes on.
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            ),
+            _ => false,
+        }
+    }
 }

@@ -124,3 +124,56 @@ fn buffered_appends_on_a_full_disk_fail_with_io_and_reopen_while_full() {
     reopens_with(&mnt.join("log"), opts, acked);
     println!("full disk, buffered: {acked} appends before ENOSPC; reopened while full");
 }
+
+/// After a full disk, freeing a little space must be enough to go on: a roll
+/// whose full-size (doubled) segment no longer fits falls back to a smaller
+/// one that holds the record, instead of failing every save until as much
+/// space as the doubled segment is free (issue 15, case 10).
+#[test]
+fn saves_go_on_after_a_full_disk_frees_a_little_space() {
+    use session_store::{RequestConfig, Store, StoreOptions};
+    let Some((_dir, mnt)) = small_tmpfs("8m") else {
+        return;
+    };
+    let _guard = Mount(&mnt);
+    let ballast = mnt.join("ballast");
+    std::fs::write(&ballast, vec![1u8; 1 << 20]).unwrap();
+    // Synced segments are reserved and double: 2 MiB, 4 MiB, then 8 MiB,
+    // which never fits this disk.
+    let opts = StoreOptions::default().log(
+        LogOptions::default()
+            .durability(Durability::Sync)
+            .initial_segment_size(2 << 20),
+    );
+    let root = mnt.join("store");
+    let store = Store::open_with(&root, opts.clone()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let turn = |i: u64| vec![Item::user_text(format!("{i}:{}", "t".repeat(3000)))];
+    let mut saved = 0u64;
+    let err = loop {
+        match store.save_delta(id, &mut head, &turn(saved)) {
+            Ok(()) => saved += 1,
+            Err(e) => break e,
+        }
+        assert!(saved < 10_000, "the disk never filled up");
+    };
+    assert!(err.is_storage_full(), "expected a full disk, got {err}");
+    drop(store);
+    std::fs::remove_file(&ballast).unwrap();
+    // 1 MiB is free now; the next doubled segment would need far more.
+    let store = Store::open_with(&root, opts).unwrap();
+    let mut head = store.head(id).unwrap().unwrap();
+    for i in 0..20 {
+        store
+            .save_delta(id, &mut head, &turn(saved + i))
+            .unwrap_or_else(|e| panic!("save {i} after freeing 1 MiB: {e}"));
+    }
+    store
+        .save_delta(id, &mut head, &[Item::user_text("hello world")])
+        .unwrap();
+    let restored = store.restore(id).unwrap();
+    assert_eq!(restored.history.len() as u64, saved + 21);
+    println!("full disk, store: {saved} saves before ENOSPC; 21 more after freeing 1 MiB");
+}

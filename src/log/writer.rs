@@ -311,6 +311,35 @@ impl Log {
         }));
     }
 
+    /// Prepares the next segment in the foreground at `len` bytes or, when
+    /// the disk has no room for that, at the largest halving of it that
+    /// fits, down to `min_len` (the record that needs the roll): after a full
+    /// disk, freeing a little space is enough to go on. Later rolls grow
+    /// from the smaller size again.
+    fn prepare_fitting(
+        &self,
+        w: &mut Writer,
+        len: u64,
+        min_len: u64,
+        space: Space,
+    ) -> Result<Prepared> {
+        let inner = &*self.inner;
+        let mut len = len.max(min_len);
+        loop {
+            w.prep_counter += 1;
+            let path = inner
+                .dir
+                .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
+            match Prepared::create(path, len, space, &inner.opts.hook) {
+                Err(e) if e.is_storage_full() && len > min_len => {
+                    len = (len / 2).div_ceil(PAGE) * PAGE;
+                    len = len.max(min_len);
+                }
+                result => return result,
+            }
+        }
+    }
+
     /// Seals the active segment (if it has records) and starts the next one,
     /// large enough for a record of `rec_len` bytes.
     fn roll(&self, w: &mut Writer, rec_len: u64) -> Result<()> {
@@ -358,13 +387,7 @@ impl Log {
         };
         let prepared = match prepared {
             Some(p) => p,
-            None => {
-                w.prep_counter += 1;
-                let path = inner
-                    .dir
-                    .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
-                Prepared::create(path, len, space, hook)?
-            }
+            None => self.prepare_fitting(w, len, needed.div_ceil(PAGE) * PAGE, space)?,
         };
         let header = SegmentHeader {
             version: FORMAT_VERSION,
