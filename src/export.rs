@@ -18,8 +18,7 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::schema::{JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedToolOutput};
 
-/// The longest line [`LineReader`] accepts, in bytes.
-pub const MAX_LINE_BYTES: usize = 512 << 20;
+pub use crate::schema::MAX_LINE_BYTES;
 
 /// One parsed wire line.
 #[derive(Debug, Clone, PartialEq)]

@@ -61,6 +61,7 @@ pub mod format;
 mod format;
 
 pub use chain::{EntryHash, ParseHashError};
+// The bound the tests hold generated entries to; not a stable API.
 pub use error::{CorruptKind, Error, Result};
 pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
 pub use fs::{IoHook, IoOp};
@@ -75,6 +76,9 @@ pub use log::{
     RecoveryReport, Snapshot, TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE,
     DEFAULT_SEGMENT_SIZE,
 };
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub use schema::JSON_GROWTH;
 pub use schema::{
     group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
     LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedItem,

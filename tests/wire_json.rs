@@ -783,3 +783,62 @@ fn json_the_store_accepts_exports_and_imports_back() {
         prev = hash;
     }
 }
+
+/// Whatever the log accepts exports as a line that import reads back: an
+/// entry whose JSON would outgrow `MAX_LINE_BYTES` (90 MB of control
+/// characters escape to 540 MB) is refused at append, with nothing written,
+/// while a large entry under the limit is kept and its line reads back
+/// (issue 15, case 13).
+#[test]
+fn entries_whose_line_import_would_refuse_are_refused_at_append() {
+    use session_store::{Log, LogOptions, MAX_LINE_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
+    let entry = |text: String| LogEntry::UserInput {
+        ts: 1,
+        item: LoggedItem::from(Item::user_text(text)),
+    };
+    // Over the bound that spares the measuring (32 MiB archived): measured,
+    // and accepted.
+    let large = entry("x".repeat(40 << 20));
+    let (seq, hash) = log.append(&large).unwrap();
+    let line = entry_line(seq, &hash, None, &large);
+    assert!(line.len() < MAX_LINE_BYTES);
+    let back = LineReader::new(Cursor::new(format!("{line}\n").into_bytes()))
+        .next_line()
+        .unwrap()
+        .map(|(n, l)| parse_line(l, n).unwrap())
+        .unwrap();
+    assert_eq!(back.entry, large);
+    drop(back);
+    drop(line);
+    // Six bytes of JSON per byte: refused, and the log is unchanged.
+    let controls = entry("\u{1}".repeat(90 << 20));
+    match log.append(&controls) {
+        Err(Error::InvalidInput { what }) => {
+            assert!(what.contains("line"), "{what}");
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    assert_eq!(log.next_seq(), 1);
+    log.append(&entry("after".into())).unwrap();
+}
+
+/// A value built in memory has no depth limit: `from_value` holds it to
+/// `MAX_JSON_DEPTH` as `parse` does, and so does a wire line's payload.
+#[test]
+fn json_values_deeper_than_the_limit_are_refused() {
+    use session_store::MAX_JSON_DEPTH;
+    let nested = |depth: usize| {
+        let mut v = serde_json::json!(1);
+        for _ in 0..depth {
+            v = serde_json::Value::Array(vec![v]);
+        }
+        v
+    };
+    assert!(JsonText::from_value(&nested(MAX_JSON_DEPTH)).is_ok());
+    assert!(matches!(
+        JsonText::from_value(&nested(MAX_JSON_DEPTH + 1)),
+        Err(Error::InvalidInput { .. })
+    ));
+}

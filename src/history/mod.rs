@@ -327,14 +327,11 @@ impl HistoryImport {
     /// an `Extension` entry, and returns its id. Pairings the transcript
     /// lacks stay missing, for [`crate::RestoredState::check`] to report.
     pub fn write_to(&self, store: &Store) -> Result<SessionId> {
+        // Checked before the session exists, so a refusal leaves nothing.
+        let provenance = JsonText::from_value(&self.provenance)?;
         let (id, mut head) = store.create_session(None, RequestConfig::default(), &[])?;
         store.save_delta(id, &mut head, &self.items)?;
-        store.save_extension(
-            id,
-            &mut head,
-            self.extension_domain,
-            JsonText::from_value(&self.provenance),
-        )?;
+        store.save_extension(id, &mut head, self.extension_domain, provenance)?;
         Ok(id)
     }
 }

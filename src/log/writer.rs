@@ -49,6 +49,7 @@ fn encode_batch(entries: &[LogEntry], buf: &mut AlignedVec, out: &mut Vec<Encode
             .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
         let payload_len = format::end_record(buf, start)
             .map_err(|e| Error::invalid(format!("entry of {} bytes is too large", e.len)))?;
+        entry.check_line_len(payload_len as usize)?;
         out.push(Encoded {
             start,
             payload_len: payload_len as usize,

@@ -31,7 +31,17 @@ impl JsonText {
         // it would refuse is refused here.
         serde_json::from_str::<serde_json::Value>(text)
             .map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
-        let compact = minify(text);
+        JsonText::checked(minify(text))
+    }
+
+    /// From a JSON value; refused when nested deeper than
+    /// [`MAX_JSON_DEPTH`] (a value built in memory has no depth limit, and
+    /// its numbers are always finite, so depth is the one check left).
+    pub fn from_value(value: &serde_json::Value) -> Result<JsonText> {
+        JsonText::checked(value.to_string())
+    }
+
+    fn checked(compact: String) -> Result<JsonText> {
         let depth = nesting_depth(&compact);
         if depth > MAX_JSON_DEPTH {
             return Err(Error::invalid(format!(
@@ -39,11 +49,6 @@ impl JsonText {
             )));
         }
         Ok(JsonText(compact))
-    }
-
-    /// From a JSON value.
-    pub fn from_value(value: &serde_json::Value) -> JsonText {
-        JsonText(value.to_string())
     }
 
     /// The empty object `{}`.
@@ -135,7 +140,8 @@ impl Serialize for JsonText {
 /// number form); [`crate::export::parse_line`] puts the original text back.
 impl<'de> Deserialize<'de> for JsonText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde_json::Value::deserialize(d).map(|value| JsonText::from_value(&value))
+        let value = serde_json::Value::deserialize(d)?;
+        JsonText::from_value(&value).map_err(serde::de::Error::custom)
     }
 }
 

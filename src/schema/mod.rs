@@ -27,6 +27,35 @@ pub use item::{
 pub(crate) use json::some_json_text;
 pub use json::{JsonText, MAX_JSON_DEPTH};
 
+/// The longest line of the JSON wire form that import reads, in bytes.
+/// The log refuses an entry whose line would be longer
+/// ([`LogEntry::check_line_len`]), so every export imports back.
+pub const MAX_LINE_BYTES: usize = 512 << 20;
+
+/// How many times its archive's size an entry's JSON can be at most: JSON
+/// escapes a byte into six at worst, and field names are shorter than the
+/// archived fields they name many times over (a test holds every generated
+/// entry to this bound).
+pub const JSON_GROWTH: usize = 16;
+
+/// What a wire line holds besides the entry's own JSON, at most: the seq and
+/// both hashes (`{"seq":…,"hash":"…","prev_hash":"…",`).
+const LINE_PREFIX_BYTES: usize = 256;
+
+/// Counts the bytes written to it.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// One log entry. Every variant carries `ts`, milliseconds since the Unix epoch.
 #[derive(
     Debug,
@@ -277,6 +306,29 @@ impl LogEntry {
                     self.kind().name()
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses an entry whose wire line would be longer than import reads
+    /// back ([`MAX_LINE_BYTES`]): a large payload of control characters
+    /// grows six-fold in JSON (`\u0001`). `archived_len` is the entry's
+    /// archive size; the JSON of an entry is at most `JSON_GROWTH` (16) times
+    /// that, so only entries near the limit are serialized to be measured.
+    pub fn check_line_len(&self, archived_len: usize) -> Result<()> {
+        let bound = archived_len.saturating_mul(JSON_GROWTH);
+        if bound.saturating_add(LINE_PREFIX_BYTES) <= MAX_LINE_BYTES {
+            return Ok(());
+        }
+        let mut counter = ByteCounter(0);
+        serde_json::to_writer(&mut counter, self)
+            .map_err(|e| Error::invalid(format!("entry does not serialize to JSON: {e}")))?;
+        let line = counter.0.saturating_add(LINE_PREFIX_BYTES);
+        if line > MAX_LINE_BYTES {
+            return Err(Error::invalid(format!(
+                "{} entry would export as a {line}-byte line; import reads lines of at most {MAX_LINE_BYTES} bytes",
+                self.kind().name()
+            )));
         }
         Ok(())
     }
