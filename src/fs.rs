@@ -121,6 +121,30 @@ pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
 
 /// Creates a directory and its missing parents, 0700 (session logs hold
 /// credentials). Not durable until its parent is synced.
+/// Whether `path` is a directory: `false` only when nothing is there. A
+/// path that cannot be looked at (no search permission on a parent) is an
+/// error that says so, not a missing directory to create; a path that is
+/// something else is [`Error::InvalidInput`].
+pub(crate) fn dir_exists(path: &Path) -> Result<bool> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(true),
+        Ok(_) => Err(Error::invalid(format!(
+            "{} exists and is not a directory",
+            path.display()
+        ))),
+        // A path through a file has nothing there either.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(Error::io("stat", path, e)),
+    }
+}
+
 pub(crate) fn create_dir(path: &Path, hook: &Hook) -> Result<()> {
     hooked(hook, IoOp::CreateDir { path }, "create dir", path, || {
         DirBuilder::new().recursive(true).mode(0o700).create(path)

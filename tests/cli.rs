@@ -1063,7 +1063,11 @@ fn errors_name_the_file_and_say_the_os_reason_once() {
     // A write command there tries to make the store's directories.
     let r = run(&file, &["demo", "--sessions", "1", "--turns", "1"]);
     let err = one_line_error(&r, "a file as root");
-    assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
+    assert_eq!(
+        err.to_lowercase().matches("not a directory").count(),
+        1,
+        "{err}"
+    );
     assert!(err.contains("afile"), "{err}");
     // A read command only says that no store is there, and makes none.
     let err = one_line_error(&run(&file, &["ls"]), "a file as root");
@@ -1286,4 +1290,58 @@ fn ls_marks_a_session_it_cannot_read_and_lists_the_others() {
         .collect();
     assert_eq!(flagged.len(), 1, "{json}");
     assert_eq!(flagged[0]["id"], bad.to_string());
+}
+
+/// A user who may not look into an existing store (another user's 0700
+/// store) gets the OS reason for the directory that is there, once, from
+/// read and write commands alike, and never "create dir" for a directory
+/// that exists (issue 15, case 17). Needs root, to run the binary as
+/// `nobody` with `setpriv`; elsewhere it says why it is skipped.
+#[test]
+fn a_store_the_user_may_not_enter_is_permission_denied_not_created() {
+    let root_user = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !root_user {
+        println!("permission test skipped: not running as root");
+        return;
+    }
+    let as_nobody = || {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+            .env_remove("SESSION_STORE_DIR")
+            .env_remove("XDG_DATA_HOME")
+            .timeout(TIMEOUT);
+        c
+    };
+    if !as_nobody()
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        println!("permission test skipped: setpriv cannot run {BIN} as nobody");
+        return;
+    }
+    let (tmp, root) = store_dir();
+    build_session(&root, &["mine"]);
+    let before = names_in(&root);
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(
+        fs::metadata(&root).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    for args in [
+        &["ls"][..],
+        &["demo", "--sessions", "1", "--turns", "1"][..],
+    ] {
+        let r = finish(as_nobody().arg("--root").arg(&root).args(args));
+        let err = one_line_error(&r, &format!("{args:?} as nobody"));
+        assert_eq!(err.matches("Permission denied").count(), 1, "{err}");
+        assert!(!err.contains("create dir"), "{err}");
+        assert!(err.contains(&*root.to_string_lossy()), "{err}");
+    }
+    // Nothing was made there.
+    assert_eq!(names_in(&root), before);
 }

@@ -164,11 +164,11 @@ impl Store {
     pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
         let root = root.as_ref().to_path_buf();
         let hook = &opts.log.hook;
-        let new_root = !root.is_dir();
+        let new_root = !hooked_fs::dir_exists(&root)?;
         let mut created = new_root;
         for dir in ["sessions", "trash", "staging"] {
             let dir = root.join(dir);
-            if !dir.is_dir() {
+            if !hooked_fs::dir_exists(&dir)? {
                 hooked_fs::create_dir(&dir, hook)?;
                 created = true;
             }
@@ -210,7 +210,7 @@ impl Store {
     /// Fails with [`Error::NotFound`] naming `root` when no store is there.
     pub fn open_read_only(root: impl AsRef<Path>) -> Result<Store> {
         let root = root.as_ref().to_path_buf();
-        if !root.join("sessions").is_dir() {
+        if !hooked_fs::dir_exists(&root.join("sessions"))? {
             return Err(Error::not_found(format!("no store at {}", root.display())));
         }
         Ok(Store::with_parts(root, StoreOptions::default(), None))
