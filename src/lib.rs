@@ -72,9 +72,9 @@ pub use history::{
 };
 pub use item::{anthropic, responses, CallLink, ContentPart, Item, ItemStatus, Role, ToolOutput};
 pub use log::{
-    Damage, Durability, ExpectHead, Iter, Log, LogOptions, RecordView, RecoveryMode,
+    Damage, Durability, ExpectHead, Iter, LastRecovery, Log, LogOptions, RecordView, RecoveryMode,
     RecoveryReport, Snapshot, TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE,
-    DEFAULT_SEGMENT_SIZE,
+    DEFAULT_SEGMENT_SIZE, LAST_RECOVERY_FILE,
 };
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]

@@ -1345,3 +1345,51 @@ fn a_store_the_user_may_not_enter_is_permission_denied_not_created() {
     // Nothing was made there.
     assert_eq!(names_in(&root), before);
 }
+
+/// Inspection recovers nothing, so a writer's recovery is the one that cuts
+/// a torn tail: what it cut is recorded durably and `stat` and `ls --json`
+/// still show it afterwards (issue 15, case 4).
+#[test]
+fn what_a_writer_cut_stays_visible_to_stat_and_ls() {
+    let (_tmp, root) = store_dir();
+    let (id, head) = build_session(&root, &["before the crash"]);
+    let sid = id.to_string();
+    // Garbage after the last record, as a torn write leaves it.
+    let dir = root.join("sessions").join(&sid);
+    let seg = fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .unwrap();
+    let v: Value = serde_json::from_str(&ok(&root, &["stat", &sid, "--json"])).unwrap();
+    let torn_at = session_store::format::FIRST_RECORD_OFFSET + v["bytes"].as_u64().unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0xab; 48], torn_at).unwrap();
+    drop(f);
+
+    let v: Value = serde_json::from_str(&ok(&root, &["stat", &sid, "--json"])).unwrap();
+    assert!(v["recovery"]["torn_tail"].is_object(), "{v}");
+    assert_eq!(v["last_recovery"], Value::Null);
+
+    // A writer opens the session: its recovery cuts the tail.
+    let store = Store::open(&root).unwrap();
+    let mut head = head;
+    store
+        .save_delta(id, &mut head, &[Item::user_text("after")])
+        .unwrap();
+    store.close().unwrap();
+
+    let v: Value = serde_json::from_str(&ok(&root, &["stat", &sid, "--json"])).unwrap();
+    assert_eq!(v["recovery"]["torn_tail"], Value::Null, "{v}");
+    let cut = &v["last_recovery"]["report"]["torn_tail"];
+    assert_eq!(cut["offset"].as_u64(), Some(torn_at), "{v}");
+    assert!(v["last_recovery"]["at_ms"].as_u64().unwrap() > 0);
+    let text = ok(&root, &["stat", &sid]);
+    assert!(
+        text.contains("last cut") && text.contains("torn tail"),
+        "{text}"
+    );
+    let listed: Value = serde_json::from_str(ok(&root, &["ls", "--json"]).trim()).unwrap();
+    assert_eq!(listed["last_recovery"], v["last_recovery"]);
+}

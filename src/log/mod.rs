@@ -177,7 +177,7 @@ impl LogOptions {
 }
 
 /// Bytes that were cut off (writer) or would be (reader) after the last good record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TornTail {
     /// The segment.
     pub segment: PathBuf,
@@ -192,7 +192,7 @@ pub struct TornTail {
 }
 
 /// What open found and did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecoveryReport {
     /// Segments in the log.
     pub segments: usize,
@@ -203,6 +203,32 @@ pub struct RecoveryReport {
     /// Files removed: unfinished segment preparations, or segments after a salvage cut.
     pub removed: Vec<PathBuf>,
 }
+
+impl RecoveryReport {
+    /// Whether recovery changed the log: cut a tail or removed a segment
+    /// (leftover preparations of a segment are routine and do not count).
+    pub fn changed_the_log(&self) -> bool {
+        self.torn_tail.is_some()
+            || self
+                .removed
+                .iter()
+                .any(|p| p.extension().is_none_or(|e| e != "prep"))
+    }
+}
+
+/// The last recovery that changed a log, as its writer recorded it in the
+/// log's directory ([`LAST_RECOVERY_FILE`]), so that what a writer cut stays
+/// known after the fact ([`Log::last_recovery`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LastRecovery {
+    /// When it ran, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// What it found and did.
+    pub report: RecoveryReport,
+}
+
+/// The file in a log's directory that holds its [`LastRecovery`] (JSON).
+pub const LAST_RECOVERY_FILE: &str = "last-recovery.json";
 
 /// The committed state readers see, published after every append batch.
 #[derive(Clone)]

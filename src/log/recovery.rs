@@ -13,8 +13,8 @@ use super::opening::open_segments;
 use super::reader::snapshot_of;
 use super::writer::Writer;
 use super::{
-    Damage, Durability, Inner, Log, LogOptions, Published, RecoveryMode, RecoveryReport, Tip,
-    TornTail, LOCK_FILE,
+    Damage, Durability, Inner, LastRecovery, Log, LogOptions, Published, RecoveryMode,
+    RecoveryReport, Tip, TornTail, LAST_RECOVERY_FILE, LOCK_FILE,
 };
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
@@ -141,7 +141,25 @@ impl Log {
             opened.report.torn_tail = salvaged;
         }
         opened.report.removed.splice(0..0, removed);
+        if opened.report.changed_the_log() {
+            record_recovery(&dir, &opened.report, &hook)?;
+        }
         Ok(Log::from_opened(dir, opts, opened, Some(lock)))
+    }
+
+    /// The last recovery that changed the log in `dir` (cut a torn tail,
+    /// removed a segment), as its writer recorded it; `None` if none ever
+    /// did. Reads only.
+    pub fn last_recovery(dir: impl AsRef<Path>) -> Result<Option<LastRecovery>> {
+        let path = dir.as_ref().join(LAST_RECOVERY_FILE);
+        let text = match fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io("read", &path, e)),
+        };
+        serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|e| Error::invalid(format!("{}: not a recovery record: {e}", path.display())))
     }
 
     /// Opens the log read-only, without taking the writer lock: it sees the
@@ -224,6 +242,20 @@ impl Log {
         *self = Log::open_read_only(&self.inner.dir)?;
         Ok(())
     }
+}
+
+/// Records what a writer's recovery changed, durably, after the change: a
+/// crash between the two loses the record, never the log's consistency.
+fn record_recovery(dir: &Path, report: &RecoveryReport, hook: &Hook) -> Result<()> {
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let last = LastRecovery {
+        at_ms,
+        report: report.clone(),
+    };
+    let json = serde_json::to_vec(&last).expect("a recovery report serializes");
+    hooked_fs::write_atomic(&dir.join(LAST_RECOVERY_FILE), &json, hook)
 }
 
 fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use session_store::{ContentPart, Item, SessionId, ToolOutput};
+use session_store::{ContentPart, Item, Log, SessionId, ToolOutput};
 
 use crate::transfer::record_line;
 use crate::{open_reader, open_store_to_read};
@@ -93,7 +93,14 @@ pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
     }
     for s in sessions {
         if a.json {
-            writeln!(out, "{}", serde_json::to_string(&s)?)?;
+            // What a writer's recovery last cut, if it ever cut anything:
+            // inspection recovers nothing itself, so this is how a crash's
+            // aftermath stays visible.
+            let mut value = serde_json::to_value(&s)?;
+            if let Ok(Some(last)) = Log::last_recovery(store.session_dir(s.id)) {
+                value["last_recovery"] = serde_json::to_value(last)?;
+            }
+            writeln!(out, "{value}")?;
         } else {
             writeln!(
                 out,
@@ -311,6 +318,7 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     let snap = log.snapshot();
     let segments = log.segment_paths();
     let report = log.recovery_report().clone();
+    let last = Log::last_recovery(store.session_dir(id))?;
     let head = snap.head();
     let value = serde_json::json!({
         "id": id,
@@ -321,6 +329,7 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
         "head_hash": head.map(|h| h.1),
         "last_session_start": snap.last_session_start(),
         "recovery": report,
+        "last_recovery": last,
         "verified": false,
     });
     if a.json {
@@ -349,6 +358,21 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
             None => println!(
                 "recovery     no torn tail; records not verified (run `session-store verify {id}`)"
             ),
+        }
+        if let Some(last) = &last {
+            let what = match &last.report.torn_tail {
+                Some(t) => format!(
+                    "cut a torn tail at {} offset {}: {}",
+                    t.segment.display(),
+                    t.offset,
+                    t.reason
+                ),
+                None => format!(
+                    "removed {}",
+                    count(last.report.removed.len() as u64, "file")
+                ),
+            };
+            println!("last cut     {}: {what}", fmt_time(last.at_ms));
         }
     }
     Ok(ExitCode::SUCCESS)
