@@ -65,7 +65,7 @@ pub enum Error {
     )]
     HeadMismatch {
         /// The session.
-        session: String,
+        session: crate::schema::SessionId,
         /// The head the caller holds.
         expected: Option<EntryHash>,
         /// The head on disk.

@@ -160,16 +160,20 @@ pub(crate) fn rename(from: &Path, to: &Path, hook: &Hook) -> Result<()> {
 
 /// Replaces `path` with `bytes` durably: written to a temporary name beside
 /// it, synced, renamed over it, and the directory synced. A crash leaves the
-/// old file or the new one, and perhaps the temporary file.
+/// old file or the new one, and perhaps the temporary file; a failure
+/// before the rename removes the temporary file.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8], hook: &Hook) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let file = HookedFile::create(&tmp, hook)?;
-    file.write_at(0, bytes)?;
-    file.sync()?;
-    drop(file);
-    rename(&tmp, path, hook)?;
+    let written = HookedFile::create(&tmp, hook).and_then(|file| {
+        file.write_at(0, bytes)?;
+        file.sync()
+    });
+    if let Err(e) = written.and_then(|()| rename(&tmp, path, hook)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
     sync_dir(dir.unwrap_or(Path::new(".")), hook)
 }

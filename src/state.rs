@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::chain::EntryHash;
 use crate::error::Result;
 use crate::item::{CallLink, Item};
-use crate::log::{Log, Snapshot};
+use crate::log::{Log, Snapshot, TornTail};
 use crate::schema::{ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionOrigin};
 
 /// Token usage of one model call, as logged.
@@ -67,6 +67,11 @@ pub struct RestoredState {
     pub head_seq: Option<u64>,
     /// Entries folded in.
     pub entries: u64,
+    /// Set when a salvage cut dropped records from this log (this open's
+    /// recovery, or one a writer recorded earlier): the history is what was
+    /// left before the damage, not everything that was written, and
+    /// [`RestoredState::check`] reports [`Problem::Salvaged`].
+    pub salvaged: Option<TornTail>,
 }
 
 /// Folds entries, in order, into a [`RestoredState`] with the seed's semantics.
@@ -182,7 +187,15 @@ impl RestoredState {
 
     /// Checks what a provider would reject if this history were re-sent.
     pub fn check(&self) -> Vec<Problem> {
-        check_history(&self.history)
+        let mut problems = Vec::new();
+        if let Some(cut) = &self.salvaged {
+            problems.push(Problem::Salvaged {
+                seq: cut.seq,
+                reason: cut.reason.clone(),
+            });
+        }
+        problems.extend(check_history(&self.history));
+        problems
     }
 
     /// True when [`RestoredState::check`] finds nothing.
@@ -222,6 +235,15 @@ pub enum Problem {
     DanglingReasoning {
         /// Index of the reasoning item.
         index: usize,
+    },
+    /// Recovery in salvage mode cut the log at damage: entries from `seq` on
+    /// (or from an unknown seq) are lost, so the history may be partial.
+    /// Listed first, before any problem of the history itself.
+    Salvaged {
+        /// The first seq lost, if known.
+        seq: Option<u64>,
+        /// Why the record there was rejected.
+        reason: String,
     },
 }
 
@@ -298,6 +320,7 @@ pub fn check_history(history: &[Item]) -> Vec<Problem> {
         | Problem::ResultWithoutCall { index, .. }
         | Problem::DuplicateCallId { index, .. }
         | Problem::DanglingReasoning { index } => *index,
+        Problem::Salvaged { .. } => 0,
     });
     problems
 }
@@ -306,7 +329,19 @@ impl Log {
     /// Replays from the last `SessionStart` (found through the footers and the
     /// sparse index, never by scanning from seq 0) into a [`RestoredState`].
     pub fn restore(&self) -> Result<RestoredState> {
-        self.snapshot().restore()
+        let mut state = self.snapshot().restore()?;
+        state.salvaged = self.salvage_cut()?;
+        Ok(state)
+    }
+
+    /// The salvage cut that dropped records from this log, by this open's
+    /// recovery or as a writer recorded it ([`Log::last_recovery`]).
+    fn salvage_cut(&self) -> Result<Option<TornTail>> {
+        let salvaged = |t: &Option<TornTail>| t.as_ref().filter(|t| t.salvaged).cloned();
+        if let Some(t) = salvaged(&self.recovery_report().torn_tail) {
+            return Ok(Some(t));
+        }
+        Ok(Log::last_recovery(self.dir())?.and_then(|l| salvaged(&l.report.torn_tail)))
     }
 }
 

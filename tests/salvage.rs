@@ -143,3 +143,47 @@ fn a_damaged_header_of_the_last_or_second_to_last_segment_is_cut_by_salvage() {
         assert_eq!(kept, (0..kept.len() as u64).map(entry).collect::<Vec<_>>());
     }
 }
+
+/// A salvaged restore says it is partial: `RestoredState::salvaged` is set
+/// and `check()` reports `Problem::Salvaged` first, in the salvaging open
+/// and in every later open, read-only ones included, through the record the
+/// writer left (`last-recovery.json`). Never an empty `check()` on lost data
+/// (issue 17, item 9).
+#[test]
+fn a_salvaged_restore_says_it_is_partial_in_every_later_open() {
+    use session_store::Problem;
+    let dir = tempfile::tempdir().unwrap();
+    let segs = build(dir.path(), 40);
+    flip(&segs[1], 256 + 100);
+    let log = Log::open(dir.path(), opts(RecoveryMode::Salvage)).unwrap();
+    let lost_from = log.next_seq();
+    let check = |state: &session_store::RestoredState| {
+        let cut = state
+            .salvaged
+            .as_ref()
+            .expect("the restore says it is partial");
+        assert_eq!(cut.seq, Some(lost_from));
+        assert!(matches!(
+            state.check().first(),
+            Some(Problem::Salvaged { seq: Some(s), .. }) if *s == lost_from
+        ));
+    };
+    check(&log.restore().unwrap());
+    drop(log);
+    check(&Log::open_read_only(dir.path()).unwrap().restore().unwrap());
+    check(
+        &Log::open(dir.path(), opts(RecoveryMode::Strict))
+            .unwrap()
+            .restore()
+            .unwrap(),
+    );
+    // A log that was never salvaged restores whole.
+    let clean = tempfile::tempdir().unwrap();
+    build(clean.path(), 3);
+    let state = Log::open_read_only(clean.path())
+        .unwrap()
+        .restore()
+        .unwrap();
+    assert_eq!(state.salvaged, None);
+    assert!(state.check().is_empty());
+}

@@ -142,7 +142,9 @@ impl Log {
         }
         opened.report.removed.splice(0..0, removed);
         if opened.report.changed_the_log() {
-            record_recovery(&dir, &opened.report, &hook)?;
+            // Best effort: the log is consistent without it, and a full
+            // disk must not keep the log from opening (`full_disk.rs`).
+            record_recovery(&dir, &opened.report, &hook);
         }
         Ok(Log::from_opened(dir, opts, opened, Some(lock)))
     }
@@ -245,8 +247,9 @@ impl Log {
 }
 
 /// Records what a writer's recovery changed, durably, after the change: a
-/// crash between the two loses the record, never the log's consistency.
-fn record_recovery(dir: &Path, report: &RecoveryReport, hook: &Hook) -> Result<()> {
+/// crash between the two, or a failure to write (a full disk), loses the
+/// record, never the log's consistency.
+fn record_recovery(dir: &Path, report: &RecoveryReport, hook: &Hook) {
     let at_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -255,7 +258,7 @@ fn record_recovery(dir: &Path, report: &RecoveryReport, hook: &Hook) -> Result<(
         report: report.clone(),
     };
     let json = serde_json::to_vec(&last).expect("a recovery report serializes");
-    hooked_fs::write_atomic(&dir.join(LAST_RECOVERY_FILE), &json, hook)
+    let _ = hooked_fs::write_atomic(&dir.join(LAST_RECOVERY_FILE), &json, hook);
 }
 
 fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {

@@ -36,7 +36,7 @@ impl Store {
             let actual = self.head(id)?;
             if actual != Some(*head) {
                 return Err(Error::HeadMismatch {
-                    session: id.to_string(),
+                    session: id,
                     expected: Some(*head),
                     actual,
                 });
@@ -55,7 +55,7 @@ impl Store {
                 Error::HeadConflict {
                     expected, actual, ..
                 } => Error::HeadMismatch {
-                    session: id.to_string(),
+                    session: id,
                     expected,
                     actual,
                 },
