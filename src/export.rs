@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
+use crate::log::RecordView;
 use crate::schema::{JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedToolOutput};
 
 pub use crate::schema::MAX_LINE_BYTES;
@@ -50,6 +51,15 @@ pub fn entry_line(
         "{{\"seq\":{seq},\"hash\":\"{hash}\",\"prev_hash\":{prev},{}",
         &body[1..]
     )
+}
+
+impl RecordView<'_> {
+    /// This record as a wire line, without the newline (`prev_hash` is
+    /// `null` at seq 0).
+    pub fn wire_line(&self) -> String {
+        let prev = (self.seq > 0).then_some(&self.prev_hash);
+        entry_line(self.seq, &self.hash, prev, &self.entry.to_entry())
+    }
 }
 
 /// Parses one wire line. `line_no` is 1-based and goes into every error.

@@ -33,6 +33,7 @@ mod session;
 mod shards;
 mod staging;
 mod subscription;
+mod transfer;
 
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription};

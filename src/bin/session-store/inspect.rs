@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Result;
 use session_store::{ContentPart, Item, Log, SessionId, ToolOutput};
 
-use crate::transfer::record_line;
 use crate::{open_reader, open_store_to_read};
 
 #[derive(clap::Args)]
@@ -396,7 +395,7 @@ pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
         let snap = log.snapshot();
         for rec in snap.iter_from(next) {
             let rec = rec?;
-            writeln!(out, "{}", record_line(&rec))?;
+            writeln!(out, "{}", rec.wire_line())?;
             next = rec.seq + 1;
         }
         out.flush()?;

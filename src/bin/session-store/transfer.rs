@@ -9,8 +9,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use session_store::{
-    entry_line, parse_line, responses, EntryHash, Item, LineReader, RecordView, RequestConfig,
-    SessionId, Store,
+    parse_line, responses, EntryHash, Item, LineReader, RequestConfig, SessionId, Store,
 };
 
 use crate::{open_reader, open_store, open_store_to_read, progress};
@@ -165,12 +164,6 @@ pub(crate) fn write_file_atomically<T>(
     Ok(value)
 }
 
-/// One record as a wire line, without the newline.
-pub(crate) fn record_line(rec: &RecordView<'_>) -> String {
-    let prev = (rec.seq > 0).then_some(&rec.prev_hash);
-    entry_line(rec.seq, &rec.hash, prev, &rec.entry.to_entry())
-}
-
 /// Writes a session's wire form, or its restored history in a provider's form.
 pub(crate) fn write_session(
     store: &Store,
@@ -180,15 +173,7 @@ pub(crate) fn write_session(
 ) -> Result<u64> {
     let reader = open_reader(store, id)?;
     let lines = match format {
-        Format::Wire => {
-            let snap = reader.snapshot();
-            let mut n = 0;
-            for rec in snap.iter() {
-                writeln!(out, "{}", record_line(&rec?))?;
-                n += 1;
-            }
-            return Ok(n);
-        }
+        Format::Wire => return Ok(store.export(id, out)?),
         Format::Responses => responses::history_to_items(&reader.restore()?.history)?,
         Format::Anthropic => Item::to_anthropic_messages(&reader.restore()?.history)?,
     };
@@ -267,34 +252,33 @@ pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
     if len < 16 << 20 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut lines = LineReader::new(reader);
-    let mut parsed = Vec::new();
-    let mut items = Vec::new();
-    let mut read = 0u64;
-    while let Some((no, text)) = lines.next_line().with_context(|| name.clone())? {
-        read += text.len() as u64 + 1;
-        bar.set_position(read);
-        let line = || format!("{name}: line {no}");
-        match a.format {
-            Format::Wire => parsed.push((no, parse_line(text, no).with_context(|| name.clone())?)),
-            Format::Responses => items.push(Item::from_responses_json(text).with_context(line)?),
-            Format::Anthropic => {
-                items.extend(Item::from_anthropic_message(text).with_context(line)?)
+    let reader = bar.wrap_read(reader);
+    let id = if a.format == Format::Wire {
+        let store = open_store(root)?;
+        let id = store.import_from(reader).with_context(|| name.clone())?;
+        store.close()?;
+        id
+    } else {
+        let mut lines = LineReader::new(reader);
+        let mut items = Vec::new();
+        while let Some((no, text)) = lines.next_line().with_context(|| name.clone())? {
+            let line = || format!("{name}: line {no}");
+            match a.format {
+                Format::Anthropic => {
+                    items.extend(Item::from_anthropic_message(text).with_context(line)?)
+                }
+                _ => items.push(Item::from_responses_json(text).with_context(line)?),
             }
         }
-    }
-    bar.finish_and_clear();
-    let store = open_store(root)?;
-    let id = if a.format == Format::Wire {
-        store.import(&parsed).with_context(|| name.clone())?
-    } else {
+        let store = open_store(root)?;
         let (id, mut head) = store.create_session(None, RequestConfig::default(), &[])?;
         store
             .save_delta(id, &mut head, &items)
             .with_context(|| name.clone())?;
+        store.close()?;
         id
     };
-    store.close()?;
+    bar.finish_and_clear();
     println!("{id}");
     Ok(ExitCode::SUCCESS)
 }

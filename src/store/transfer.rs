@@ -1,0 +1,53 @@
+//! Export and import of whole sessions in the wire form, as library calls
+//! (the CLI's `export` and `import` are these).
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use super::Store;
+use crate::error::{Error, Result};
+use crate::export::{parse_line, LineReader};
+use crate::schema::SessionId;
+
+impl Store {
+    /// Writes the session's every entry as a wire line (`seq`, `hash`,
+    /// `prev_hash`, which is `null` at seq 0, then the entry), one per line,
+    /// to `out`: the bytes `session-store export` prints. Returns the lines
+    /// written. Reads only (a session not open here is read without its
+    /// writer lock). `out` is not flushed; wrap it in a `BufWriter` for
+    /// speed.
+    ///
+    /// An export of a live session stops at the head it had when the call
+    /// began. A failed write is [`Error::Io`] with op `"write export"`.
+    pub fn export(&self, id: SessionId, mut out: impl Write) -> Result<u64> {
+        let snap = self.snapshot(id)?;
+        let mut lines = 0u64;
+        for rec in snap.iter() {
+            let mut line = rec?.wire_line();
+            line.push('\n');
+            out.write_all(line.as_bytes()).map_err(|e| {
+                Error::io(
+                    "write export",
+                    PathBuf::from(format!("<export of session {id}>")),
+                    e,
+                )
+            })?;
+            lines += 1;
+        }
+        Ok(lines)
+    }
+
+    /// Creates a new session from wire lines read from `input` (what
+    /// [`Store::export`] writes, or lines without `seq` and hashes), checking
+    /// every `seq`, `hash` and `prev_hash` a line carries against the chain;
+    /// nothing is written unless every line parses and checks out. Errors
+    /// name the line ([`Error::Wire`]). Returns the new session's id.
+    pub fn import_from(&self, input: impl BufRead) -> Result<SessionId> {
+        let mut reader = LineReader::new(input);
+        let mut lines = Vec::new();
+        while let Some((no, text)) = reader.next_line()? {
+            lines.push((no, parse_line(text, no)?));
+        }
+        self.import(&lines)
+    }
+}
