@@ -90,4 +90,5 @@ pub use state::{
 };
 pub use store::{
     ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry, Subscription,
+    DEFAULT_POLL_INTERVAL,
 };

@@ -2238,3 +2238,67 @@ fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
     );
     assert!(!store.session_dir(id).join("CREATING").exists());
 }
+
+/// A store in another process (here: other `Store`s on the same root, which
+/// hold their own file locks) follows a session that a writer is appending
+/// to: from a read-only store, and from a writable one without taking the
+/// writer's lock. Every entry arrives once, in order, across rolls
+/// (issue 17, item 6).
+#[test]
+fn a_subscription_follows_a_writer_elsewhere_without_its_lock() {
+    let dir = tempdir();
+    let writer = open(dir.path());
+    let (id, mut head) = writer
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    writer.save_delta(id, &mut head, &turn(0, 100)).unwrap();
+    let reader = Store::open_read_only(dir.path()).unwrap();
+    let mut from_reader = reader
+        .subscribe(id, 0)
+        .unwrap()
+        .poll_interval(Duration::from_millis(2));
+    let other = Store::open(dir.path()).unwrap();
+    let mut from_other = other
+        .subscribe(id, 0)
+        .unwrap()
+        .poll_interval(Duration::from_millis(2));
+    const TURNS: usize = 25;
+    let appender = thread::spawn(move || {
+        for n in 1..=TURNS {
+            writer.save_delta(id, &mut head, &turn(n, 1500)).unwrap();
+        }
+        let rolled = writer.log(id).unwrap().segment_paths().len() > 2;
+        writer.close().unwrap();
+        (head, rolled)
+    });
+    let total = 1 + 4 * (TURNS as u64 + 1);
+    let collect = |sub: &mut session_store::Subscription| {
+        let mut seen = Vec::new();
+        while (seen.len() as u64) < total {
+            let e = sub
+                .next_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "an entry within the timeout after {} of {total}",
+                        seen.len()
+                    )
+                })
+                .unwrap();
+            seen.push((e.seq, e.hash, e.entry));
+        }
+        assert!(sub.next_timeout(Duration::from_millis(30)).is_none());
+        seen
+    };
+    let (seen_r, seen_o) = (collect(&mut from_reader), collect(&mut from_other));
+    let (head, rolled) = appender.join().unwrap();
+    assert!(rolled, "the writer rolled segments while followed");
+    let logged: Vec<(u64, EntryHash, LogEntry)> = reader
+        .snapshot(id)
+        .unwrap()
+        .entries_from(0)
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(seen_r, logged);
+    assert_eq!(seen_o, logged);
+    assert_eq!(logged.last().unwrap().1, head);
+}

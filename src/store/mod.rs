@@ -36,7 +36,7 @@ mod subscription;
 mod transfer;
 
 pub use shards::SessionHandle;
-pub use subscription::{SubscribedEntry, Subscription};
+pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
 
 use shards::{head_slot_of, Shard};
 

@@ -372,7 +372,7 @@ impl Store {
     /// takes no lock, writes nothing and syncs nothing (a crashed writer's
     /// torn tail is left for the next writer to cut; the view ends before
     /// it, as that writer's will).
-    fn reader(&self, id: SessionId) -> Result<Log> {
+    pub(super) fn reader(&self, id: SessionId) -> Result<Log> {
         if let Some(log) = self.open_log_here(id) {
             return Ok(log);
         }

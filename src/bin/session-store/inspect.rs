@@ -3,7 +3,6 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Result;
 use session_store::{ContentPart, Item, Log, SessionId, ToolOutput};
@@ -378,37 +377,26 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
 }
 
 pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
-    // How often -f looks for new entries. The writer is usually another
-    // process, whose commits can only be seen by re-reading the log.
-    const POLL: Duration = Duration::from_millis(100);
-    // Consecutive failed re-reads tolerated, e.g. one that met a footer being written.
-    const RETRIES: u32 = 10;
     let store = open_store_to_read(root)?;
-    let mut log = open_reader(&store, a.id)?;
-    let snap = log.snapshot();
-    let mut next = a
+    let snap = open_reader(&store, a.id)?.snapshot();
+    let from = a
         .from
         .unwrap_or_else(|| snap.next_seq().saturating_sub(10).max(snap.first_seq()));
+    // A read-only store's subscription re-reads the log as the writer (in
+    // another process) commits, and never takes the writer's lock.
+    let mut entries = store.subscribe(a.id, from)?;
     let mut out = std::io::stdout().lock();
-    let mut failures = 0;
-    loop {
-        let snap = log.snapshot();
-        for rec in snap.iter_from(next) {
-            let rec = rec?;
-            writeln!(out, "{}", rec.wire_line())?;
-            next = rec.seq + 1;
-        }
-        out.flush()?;
-        if !a.follow {
-            return Ok(ExitCode::SUCCESS);
-        }
-        std::thread::sleep(POLL);
-        match log.refresh() {
-            Ok(()) => failures = 0,
-            Err(_) if failures < RETRIES => failures += 1,
-            Err(e) => return Err(e.into()),
+    while let Some(entry) = entries.try_next() {
+        writeln!(out, "{}", entry?.wire_line())?;
+    }
+    out.flush()?;
+    if a.follow {
+        for entry in entries {
+            writeln!(out, "{}", entry?.wire_line())?;
+            out.flush()?;
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The `type` of an opaque item or part, for display.
