@@ -140,11 +140,7 @@ pub(crate) fn create(
 ) -> Result<HookedFile> {
     let file = HookedFile::create(path, hook)?;
     let mut buf = vec![0u8; CATALOG_LEN];
-    let ident = serde_json::to_vec(identity).expect("identity serializes");
-    if ident.len() > IDENT_MAX {
-        return Err(Error::invalid("catalog identity too large"));
-    }
-    let framed_ident = framed(IDENT_MAGIC, &ident);
+    let framed_ident = identity_slot(identity)?;
     buf[IDENT_AT as usize..IDENT_AT as usize + framed_ident.len()].copy_from_slice(&framed_ident);
     if let Some(t) = title {
         let t = excerpt(t);
@@ -159,6 +155,15 @@ pub(crate) fn create(
 /// Rewrites the head slot.
 fn write_head(file: &HookedFile, head: &HeadSlot) -> Result<()> {
     file.write_at(HEAD_AT, &head.encode())
+}
+
+/// The identity slot's bytes.
+fn identity_slot(identity: &Identity) -> Result<Vec<u8>> {
+    let ident = serde_json::to_vec(identity).expect("identity serializes");
+    if ident.len() > IDENT_MAX {
+        return Err(Error::invalid("catalog identity too large"));
+    }
+    Ok(framed(IDENT_MAGIC, &ident))
 }
 
 /// Sets the title once it is known.
@@ -267,6 +272,28 @@ impl SessionCatalog {
         write_title(&self.file, title)?;
         self.state.lock().title = Some(excerpt(title));
         Ok(())
+    }
+
+    /// Records where the session's live history comes from, after a
+    /// `SessionStart` was appended (a compaction in place): the identity
+    /// slot is rewritten now, and the cache copy with the next `set_head`.
+    /// Until the clean close the head is dirty, so `list` takes the origins
+    /// from the log meanwhile.
+    pub(crate) fn set_origins(
+        &self,
+        forked_from: Option<SessionOrigin>,
+        compacted_from: Option<SessionOrigin>,
+    ) -> Result<()> {
+        let mut state = self.state.lock();
+        if (state.identity.forked_from, state.identity.compacted_from)
+            == (forked_from, compacted_from)
+        {
+            return Ok(());
+        }
+        state.identity.forked_from = forked_from;
+        state.identity.compacted_from = compacted_from;
+        self.file
+            .write_at(IDENT_AT, &identity_slot(&state.identity)?)
     }
 
     /// Marks the session dirty in the cache and the file, durably, before a

@@ -45,6 +45,11 @@ pub enum Error {
     /// An earlier write or sync failed; the writer refuses further work. Reopen to recover.
     #[error("the writer is poisoned by an earlier I/O failure; reopen the log to recover")]
     Poisoned,
+    /// The task that ran the call was cancelled before it finished (the
+    /// async runtime is shutting down): whether the call took effect is not
+    /// known; read the session's head to find out.
+    #[error("the call was cancelled before it finished (runtime shutting down)")]
+    Cancelled,
     /// A session, record or file does not exist.
     #[error("not found: {what}")]
     NotFound {

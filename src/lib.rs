@@ -35,6 +35,8 @@
 //! With `default-features = false` the crate is the bare library.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "tokio")]
+mod async_store;
 mod catalog;
 mod chain;
 mod error;
@@ -60,6 +62,8 @@ pub mod format;
 #[allow(dead_code)]
 mod format;
 
+#[cfg(feature = "tokio")]
+pub use async_store::{AsyncStore, EntryStream};
 pub use chain::{EntryHash, ParseHashError};
 // The bound the tests hold generated entries to; not a stable API.
 pub use error::{CorruptKind, Error, Result};
@@ -90,5 +94,5 @@ pub use state::{
 };
 pub use store::{
     ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry, Subscription,
-    DEFAULT_POLL_INTERVAL,
+    Turn, DEFAULT_POLL_INTERVAL,
 };

@@ -1140,7 +1140,7 @@ fn human_output_has_a_header_local_times_plurals_and_newest_update_first() {
 
     let demo = ok(&root, &["demo", "--sessions", "4", "--turns", "1"]);
     assert!(
-        demo.contains("asked for, plus 1 from compactions and 1 from forks"),
+        demo.contains("asked for, plus 1 from forks; 1 session compacted in place"),
         "{demo}"
     );
 }

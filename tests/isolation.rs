@@ -295,3 +295,25 @@ fn a_read_only_store_reads_everything_and_writes_nothing() {
         "a read-only store wrote"
     );
 }
+
+/// A crash after a compaction leaves the catalog dirty: the listing then
+/// reads the compaction's origin from the log, as restore does.
+#[test]
+fn a_compaction_before_a_crash_is_listed_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = tempfile::tempdir().unwrap();
+    let store = Store::open(live.path()).unwrap();
+    let (id, head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    store
+        .compact(id, head, &[Item::user_text("summary")])
+        .unwrap();
+    // A copy while the writer is open: as a killed process leaves it.
+    copy_tree(live.path(), dir.path());
+    drop(store);
+    let store = Store::open_read_only(dir.path()).unwrap();
+    let origin = store.restore(id).unwrap().compacted_from;
+    assert!(origin.is_some());
+    assert_eq!(store.list().unwrap()[0].compacted_from, origin);
+}

@@ -677,40 +677,85 @@ fn a_head_conflict_forks_and_a_stale_save_writes_nothing() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn a_compacted_session_records_its_origin_and_restores_from_its_start() {
+fn compaction_in_place_records_its_origin_and_list_agrees_with_restore() {
     let dir = tempdir();
     let store = open(dir.path());
-    let (src, mut head) = store
+    let (id, mut head) = store
         .create_session(Some("sys"), RequestConfig::model("m"), &[])
         .unwrap();
     for n in 0..4 {
-        store.save_delta(src, &mut head, &turn(n, 5000)).unwrap();
+        store.save_delta(id, &mut head, &turn(n, 5000)).unwrap();
     }
-    let mut compacted: RestoredState = store.restore(src).unwrap();
-    compacted.history = vec![Item::user_text("Summary: four questions answered")];
-    let (new, mut new_head) = store
-        .create_compacted_session(&compacted, src, head)
+    store
+        .save_config_changed(id, &mut head, RequestConfig::model("m2"))
         .unwrap();
+    let summary = vec![Item::user_text("Summary: four questions answered")];
+    // A stale head writes nothing.
+    let stale = store.log(id).unwrap().snapshot().head().unwrap().1;
+    let before = store.log(id).unwrap().next_seq();
+    assert!(matches!(
+        store.compact(id, EntryHash::genesis(), &summary),
+        Err(Error::HeadMismatch { session, .. }) if session == id
+    ));
+    assert_eq!(store.log(id).unwrap().next_seq(), before);
+    let compacted_at = store.compact(id, stale, &summary).unwrap();
     let origin = SessionOrigin {
-        session_id: src,
+        session_id: id,
         at_hash: head,
     };
-    let state = store.restore(new).unwrap();
-    assert_eq!(state.history, compacted.history);
-    assert_eq!(state.system_prompt.as_deref(), Some("sys"));
-    assert_eq!(state.compacted_from, Some(origin));
-    assert_eq!(state.forked_from, None);
-    let info = store.info(new).unwrap().unwrap();
-    assert_eq!(info.compacted_from, Some(origin));
-    assert_eq!(info.forked_from, None);
-    assert_eq!(info.entries, 1);
-
-    store.save_delta(new, &mut new_head, &turn(9, 10)).unwrap();
-    let mut expected = compacted.history.clone();
+    let check = |store: &Store| {
+        let state = store.restore(id).unwrap();
+        assert_eq!(state.history, summary);
+        assert_eq!(state.system_prompt.as_deref(), Some("sys"));
+        assert_eq!(state.config, RequestConfig::model("m2"));
+        assert_eq!(state.compacted_from, Some(origin));
+        assert_eq!(state.forked_from, None);
+        let info = store.info(id).unwrap().unwrap();
+        assert_eq!(
+            info.compacted_from, state.compacted_from,
+            "info agrees with restore"
+        );
+        let listed = store.list().unwrap();
+        let listed = listed.iter().find(|s| s.id == id).unwrap();
+        assert_eq!(
+            listed.compacted_from, state.compacted_from,
+            "list agrees with restore"
+        );
+        let compacted = ListFilter {
+            compacted: Some(true),
+            ..ListFilter::default()
+        };
+        assert_eq!(ids(&store.list_filtered(&compacted).unwrap()), vec![id]);
+    };
+    check(&store);
+    let mut head = compacted_at;
+    store.save_delta(id, &mut head, &turn(9, 10)).unwrap();
+    let mut expected = summary.clone();
     expected.extend(stripped(&turn(9, 10)));
-    assert_eq!(store.restore(new).unwrap().history, expected);
-    // The source is left as it was.
-    assert_eq!(store.restore(src).unwrap().history.len(), 4 * 5);
+    assert_eq!(store.restore(id).unwrap().history, expected);
+    // The history before the compaction stays in the log.
+    assert_eq!(
+        store.snapshot(id).unwrap().iter().count() as u64,
+        before + 5
+    );
+    store.close().unwrap();
+    // From the disk, cleanly closed: the catalog says it too.
+    let store = open(dir.path());
+    let state = store.restore(id).unwrap();
+    assert_eq!(state.compacted_from, Some(origin));
+    let listed = store.list().unwrap();
+    assert_eq!(listed[0].compacted_from, Some(origin));
+    // A fork of a compacted session keeps the compacted history.
+    let (fork, _) = store.fork_at(id, compacted_at).unwrap();
+    assert_eq!(store.restore(fork).unwrap().history, summary);
+    let not_compacted = ListFilter {
+        compacted: Some(false),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        ids(&store.list_filtered(&not_compacted).unwrap()),
+        vec![fork]
+    );
 }
 
 #[test]
@@ -892,8 +937,15 @@ fn list_filters_by_update_time_fork_origin_and_title() {
         .unwrap();
     let (f1, _) = store.fork_at(parent, ph).unwrap();
     let (f2, _) = store.fork_at_seq(parent, 0).unwrap();
-    let (compact, _) = store
-        .create_compacted_session(&store.restore(parent).unwrap(), parent, ph)
+    let (compact, ch) = store
+        .create_session(
+            None,
+            cfg.clone(),
+            &[Item::user_text("Parent task ALPHA, again")],
+        )
+        .unwrap();
+    store
+        .compact(compact, ch, &[Item::user_text("summary")])
         .unwrap();
     let (fork_of_other, _) = store.fork_at(other, oh).unwrap();
 

@@ -70,7 +70,9 @@ impl std::io::Write for ByteCounter {
 #[serde(tag = "kind", rename_all = "snake_case")]
 #[rkyv(derive(Debug))]
 pub enum LogEntry {
-    /// Starts a session, or restarts its history after a compaction or fork.
+    /// Starts a session (its first entry; a fork's names its parent), or
+    /// restarts its history in place after a compaction (`Store::compact`).
+    /// `restore` replays from the last one.
     SessionStart {
         /// Timestamp, ms.
         ts: u64,
@@ -81,10 +83,11 @@ pub enum LogEntry {
         config: RequestConfig,
         /// The history this session starts with (replaces any before).
         history: Vec<LoggedItem>,
-        /// Set when this session is a fork.
+        /// Set in a fork (and kept by its compactions): the parent and the
+        /// entry it was forked at.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         forked_from: Option<SessionOrigin>,
-        /// Set when this session is a compaction.
+        /// Set by a compaction: the session and head it compacted.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         compacted_from: Option<SessionOrigin>,
     },

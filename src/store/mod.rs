@@ -27,14 +27,16 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
 use crate::log::{Log, LogOptions, LOCK_FILE};
-use crate::schema::{LogEntry, SessionId, SessionOrigin};
+use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 
+mod commit;
 mod session;
 mod shards;
 mod staging;
 mod subscription;
 mod transfer;
 
+pub use commit::Turn;
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
 
@@ -120,6 +122,9 @@ pub struct ListFilter {
     pub forked_from: Option<SessionId>,
     /// Only titles containing this text (case-insensitive).
     pub title_contains: Option<String>,
+    /// `Some(true)`: only sessions whose live history starts at a
+    /// compaction ([`Store::compact`]); `Some(false)`: only the others.
+    pub compacted: Option<bool>,
 }
 
 struct Inner {
@@ -309,6 +314,9 @@ impl Store {
                 || filter
                     .forked_from
                     .is_some_and(|f| info.forked_from.map(|o| o.session_id) != Some(f))
+                || filter
+                    .compacted
+                    .is_some_and(|c| info.compacted_from.is_some() != c)
             {
                 continue;
             }
@@ -360,7 +368,17 @@ impl Store {
         let log = Log::open_read_only(self.session_dir(id))?;
         let head = head_slot_of(&log, record.head.map(|h| h.updated_ms));
         let mut info = match &record.identity {
-            Some(identity) => session_info(id, identity, &head, record.title),
+            // A crash may have come between a compaction in the log and
+            // its identity slot: the origins come from the log too.
+            Some(identity) => {
+                let (forked_from, compacted_from) = log_origins(&log);
+                let identity = Identity {
+                    forked_from,
+                    compacted_from,
+                    ..identity.clone()
+                };
+                session_info(id, &identity, &head, record.title)
+            }
             None => session_info(id, &rebuilt_identity(id, &log), &head, record.title),
         };
         if record.identity.is_none() {
@@ -416,24 +434,31 @@ fn damaged_info(id: SessionId, e: &Error) -> SessionInfo {
 }
 
 /// A session's identity as its log tells it: the creation time from the id,
-/// the origins from its first entry.
+/// the origins from its last `SessionStart` (as `restore` reports them).
 fn rebuilt_identity(id: SessionId, log: &Log) -> Identity {
-    let first = log.snapshot().entries_from(0).next().and_then(|r| r.ok());
-    let (forked_from, compacted_from) = match first {
-        Some((
-            _,
-            _,
-            LogEntry::SessionStart {
-                forked_from,
-                compacted_from,
-                ..
-            },
-        )) => (forked_from, compacted_from),
-        _ => (None, None),
-    };
+    let (forked_from, compacted_from) = log_origins(log);
     Identity {
         created_ms: id.created_ms().unwrap_or(0),
         forked_from,
         compacted_from,
+    }
+}
+
+/// The fork and compaction origins of the log's last `SessionStart`.
+fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
+    let snap = log.snapshot();
+    let from = snap.last_session_start().unwrap_or(snap.first_seq());
+    // Read archived: a SessionStart's history is not decoded for this.
+    let start = snap.iter_from(from).next().and_then(|r| r.ok());
+    match start.map(|r| r.entry) {
+        Some(ArchivedLogEntry::SessionStart {
+            forked_from,
+            compacted_from,
+            ..
+        }) => (
+            forked_from.as_ref().map(|o| o.get()),
+            compacted_from.as_ref().map(|o| o.get()),
+        ),
+        _ => (None, None),
     }
 }

@@ -8,7 +8,7 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::WireLine;
 use crate::item::Item;
-use crate::log::{entry_hash, ExpectHead, Log, RecoveryReport, Snapshot};
+use crate::log::{entry_hash, Durability, ExpectHead, Log, RecoveryReport, Snapshot};
 use crate::schema::{
     group_delta, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin,
     WorkerResult,
@@ -31,6 +31,18 @@ impl Store {
         head: &mut EntryHash,
         entries: &[LogEntry],
     ) -> Result<()> {
+        self.save_entries_with(id, head, entries, None)
+    }
+
+    /// [`Store::save_entries`] with the durability of this call: `None`
+    /// for the session's own (the store's option).
+    pub(super) fn save_entries_with(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        entries: &[LogEntry],
+        durability: Option<Durability>,
+    ) -> Result<()> {
         if entries.is_empty() {
             // Nothing to write, but a stale head must still be reported.
             let actual = self.head(id)?;
@@ -48,7 +60,7 @@ impl Store {
             .log
             .append_batch(
                 entries,
-                self.inner.opts.log.durability,
+                durability.unwrap_or(self.inner.opts.log.durability),
                 ExpectHead::Hash(*head),
             )
             .map_err(|e| match e {
@@ -81,6 +93,18 @@ impl Store {
             if let Some(t) = entries.iter().flat_map(|e| e.items()).find_map(user_text) {
                 s.catalog.set_title(&t)?;
             }
+        }
+        // A SessionStart in the middle of the log (a compaction in place)
+        // changes where the live history comes from.
+        if let Some((forked_from, compacted_from)) = entries.iter().rev().find_map(|e| match e {
+            LogEntry::SessionStart {
+                forked_from,
+                compacted_from,
+                ..
+            } => Some((*forked_from, *compacted_from)),
+            _ => None,
+        }) {
+            s.catalog.set_origins(forked_from, compacted_from)?;
         }
         s.touch(true, None)
     }
@@ -290,20 +314,6 @@ impl Store {
         };
         let head = self.create_with_entries(new_id, &[entry])?;
         Ok((new_id, head))
-    }
-
-    /// Starts a new session from a compacted state, recording where it came from.
-    pub fn create_compacted_session(
-        &self,
-        state: &RestoredState,
-        source: SessionId,
-        source_head: EntryHash,
-    ) -> Result<(SessionId, EntryHash)> {
-        let origin = SessionOrigin {
-            session_id: source,
-            at_hash: source_head,
-        };
-        self.start_from_state(state, None, Some(origin))
     }
 
     /// Creates a new session from wire-form lines, checking any `seq`, `hash`

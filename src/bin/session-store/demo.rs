@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use session_store::{Item, Log, RequestConfig, SessionId, Store, UsageRecord, WorkerResult};
+use session_store::{Item, Log, RequestConfig, SessionId, Store, Turn, UsageRecord, WorkerResult};
 
 use crate::inspect::count;
 use crate::progress;
@@ -114,11 +114,11 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let items = w.items_written;
     writeln!(
         out,
-        "wrote     {}: {} asked for, plus {} from compactions and {} from forks; {items} items, {mb:.1} MB of items",
+        "wrote     {}: {} asked for, plus {} from forks; {} compacted in place; {items} items, {mb:.1} MB of items",
         count(w.ids.len() as u64, "session"),
         a.sessions,
-        w.compactions,
-        w.forks
+        w.forks,
+        count(u64::from(w.compactions), "session")
     )?;
     writeln!(
         out,
@@ -195,20 +195,17 @@ fn write_sessions(store: &Store, a: &Args) -> Result<Written> {
             w.items_written += turn.len() as u64;
             let t0 = Instant::now();
             store.save_delta(id, &mut head, &turn[..3])?;
-            store.save_delta(id, &mut head, &turn[3..])?;
+            // The rest of the turn, its usage and its end in one commit.
+            let usage = UsageRecord {
+                history_len: u64::from(t) * 5,
+                input_total_tokens: 9000,
+                cache_read_tokens: 8000,
+                output_tokens: 700,
+                ..UsageRecord::default()
+            };
+            let rest = Turn::new(&turn[3..], u64::from(t) + 1).usage(usage);
+            head = store.commit_turn(id, head, &rest)?;
             w.append_secs += t0.elapsed().as_secs_f64();
-            store.save_usage(
-                id,
-                &mut head,
-                UsageRecord {
-                    history_len: u64::from(t) * 5,
-                    input_total_tokens: 9000,
-                    cache_read_tokens: 8000,
-                    output_tokens: 700,
-                    ..UsageRecord::default()
-                },
-            )?;
-            store.save_turn_end(id, &mut head, u64::from(t) + 1)?;
         }
         store.save_run_completed(
             id,
@@ -220,17 +217,16 @@ fn write_sessions(store: &Store, a: &Args) -> Result<Written> {
             },
         )?;
         if s % 4 == 3 {
-            // Compaction: keep the last turn's items and continue in a new session.
-            let state = store.restore(id)?;
-            let mut compacted = state.clone();
-            let keep = compacted.history.len().saturating_sub(5);
-            compacted.history.drain(..keep);
-            compacted.history.insert(
+            // Compaction in place: a summary plus the last turn's items
+            // become the live history; the turns before stay in the log.
+            let mut summary = store.restore(id)?.history;
+            let keep = summary.len().saturating_sub(5);
+            summary.drain(..keep);
+            summary.insert(
                 0,
                 Item::system_text(format!("Summary of earlier work: {}", rng.text(300))),
             );
-            let (new_id, _) = store.create_compacted_session(&compacted, id, head)?;
-            w.ids.push(new_id);
+            store.compact(id, head, &summary)?;
             w.compactions += 1;
         }
         if s % 5 == 1 {

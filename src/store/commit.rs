@@ -1,0 +1,172 @@
+//! The owned-head API: each call takes the head the caller holds and returns
+//! the new one, so it moves into `spawn_blocking` closures and across tasks
+//! without a `&mut` travelling with it; a whole turn commits at once; and
+//! each call may say how durable it must be.
+
+use std::borrow::Cow;
+
+use super::{now_ms, Store};
+use crate::chain::EntryHash;
+use crate::error::{Error, Result};
+use crate::item::Item;
+use crate::log::Durability;
+use crate::schema::{group_delta, LogEntry, LoggedItem, SessionId, SessionOrigin};
+use crate::state::UsageRecord;
+
+/// One turn of a session, committed by [`Store::commit_turn`]: its new
+/// history items, the turn count it ends with, and the model's usage.
+/// Borrowed items make a `Turn<'a>`; owned ones (`Vec<Item>`) a
+/// `Turn<'static>`, which moves into a task (`AsyncStore::commit_turn`).
+#[derive(Debug, Clone)]
+pub struct Turn<'a> {
+    /// The turn's new history items (user input, assistant output, tool
+    /// calls and results, reasoning), grouped as [`Store::save_delta`] does.
+    pub items: Cow<'a, [Item]>,
+    /// The number of turns completed once this one is (`TurnEnd`).
+    pub turn_count: u64,
+    /// Token usage to record with it (`LlmUsage`), if any.
+    pub usage: Option<UsageRecord>,
+    /// How durable the commit must be before it returns; `None` for the
+    /// store's option.
+    pub durability: Option<Durability>,
+}
+
+impl<'a> Turn<'a> {
+    /// A turn of `items` that ends with `turn_count` turns completed.
+    pub fn new(items: impl Into<Cow<'a, [Item]>>, turn_count: u64) -> Turn<'a> {
+        Turn {
+            items: items.into(),
+            turn_count,
+            usage: None,
+            durability: None,
+        }
+    }
+
+    /// Records `usage` with the turn.
+    pub fn usage(mut self, usage: UsageRecord) -> Turn<'a> {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Commits with `durability` instead of the store's option.
+    pub fn durability(mut self, durability: Durability) -> Turn<'a> {
+        self.durability = Some(durability);
+        self
+    }
+
+    /// The entries this turn appends: the grouped items, then the usage,
+    /// then the `TurnEnd`, all stamped `ts`.
+    fn entries(&self, ts: u64) -> Vec<LogEntry> {
+        let mut entries = group_delta(&self.items, ts);
+        if let Some(u) = self.usage {
+            entries.push(LogEntry::LlmUsage {
+                ts: if u.ts == 0 { ts } else { u.ts },
+                history_len: u.history_len,
+                input_total_tokens: u.input_total_tokens,
+                cache_read_tokens: u.cache_read_tokens,
+                cache_write_tokens: u.cache_write_tokens,
+                output_tokens: u.output_tokens,
+            });
+        }
+        entries.push(LogEntry::TurnEnd {
+            ts,
+            turn_count: self.turn_count,
+        });
+        entries
+    }
+}
+
+impl Store {
+    /// Appends new history items if the session's head is `head`, and
+    /// returns the new head; on a mismatch nothing is written and the result
+    /// is [`Error::HeadMismatch`](crate::Error::HeadMismatch) naming the
+    /// stored head. The owned form of [`Store::save_delta`].
+    pub fn append(&self, id: SessionId, head: EntryHash, items: &[Item]) -> Result<EntryHash> {
+        let mut head = head;
+        self.save_delta(id, &mut head, items)?;
+        Ok(head)
+    }
+
+    /// Appends a whole turn (its items, its usage and its `TurnEnd`) as one
+    /// batch if the head is `head`: all of it or none of it is in the log,
+    /// and under `Sync` it costs one `fdatasync` (shared with concurrent
+    /// commits), not one per entry. Returns the new head.
+    pub fn commit_turn(
+        &self,
+        id: SessionId,
+        head: EntryHash,
+        turn: &Turn<'_>,
+    ) -> Result<EntryHash> {
+        let entries = turn.entries(now_ms());
+        self.append_entries(id, head, &entries, turn.durability)
+    }
+
+    /// Appends entries as one batch if the head is `head`, with this call's
+    /// `durability` (`None`: the store's option); returns the new head. The
+    /// owned form of [`Store::save_entries`].
+    pub fn append_entries(
+        &self,
+        id: SessionId,
+        head: EntryHash,
+        entries: &[LogEntry],
+        durability: Option<Durability>,
+    ) -> Result<EntryHash> {
+        let mut head = head;
+        self.save_entries_with(id, &mut head, entries, durability)?;
+        Ok(head)
+    }
+
+    /// Compacts the session in place: appends a `SessionStart` whose history
+    /// is `summary` (what the runtime keeps: a summary message, the last
+    /// turns), carrying the system prompt and request config in force and
+    /// the fork origin the session had, with `compacted_from` naming this
+    /// session at `head`. [`Store::restore`] then starts at it, so resume
+    /// cost follows the live history; the history before it stays in the log
+    /// (export, forks by seq, verify). [`Store::list`] shows the same
+    /// `compacted_from` as `restore`, and [`ListFilter::compacted`]
+    /// finds compacted sessions. Returns the new head; on a stale `head`,
+    /// [`Error::HeadMismatch`](crate::Error::HeadMismatch) and nothing
+    /// written.
+    ///
+    /// [`ListFilter::compacted`]: crate::ListFilter::compacted
+    pub fn compact(&self, id: SessionId, head: EntryHash, summary: &[Item]) -> Result<EntryHash> {
+        let state = self.restore(id)?;
+        if state.head != Some(head) {
+            return Err(Error::HeadMismatch {
+                session: id,
+                expected: Some(head),
+                actual: state.head,
+            });
+        }
+        let start = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: state.system_prompt,
+            config: state.config,
+            history: summary.iter().map(LoggedItem::from).collect(),
+            forked_from: state.forked_from,
+            compacted_from: Some(SessionOrigin {
+                session_id: id,
+                at_hash: head,
+            }),
+        };
+        // The head check in the append makes this atomic with respect to
+        // other writers: a save between the restore and here is refused.
+        self.append_entries(id, head, &[start], None)
+    }
+
+    /// Waits until everything this store appended to the session is durable
+    /// (one `fdatasync`, shared with concurrent commits): after `Buffered`
+    /// saves, the point from which they survive a power loss. Other sessions'
+    /// appends are not waited for.
+    pub fn sync(&self, id: SessionId) -> Result<()> {
+        match self.open_log_here(id) {
+            Some(log) => log.sync(),
+            // Not open here: closing it synced what this store appended,
+            // and whatever else is in it another writer made durable or not.
+            None => {
+                self.reader(id)?;
+                Ok(())
+            }
+        }
+    }
+}
