@@ -26,11 +26,35 @@
 //! hash; see `DESIGN.md` for the byte layout, the fsync points, recovery and
 //! the threat model.
 //!
+//! # Errors a runtime handles
+//!
+//! Every call returns [`Error`]; the kinds a runtime must be ready for, and
+//! what to do:
+//!
+//! | kind | means | do |
+//! |---|---|---|
+//! | [`Error::HeadMismatch`] | another writer (or an earlier, half-known attempt) moved the session: nothing was written | read [`Store::head`] (it carries the stored head), reconcile, retry with it; or [`Store::ensure_head_or_fork`] |
+//! | [`Error::Locked`] | another process writes this session | retry later, or read it through a read-only view ([`Store::open_read_only`], [`Store::subscribe`]) |
+//! | [`Error::Io`] | the OS refused: a full disk ([`Error::is_storage_full`]), a permission, a read-only medium; it names the operation and the file | fix the cause; the call did not return its result, so read the head before retrying a save |
+//! | [`Error::Poisoned`] | an earlier write or sync of this session failed, and its writer refuses more | fix the cause, then call again: once no handle holds the poisoned writer, the store reopens the session through recovery, and its head says what was kept |
+//! | [`Error::Corrupt`] | bytes on disk failed their check at or before the durable point; it names the segment, offset and seq | stop writing that session; `session-store verify`, then salvage ([`RecoveryMode::Salvage`]), restore from a copy, or delete it: other sessions are unaffected |
+//! | [`Error::NotFound`] | no such session (or entry, for a fork) | — |
+//! | [`Error::InvalidInput`] | the call was refused before anything was written: an invalid id, JSON that would not export, a write to a read-only store | fix the input |
+//! | [`Error::ItemForm`] | an item does not fit a provider's wire form; names the item and field | fix the item |
+//! | [`Error::Wire`] | a wire-form line (import) is unacceptable; names line and column | fix the input |
+//! | [`Error::Cancelled`] | (`AsyncStore`) the runtime shut down before the call finished | read the head to learn whether it took effect |
+//!
+//! A restore never hides lost data: after a salvage cut,
+//! [`RestoredState::salvaged`] is set and [`RestoredState::check`] reports
+//! [`Problem::Salvaged`] first.
+//!
 //! # Features
 //!
 //! - `cli` (default): the `session-store` command-line tool; implies `history`.
 //! - `history`: readers of other agents' transcripts (`HistoryService`,
 //!   `agy`), with a bundled SQLite.
+//! - `tokio`: `AsyncStore`, the store's calls as futures that never block
+//!   a runtime worker, and subscriptions as streams.
 //!
 //! With `default-features = false` the crate is the bare library.
 #![deny(unsafe_code)]
