@@ -1426,3 +1426,74 @@ fn library_export_is_the_cli_export_and_imports_back() {
     }
     assert_eq!(store.list().unwrap().len(), before);
 }
+
+/// `export --format markdown` renders the whole log readably: a heading per
+/// turn, tool calls in code blocks, long results folded, a fence no output
+/// can close, and the fork and compaction points marked (issue 20, item 4).
+#[test]
+fn markdown_export_marks_turns_tools_forks_and_compactions() {
+    let (_tmp, root) = store_dir();
+    let store = Store::open(&root).unwrap();
+    let (id, head) = store
+        .create_session(Some("Be terse."), RequestConfig::model("m1"), &[])
+        .unwrap();
+    let long = "line of output\n".repeat(40);
+    let turn = |n: usize, output: &str| {
+        vec![
+            Item::user_text(format!("question {n}")),
+            Item::ToolCall {
+                id: None,
+                call_id: format!("call_{n}"),
+                name: "shell".into(),
+                arguments: r#"{"cmd":"ls"}"#.into(),
+                status: None,
+            },
+            Item::ToolResult {
+                id: None,
+                call_id: format!("call_{n}"),
+                summary: String::new(),
+                content: Some(output.into()),
+            },
+            Item::assistant_text(format!("answer {n}")),
+        ]
+    };
+    let head = store
+        .append(id, head, &turn(1, "```\nsneaky fence\n```"))
+        .unwrap();
+    let head = store.append(id, head, &turn(2, &long)).unwrap();
+    let head = store
+        .compact(id, head, &[Item::user_text("summary of two turns")])
+        .unwrap();
+    store.append(id, head, &turn(3, "ok")).unwrap();
+    let (fork, _) = store.fork_at_seq(id, 2).unwrap();
+    store.close().unwrap();
+
+    let md = ok(&root, &["export", "--format", "markdown", &id.to_string()]);
+    for want in [
+        "## Turn 1",
+        "## Turn 2",
+        "## Turn 3",
+        "**System prompt**",
+        "**Tool call** `shell`",
+        "\"cmd\": \"ls\"",
+        "<details><summary><b>Result</b>",
+        "## Compacted",
+        "summary of two turns",
+        "**Assistant**",
+    ] {
+        assert!(md.contains(want), "missing {want:?} in:\n{md}");
+    }
+    // The output with a fence inside sits in a longer fence.
+    assert!(
+        md.contains("````text\n```\nsneaky fence\n```\n````"),
+        "{md}"
+    );
+    let md = ok(
+        &root,
+        &["export", "--format", "markdown", &fork.to_string()],
+    );
+    assert!(md.contains(&format!("Forked from session `{id}`")), "{md}");
+    // Import reads no Markdown: a usage error.
+    let r = run(&root, &["import", "--format", "markdown", "-"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+}

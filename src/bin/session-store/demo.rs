@@ -11,7 +11,7 @@ use session_store::{Item, Log, RequestConfig, SessionId, Store, Turn, UsageRecor
 
 use crate::inspect::count;
 use crate::progress;
-use crate::transfer::{write_file_atomically, write_session, Format};
+use crate::transfer::{write_file_atomically, write_session, ExportFormat};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -107,7 +107,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let listed = store.list()?;
     let export_path = root.join(format!("export-{}.jsonl", w.ids[0]));
     let lines = write_file_atomically(&export_path, |out| {
-        write_session(&store, w.ids[0], Format::Wire, out)
+        write_session(&store, w.ids[0], ExportFormat::Wire, out)
     })?;
 
     let mb = w.payload_bytes as f64 / 1e6;

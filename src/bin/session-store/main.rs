@@ -5,6 +5,7 @@
 mod demo;
 mod history;
 mod inspect;
+mod markdown;
 mod transfer;
 mod verify;
 
@@ -38,7 +39,7 @@ enum Command {
     Ls(inspect::LsArgs),
     /// Print a readable transcript of a session
     Show(inspect::ShowArgs),
-    /// Export sessions as JSONL: the wire form, or a history as Responses items or Messages API messages
+    /// Export sessions: the wire form (JSONL), a history as Responses items or Messages API messages, or a Markdown transcript
     Export(transfer::ExportArgs),
     /// Import a JSONL file (wire form, Responses items or Messages API messages) as a new session; prints its id
     Import(transfer::ImportArgs),

@@ -14,7 +14,7 @@ use session_store::{
 
 use crate::{open_reader, open_store, open_store_to_read, progress};
 
-/// The form of the lines `export` prints and `import` reads.
+/// The form of the lines `import` reads.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// The wire form: one log entry per line, with seq and hashes
@@ -23,6 +23,19 @@ pub enum Format {
     Responses,
     /// Anthropic Messages API messages `{role, content}`, one per line (the restored history)
     Anthropic,
+}
+
+/// What `export` writes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// The wire form: one log entry per line, with seq and hashes
+    Wire,
+    /// OpenAI Responses API items, one per line (the restored history)
+    Responses,
+    /// Anthropic Messages API messages `{role, content}`, one per line (the restored history)
+    Anthropic,
+    /// A readable transcript of the whole log, for a code host (not importable)
+    Markdown,
 }
 
 #[derive(clap::Args)]
@@ -34,7 +47,7 @@ pub struct ExportArgs {
     /// the last SessionStart as a provider's items or messages (the system
     /// prompt and request settings are not items, and are not printed)
     #[arg(long, value_enum, default_value = "wire")]
-    format: Format,
+    format: ExportFormat,
     /// Export every session, one file each, into the directory given by -o
     #[arg(long, conflicts_with = "id", requires = "output")]
     all: bool,
@@ -168,14 +181,15 @@ pub(crate) fn write_file_atomically<T>(
 pub(crate) fn write_session(
     store: &Store,
     id: SessionId,
-    format: Format,
+    format: ExportFormat,
     out: &mut dyn Write,
 ) -> Result<u64> {
     let reader = open_reader(store, id)?;
     let lines = match format {
-        Format::Wire => return Ok(store.export(id, out)?),
-        Format::Responses => responses::history_to_items(&reader.restore()?.history)?,
-        Format::Anthropic => Item::to_anthropic_messages(&reader.restore()?.history)?,
+        ExportFormat::Wire => return Ok(store.export(id, out)?),
+        ExportFormat::Markdown => return crate::markdown::write_markdown(store, id, out),
+        ExportFormat::Responses => responses::history_to_items(&reader.restore()?.history)?,
+        ExportFormat::Anthropic => Item::to_anthropic_messages(&reader.restore()?.history)?,
     };
     for line in &lines {
         writeln!(out, "{line}")?;
@@ -194,7 +208,11 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
         let bar = progress(sessions.len() as u64, "export");
         let mut failed = 0;
         for s in sessions {
-            let path = dir.join(format!("{}.jsonl", s.id));
+            let ext = match a.format {
+                ExportFormat::Markdown => "md",
+                _ => "jsonl",
+            };
+            let path = dir.join(format!("{}.{ext}", s.id));
             // One session that cannot be read does not stop the others.
             if let Err(e) =
                 write_file_atomically(&path, |out| write_session(&store, s.id, a.format, out))
