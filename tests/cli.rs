@@ -1497,3 +1497,104 @@ fn markdown_export_marks_turns_tools_forks_and_compactions() {
     let r = run(&root, &["import", "--format", "markdown", "-"]);
     assert_eq!(r.code, Some(2), "{}", r.stderr);
 }
+
+/// `grep` searches every session's texts, tool arguments and outputs,
+/// prints session, seq and kind with the matching line (and context), and
+/// filters by kind; no match exits 1, and a damaged session is reported
+/// without stopping the others (issue 20, item 5).
+#[test]
+fn grep_finds_lines_across_sessions_by_kind_with_context() {
+    let (_tmp, root) = store_dir();
+    let store = Store::open(&root).unwrap();
+    let (a, head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    store
+        .append(
+            a,
+            head,
+            &[
+                Item::user_text("please find the NEEDLE"),
+                Item::ToolCall {
+                    id: None,
+                    call_id: "c1".into(),
+                    name: "grep".into(),
+                    arguments: r#"{"pattern":"needle"}"#.into(),
+                    status: None,
+                },
+                Item::ToolResult {
+                    id: None,
+                    call_id: "c1".into(),
+                    summary: String::new(),
+                    content: Some("one\ntwo\nfound needle here\nthree\nfour".into()),
+                },
+            ],
+        )
+        .unwrap();
+    let (b, head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    store
+        .append(b, head, &[Item::assistant_text("no match in this one")])
+        .unwrap();
+    store.close().unwrap();
+
+    let out = ok(&root, &["grep", "needle"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with(&format!("{a} 2 assistant_items:")),
+        "{out}"
+    );
+    assert!(lines[0].ends_with(r#"{"pattern":"needle"}"#), "{out}");
+    assert_eq!(lines[1], format!("{a} 3 tool_results:found needle here"));
+    // Case-insensitive, one kind, with context.
+    let out = ok(&root, &["grep", "-i", "--kind", "user_input", "needle"]);
+    assert_eq!(out, format!("{a} 1 user_input:please find the NEEDLE\n"));
+    let out = ok(
+        &root,
+        &["grep", "-C", "1", "--kind", "tool_results", "needle"],
+    );
+    assert_eq!(
+        out,
+        format!(
+            "{a} 3 tool_results-two\n{a} 3 tool_results:found needle here\n{a} 3 tool_results-three\n--\n"
+        )
+    );
+    let out = ok(&root, &["grep", "-c", "-i", "needle"]);
+    assert_eq!(out, format!("{a}\t3\n"));
+    let out = ok(&root, &["grep", "--json", "found"]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["session"], a.to_string());
+    assert_eq!(v["seq"], 3);
+    assert_eq!(v["kind"], "tool_results");
+    assert_eq!(v["line_no"], 3);
+    // Only the sessions named.
+    assert_eq!(
+        run(&root, &["grep", "needle", &b.to_string()]).code,
+        Some(1)
+    );
+    assert_eq!(run(&root, &["grep", "absent-word"]).code, Some(1));
+    assert_eq!(
+        run(&root, &["grep", "--kind", "nonsense", "x"]).code,
+        Some(2)
+    );
+    let r = run(&root, &["grep", "(unclosed"]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("regex parse error"), "{}", r.stderr);
+
+    // A damaged session is reported; the other is still searched.
+    let seg = fs::read_dir(root.join("sessions").join(b.to_string()))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "seg"))
+        .unwrap();
+    let mut bytes = fs::read(&seg).unwrap();
+    bytes[session_store::format::FIRST_RECORD_OFFSET as usize + 70] ^= 0xff;
+    fs::write(&seg, bytes).unwrap();
+    let r = run(&root, &["grep", "needle"]);
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.stdout.lines().count(), 2, "{}", r.stdout);
+    assert!(r.stderr.contains(&format!("session {b}")), "{}", r.stderr);
+}

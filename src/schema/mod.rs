@@ -18,6 +18,7 @@ use crate::item::Item;
 mod ids;
 mod item;
 mod json;
+mod search;
 
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
 pub use item::{

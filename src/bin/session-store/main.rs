@@ -3,6 +3,7 @@
 //! Exit codes: 0 success; 1 an error, or damage found by `verify`; 2 a usage error.
 
 mod demo;
+mod grep;
 mod history;
 mod inspect;
 mod markdown;
@@ -60,6 +61,8 @@ enum Command {
         /// The shell
         shell: clap_complete::Shell,
     },
+    /// Search every session's entries with a regular expression
+    Grep(grep::Args),
     /// Read other agents' transcripts
     History(history::Args),
 }
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Grep(a) => grep::run(&cli.root, a),
         Command::History(a) => history::run(&cli.root, a),
     };
     match result {
