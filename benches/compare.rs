@@ -9,7 +9,11 @@
 //! replay of every session, open + restore of one session, and `list`, and
 //! checks them against issue 14's targets.
 //!
-//! The second table is the more favourable path: one log written through
+//! The creation table (`compare/creation.rs`) times `Store::create_session`
+//! one at a time and 64 at once, `Buffered` and `Sync`, against a file per
+//! session, and checks issue 17's targets.
+//!
+//! The last table is the more favourable path: one log written through
 //! `Log::append_batch`, with the raw limit (memcpy into a prefaulted map plus
 //! BLAKE3 and CRC32), durable appends, replay and verify.
 //!
@@ -17,7 +21,8 @@
 //! cargo bench --bench compare               # full: the issue's sizes, 5 repetitions
 //! cargo bench --bench compare -- --quick    # CI-sized, 3 repetitions: A 50 × 40, B 1,000 × 5,
 //!                                           # single log 2k turns
-//! cargo bench --bench compare -- --headline # the headline table only (with --quick too)
+//! cargo bench --bench compare -- --headline # the headline and creation tables only (with --quick too)
+//! cargo bench --bench compare -- --create   # the creation table only (with --quick too)
 //! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
 //!                                           # restore 1 GB vs 10 MB
@@ -32,7 +37,7 @@
 //! configuration: see the README's "Performance" section for what each row
 //! does.
 //!
-//! In the second table, the quick mode's 25 MB fit in one 64 MiB segment, so
+//! In the last table, the quick mode's 25 MB fit in one 64 MiB segment, so
 //! it never rolls; the full mode's 224 MB roll three times, and show what a
 //! roll costs.
 
@@ -52,6 +57,8 @@ use sha2::{Digest, Sha256};
 
 mod common;
 // A file of its own, next to this one (a bench target is a crate root).
+#[path = "compare/creation.rs"]
+mod creation;
 #[path = "compare/sessions.rs"]
 mod sessions;
 use common::Workload;
@@ -616,6 +623,7 @@ fn main() {
     let large = args.iter().any(|a| a == "--large")
         || std::env::var_os("BENCH_LARGE").is_some_and(|v| v == "1");
     let headline_only = args.iter().any(|a| a == "--headline");
+    let create_only = args.iter().any(|a| a == "--create");
     let reps = args.iter().position(|a| a == "--reps").map(|i| {
         args.get(i + 1)
             .and_then(|n| n.parse().ok())
@@ -630,7 +638,13 @@ fn main() {
     };
     let started = Instant::now();
     print_cpu_features();
+    if create_only {
+        creation::run(quick, cfg.reps);
+        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     sessions::run(quick, cfg.reps);
+    creation::run(quick, cfg.reps);
     if headline_only {
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;

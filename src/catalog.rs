@@ -131,7 +131,8 @@ impl HeadSlot {
     }
 }
 
-/// Creates a catalog file (0600) with its identity, durably.
+/// Creates a catalog file (0600) with its identity, in the page cache: a
+/// new session's first sync makes it durable (`Store::create_session`).
 pub(crate) fn create(
     path: &Path,
     identity: &Identity,
@@ -148,7 +149,6 @@ pub(crate) fn create(
         buf[TITLE_AT as usize..TITLE_AT as usize + f.len()].copy_from_slice(&f);
     }
     file.write_at(0, &buf)?;
-    file.sync()?;
     Ok(file)
 }
 

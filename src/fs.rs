@@ -151,6 +151,24 @@ pub(crate) fn create_dir(path: &Path, hook: &Hook) -> Result<()> {
     })
 }
 
+/// Creates one directory (0700) in an existing parent, atomically: `false`
+/// when something is already there, which then is left as it is. Not
+/// durable until its parent is synced.
+pub(crate) fn create_dir_new(path: &Path, hook: &Hook) -> Result<bool> {
+    let made = hooked(
+        hook,
+        IoOp::CreateDir { path },
+        "create dir",
+        path,
+        || match DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        },
+    )?;
+    Ok(made)
+}
+
 /// Renames `from` to `to`. Not durable until both directories are synced.
 pub(crate) fn rename(from: &Path, to: &Path, hook: &Hook) -> Result<()> {
     hooked(hook, IoOp::Rename { from, to }, "rename", from, || {

@@ -63,6 +63,12 @@ pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
 /// log's first happens on a background thread ahead of the roll. Only logs
 /// that sync pay for them: they double what a buffered writer sends to disk.
 fn zero_fill(file: &File, len: u64) -> io::Result<()> {
+    write_zeros(file, len)?;
+    file.sync_data()
+}
+
+/// Writes zeros over all of a freshly allocated file, in the page cache.
+fn write_zeros(file: &File, len: u64) -> io::Result<()> {
     const CHUNK: usize = 1 << 20;
     let zeros = vec![0u8; CHUNK.min(len as usize)];
     let mut at = 0u64;
@@ -71,7 +77,7 @@ fn zero_fill(file: &File, len: u64) -> io::Result<()> {
         file.write_all_at(&zeros[..n], at)?;
         at += n as u64;
     }
-    file.sync_data()
+    Ok(())
 }
 
 /// How a new segment file gets its disk space.
@@ -98,12 +104,29 @@ impl Prepared {
     /// Creates `path` (0600) of `len` bytes, gives it its disk space as
     /// `space` says, and maps it.
     pub(crate) fn create(path: PathBuf, len: u64, space: Space, hook: &Hook) -> Result<Prepared> {
+        Prepared::make(path, len, space, true, hook)
+    }
+
+    /// As [`Prepared::create`], but the zeros of a `Zeroed` file are left
+    /// in the page cache: for the first segment of a log that
+    /// [`Prepared::activate_in_place`] makes, whose first sync covers them
+    /// together with the header and the first records.
+    pub(crate) fn create_unsynced(
+        path: PathBuf,
+        len: u64,
+        space: Space,
+        hook: &Hook,
+    ) -> Result<Prepared> {
+        Prepared::make(path, len, space, false, hook)
+    }
+
+    fn make(path: PathBuf, len: u64, space: Space, sync: bool, hook: &Hook) -> Result<Prepared> {
         let zero = space == Space::Zeroed;
         let file = HookedFile::allocate(&path, len, zero, hook)?;
-        let result = if zero {
-            zero_fill(file.file(), len)
-        } else {
-            Ok(())
+        let result = match (zero, sync) {
+            (true, true) => zero_fill(file.file(), len),
+            (true, false) => write_zeros(file.file(), len),
+            (false, _) => Ok(()),
         }
         .map_err(io_err("fallocate", &path))
         .and_then(|()| Map::new(file.file(), len as usize).map_err(io_err("mmap", &path)));
@@ -143,6 +166,18 @@ impl Prepared {
         }
         let file = file.renamed(&final_path);
         Ok(Segment::new(final_path, file, map, header, None))
+    }
+
+    /// Writes the header and makes the file a segment under the name it
+    /// was created with, syncing nothing: for the first segment of a log
+    /// being created (`Log::create_unsynced`), which nothing reads as a log
+    /// until its creation is durable, so neither the header nor the name
+    /// needs its own sync. The log's first sync covers both.
+    pub(crate) fn activate_in_place(self, header: SegmentHeader) -> Result<Segment> {
+        let Prepared { file, map } = self;
+        file.write_at(0, &header.encode())?;
+        let path = file.path().to_path_buf();
+        Ok(Segment::new(path, file, map, header, None))
     }
 
     /// Removes the file (an unused preparation).

@@ -1029,9 +1029,11 @@ fn everything_the_cli_writes_is_private() {
         .collect();
     assert_eq!(exported.len(), 1, "{:?}", names_in(&root));
     assert_eq!(mode(&root.join(&exported[0])), 0o600, "demo's export");
-    assert_eq!(mode(&root.join("staging/LOCK")), 0o600, "staging/LOCK");
-
     let id = ls_ids(&root)[0].clone();
+    let session = root.join("sessions").join(&id);
+    assert_eq!(mode(&session), 0o700, "a session's directory");
+    assert_eq!(mode(&session.join("LOCK")), 0o600, "a session's LOCK");
+
     let file = tmp.path().join("one.jsonl");
     ok(&root, &["export", &id, "-o", file.to_str().unwrap()]);
     assert_eq!(mode(&file), 0o600, "export -o");

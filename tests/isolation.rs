@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use session_store::{Item, RequestConfig, SessionId, Store};
 
+mod engine;
+use engine::copy_tree;
+
 /// Every file under `dir` with its bytes.
 fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -20,19 +23,6 @@ fn snapshot_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         }
     }
     out
-}
-
-/// Copies the tree `from` to `to`.
-fn copy_tree(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap().flatten() {
-        let (p, q) = (e.path(), to.join(e.file_name()));
-        if p.is_dir() {
-            copy_tree(&p, &q);
-        } else {
-            fs::copy(&p, &q).unwrap();
-        }
-    }
 }
 
 /// A store with three sessions at `root`, as a killed process leaves it:
@@ -50,6 +40,9 @@ fn crashed_store(root: &Path) -> Vec<SessionId> {
                 Item::assistant_text("ok"),
             ];
             store.save_delta(id, &mut head, &turn).unwrap();
+            // Durable: a creation no sync covered that a crash tore is no
+            // session at all (`creation.rs`); damage here is damage.
+            store.log(id).unwrap().sync().unwrap();
             id
         })
         .collect();

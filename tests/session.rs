@@ -1225,16 +1225,16 @@ fn creating_an_existing_id_is_refused_and_leaves_it_alone() {
     assert!(!store.exists(SessionId::new_v7()));
 }
 
-/// Fails every write and sync under `staging/` while armed.
-struct FailStaging(AtomicBool);
+/// Fails every write and sync under `sessions/` while armed.
+struct FailSessions(AtomicBool);
 
-impl IoHook for FailStaging {
+impl IoHook for FailSessions {
     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
         let path = match op {
             IoOp::Write { path, .. } | IoOp::Sync { path } => path,
             _ => return Ok(()),
         };
-        let staged = path.components().any(|c| c.as_os_str() == "staging");
+        let staged = path.components().any(|c| c.as_os_str() == "sessions");
         if staged && self.0.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected failure"));
         }
@@ -1252,7 +1252,7 @@ fn entries_of(root: &Path, sub: &str) -> BTreeSet<String> {
 #[test]
 fn a_failed_creation_leaves_nothing_behind_and_its_id_stays_free() {
     let dir = tempdir();
-    let hook = Arc::new(FailStaging(AtomicBool::new(true)));
+    let hook = Arc::new(FailSessions(AtomicBool::new(true)));
     let store = Store::open_with(
         dir.path(),
         StoreOptions::default().log(LogOptions::default().hook(hook.clone())),
@@ -1265,10 +1265,9 @@ fn a_failed_creation_leaves_nothing_behind_and_its_id_stays_free() {
         .unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(!store.exists(id));
+    // The half-made session is gone, directory and all.
     assert_eq!(entries_of(dir.path(), "sessions"), BTreeSet::new());
-    // Only the placing lock may stay; the half-made session is gone.
-    let staged = entries_of(dir.path(), "staging");
-    assert!(staged.iter().all(|n| n == "LOCK"), "{staged:?}");
+    assert_eq!(entries_of(dir.path(), "staging"), BTreeSet::new());
 
     hook.0.store(false, Ordering::SeqCst);
     let head = store
@@ -2273,7 +2272,7 @@ fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
         store.restore(id).unwrap().history,
         vec![Item::user_text("kept")]
     );
-    // New creations leave nothing behind in staging/ once placed.
+    // New creations build in place: they leave nothing in staging/.
     store
         .create_session(None, RequestConfig::default(), &[])
         .unwrap();
@@ -2283,7 +2282,7 @@ fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
         .collect();
     assert_eq!(
         names,
-        ["LOCK", "live", "young-without-lock"]
+        ["live", "young-without-lock"]
             .map(String::from)
             .into_iter()
             .collect()

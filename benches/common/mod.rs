@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 
 use session_store::format::{record_len, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use session_store::{
-    group_delta, Durability, Item, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, Store,
-    StoreOptions,
+    group_delta, Durability, Item, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, SessionId,
+    Store, StoreOptions,
 };
 
 /// The timestamp of the first turn; turn `i` is one second later per index.
@@ -277,6 +277,15 @@ pub const SYSTEM_PROMPT: &str =
 
 /// The model every benchmark session names.
 pub const MODEL: &str = "bench-model";
+
+/// Creates a session as a runtime starts one: a system prompt, a config,
+/// no history yet.
+pub fn create_session(store: &Store) -> SessionId {
+    store
+        .create_session(Some(SYSTEM_PROMPT), RequestConfig::model(MODEL), &[])
+        .expect("create")
+        .0
+}
 
 /// The `SessionStart` every benchmark log begins with, carrying `history`.
 pub fn session_start(history: &[Item], ts: u64) -> LogEntry {

@@ -89,6 +89,16 @@ impl Log {
         }
     }
 
+    /// Arms `work` to run in the next group commit, after its `fdatasync`
+    /// and before it counts as done: a failure there fails the sync and
+    /// poisons the log. The next [`Log::sync`] commits even when every
+    /// record is believed durable (a reopened log's are), so that nothing
+    /// returns as durable before `work` has run.
+    pub(crate) fn on_first_sync(&self, work: super::FirstSync) {
+        *self.inner.first_sync.lock() = Some(work);
+        self.inner.sync.lock().durable_next = 0;
+    }
+
     pub(super) fn wait_durable(&self, seq: u64) -> Result<()> {
         let inner = &*self.inner;
         inner.syncs.store(true, Ordering::Relaxed);
@@ -141,6 +151,12 @@ impl Log {
             }
         }
         seg.sync()?;
+        // A new session's own durability, after its records' (a failure
+        // poisons the log, so no later sync can vouch for it instead).
+        let first = self.inner.first_sync.lock().take();
+        if let Some(first) = first {
+            first()?;
+        }
         *seg.synced.lock() = Some(p.tip.point());
         Ok(p.tip.next_seq)
     }

@@ -282,8 +282,15 @@ struct Inner {
     /// are prepared zero-filled (see `segment::zero_fill`).
     syncs: AtomicBool,
     report: RecoveryReport,
+    /// What the next group commit must make durable besides the records,
+    /// after its `fdatasync` (see [`Log::on_first_sync`]).
+    first_sync: Mutex<Option<FirstSync>>,
     _lock: Option<File>,
 }
+
+/// Work a log's first sync runs after its `fdatasync`, before the sync
+/// counts as done: what makes a new session durable beside its records.
+pub(crate) type FirstSync = Box<dyn FnOnce() -> crate::error::Result<()> + Send>;
 
 /// An append-only, hash-chained log in one directory. Cheap to clone; clones
 /// share the writer.

@@ -20,7 +20,7 @@ use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
-use crate::segment::{parse_segment_name, Prepared, ScanMode, Segment, Space};
+use crate::segment::{parse_segment_name, segment_name, Prepared, ScanMode, Segment, Space};
 
 /// Segment files by first seq, and leftover preparations.
 type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
@@ -86,7 +86,7 @@ impl Log {
         let mut opened = loop {
             let (mut paths, _) = list_segments(&dir)?;
             if paths.is_empty() {
-                break create_first_segment(&dir, &opts, &hook)?;
+                break create_first_segment(&dir, &opts, &hook, true)?;
             }
             let successor = match last_roll(&paths, &hook)? {
                 LastRoll::Settled => None,
@@ -147,6 +147,25 @@ impl Log {
             record_recovery(&dir, &opened.report, &hook);
         }
         Ok(Log::from_opened(dir, opts, opened, Some(lock)))
+    }
+
+    /// Creates a new log in `dir`, which holds no segment, as its writer,
+    /// with `lock` the directory's [`LOCK_FILE`] already taken by the
+    /// caller, and syncs nothing: the first segment's zeros, header and name
+    /// are left to the first sync, so the caller must arm
+    /// [`Log::on_first_sync`] with what makes the directory durable (the
+    /// store's pending creation) before anything syncs. Until then a crash
+    /// may leave the directory with a torn or missing first segment, which
+    /// only that caller's own marker tells from damage.
+    pub(crate) fn create_unsynced(dir: &Path, opts: LogOptions, lock: File) -> Result<Log> {
+        let hook: Hook = opts.hook.clone();
+        let opened = create_first_segment(dir, &opts, &hook, false)?;
+        Ok(Log::from_opened(
+            dir.to_path_buf(),
+            opts,
+            opened,
+            Some(lock),
+        ))
     }
 
     /// The last recovery that changed the log in `dir` (cut a torn tail,
@@ -231,6 +250,7 @@ impl Log {
                 settle,
                 syncs: AtomicBool::new(syncs),
                 report: o.report,
+                first_sync: Mutex::new(None),
                 _lock: lock,
             }),
         }
@@ -261,22 +281,37 @@ fn record_recovery(dir: &Path, report: &RecoveryReport, hook: &Hook) {
     let _ = hooked_fs::write_atomic(&dir.join(LAST_RECOVERY_FILE), &json, hook);
 }
 
-fn create_first_segment(dir: &Path, opts: &LogOptions, hook: &Hook) -> Result<Opened> {
+/// A log's first segment: durable, named only once its header is, with
+/// `durable`; otherwise made under its final name and left to the log's
+/// first sync (`Log::create_unsynced`).
+fn create_first_segment(
+    dir: &Path,
+    opts: &LogOptions,
+    hook: &Hook,
+    durable: bool,
+) -> Result<Opened> {
     let log_id = *uuid::Uuid::now_v7().as_bytes();
     let space = match opts.durability {
         Durability::Sync => Space::Zeroed,
         Durability::Buffered => Space::Sparse,
     };
     let len = opts.next_segment_len(0, space);
-    let prep = Prepared::create(dir.join("first.prep"), len, space, hook)?;
-    let header = SegmentHeader {
+    let header = |len| SegmentHeader {
         version: FORMAT_VERSION,
         log_id,
         first_seq: 0,
-        segment_len: prep.len(),
+        segment_len: len,
         start_hash: EntryHash::genesis(),
     };
-    let seg = prep.activate(dir, header, true, hook)?;
+    let seg = if durable {
+        let prep = Prepared::create(dir.join("first.prep"), len, space, hook)?;
+        let h = header(prep.len());
+        prep.activate(dir, h, true, hook)?
+    } else {
+        let prep = Prepared::create_unsynced(dir.join(segment_name(0)), len, space, hook)?;
+        let h = header(prep.len());
+        prep.activate_in_place(h)?
+    };
     Ok(Opened {
         segments: vec![Arc::new(seg)],
         tip: Tip {

@@ -3,13 +3,13 @@
 //!
 //! Layout under the root: `sessions/<uuid>/` holds one log's segments, its
 //! `LOCK` and its `catalog`; `trash/` holds sessions being deleted;
-//! `staging/` holds sessions being created, which are renamed into
-//! `sessions/` whole.
+//! `staging/` holds what creations of older versions left (they built
+//! sessions there); this one creates them in place (`staging`).
 //!
 //! This file holds the store itself: opening, options and the listing.
 //! The rest is one concern a file:
 //! - `shards`: the cache of open sessions (one writer each), eviction, close;
-//! - `staging`: creating a session in `staging/`, placing it, deleting it;
+//! - `staging`: creating a session in place, its pending durability, deleting it;
 //! - `session`: the session API, saves, restore, forks, import, reads;
 //! - `subscription`: following a session's entries as they are committed.
 
@@ -269,7 +269,11 @@ impl Store {
 
     /// Whether a session exists.
     pub fn exists(&self, id: SessionId) -> bool {
-        self.session_dir(id).join(CATALOG_FILE).exists()
+        let dir = self.session_dir(id);
+        dir.join(CATALOG_FILE).exists()
+            && (!dir.join(staging::CREATING_FILE).exists()
+                || self.is_open_here(id)
+                || staging::holds_entries(&dir))
     }
 
     /// All sessions, newest first, from the catalog files alone.
@@ -365,7 +369,14 @@ impl Store {
             return Ok(Some(session_info(id, identity, &head, record.title)));
         }
         // Stale after a crash, never written, or damaged: read the log.
-        let log = Log::open_read_only(self.session_dir(id))?;
+        let dir = self.session_dir(id);
+        let log = Log::open_read_only(&dir);
+        let pending = dir.join(staging::CREATING_FILE).exists();
+        // A creation that a crash tore before it was durable is no session.
+        if pending && log.as_ref().map_or(true, |l| l.head().is_none()) {
+            return Ok(None);
+        }
+        let log = log?;
         let head = head_slot_of(&log, record.head.map(|h| h.updated_ms));
         let mut info = match &record.identity {
             // A crash may have come between a compaction in the log and
@@ -381,7 +392,8 @@ impl Store {
             }
             None => session_info(id, &rebuilt_identity(id, &log), &head, record.title),
         };
-        if record.identity.is_none() {
+        // A catalog that no sync covered yet is lost to a crash, not damaged.
+        if record.identity.is_none() && !pending {
             info.error = Some(format!(
                 "damaged catalog {}: identity rebuilt from the log",
                 path.display()

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::{now_ms, Store};
 use crate::catalog::{HeadSlot, SessionCatalog, CATALOG_FILE};
@@ -42,7 +42,7 @@ impl Shard {
 /// A cheap handle to one open session.
 #[derive(Clone)]
 pub struct SessionHandle {
-    id: SessionId,
+    pub(super) id: SessionId,
     pub(super) log: Log,
     pub(super) catalog: Arc<SessionCatalog>,
 }
@@ -53,7 +53,7 @@ impl Store {
         id.0[15] as usize % self.inner.shards.len()
     }
 
-    fn shard(&self, id: SessionId) -> &Mutex<Shard> {
+    pub(super) fn shard(&self, id: SessionId) -> &Mutex<Shard> {
         &self.inner.shards[self.slot(id)]
     }
 
@@ -110,6 +110,14 @@ impl Store {
         shard.opening.remove(&id);
         self.inner.opened[slot].notify_all();
         let handle = opened?;
+        self.keep_open(shard, &handle);
+        Ok(handle)
+    }
+
+    /// Puts a session whose writer this store has just opened (or created)
+    /// into its shard, whose lock `shard` is, then evicts over the budget.
+    pub(super) fn keep_open(&self, mut shard: MutexGuard<'_, Shard>, handle: &SessionHandle) {
+        let id = handle.id;
         shard.open.insert(
             id,
             OpenSession {
@@ -125,7 +133,6 @@ impl Store {
                 self.inner.eviction_failure.lock().get_or_insert(e);
             }
         }
-        Ok(handle)
     }
 
     /// Takes sessions out of the shards, least recently used first among
@@ -199,7 +206,7 @@ impl Store {
         if !catalog_path.exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        let log = Log::open(&dir, self.inner.opts.log.clone())?;
+        let log = self.open_writer(id, &dir)?;
         let catalog = Arc::new(SessionCatalog::open(
             id,
             catalog_path,

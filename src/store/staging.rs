@@ -1,23 +1,45 @@
-//! Creating and deleting sessions. A new session is built whole in
-//! `staging/` and renamed into `sessions/`; a deleted one is renamed into
-//! `trash/` first, so a crash never leaves half a session under `sessions/`.
+//! Creating and deleting sessions.
+//!
+//! A session is created in place, in `sessions/<id>/`, which its creator
+//! makes with one `mkdir` (two creators of one id: one makes it) and holds
+//! by its writer `LOCK` (one takes it). A `CREATING` file made first marks
+//! the creation as not yet durable: on a `Buffered` store nothing is synced
+//! until the session's first sync, which makes the log, the catalog and
+//! the names durable and only then removes the marker. A directory holding
+//! the marker whose log has no entry is what a crash left of a creation
+//! that was never durable: it is no session, and its id is free. A deleted
+//! session is renamed into `trash/` first, so a crash never brings it back.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 
-use super::{now_ms, Store};
+use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::fs::{self as hooked_fs, io_err, sync_dir, HookedFile};
+use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::item::Item;
-use crate::log::{Durability, ExpectHead, Log, LogOptions, LOCK_FILE};
+use crate::log::{Durability, ExpectHead, FirstSync, Log, LOCK_FILE};
 use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId};
 
-/// The lock file a creation holds in its staged directory.
-const CREATING_FILE: &str = "CREATING";
+/// The file that marks a session whose creation is not durable yet.
+pub(super) const CREATING_FILE: &str = "CREATING";
 
 /// How old a staged directory without a lock file must be to be swept.
 const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Claims of one id's directory that may meet a leftover or lose a race
+/// before one of them settles who creates it.
+const CLAIM_TRIES: usize = 4;
+
+/// What a session directory holds, as its lock holder finds it.
+enum Found {
+    /// A session, finished or with its creation pending.
+    Session,
+    /// Nothing but what an unfinished creation left: free for the taking.
+    Leftover,
+}
 
 impl Store {
     /// Creates a session with a fresh UUID v7 id. Returns it and its head.
@@ -33,6 +55,14 @@ impl Store {
     }
 
     /// Creates a session with a caller-chosen id.
+    ///
+    /// On a [`Durability::Buffered`] store this syncs nothing: the session
+    /// becomes durable with its first sync (a `Sync` save, [`Log::sync`],
+    /// or closing it), and a power loss before that loses it whole, never
+    /// leaving a session that does not read. On a `Sync` store it returns
+    /// once the session is durable. Creations of different ids do not wait
+    /// for each other; of two creators of one id, in threads or processes,
+    /// one succeeds and the other gets [`Error::InvalidInput`].
     pub fn create_session_with_id(
         &self,
         id: SessionId,
@@ -70,8 +100,11 @@ impl Store {
             ));
         };
         let dir = self.session_dir(id);
-        if dir.join(CATALOG_FILE).exists() {
-            return Err(Error::invalid(format!("session {id} already exists")));
+        // The common refusals, before anything is made or locked.
+        if self.is_open_here(id)
+            || dir.join(CATALOG_FILE).exists() && !dir.join(CREATING_FILE).exists()
+        {
+            return Err(already_exists(id));
         }
         let title = entries
             .iter()
@@ -83,50 +116,192 @@ impl Store {
             forked_from: *forked_from,
             compacted_from: *compacted_from,
         };
-        // The session is built whole in `staging/` and renamed into place, so
-        // that a failure or a crash never leaves a half-made session under
-        // `sessions/`, where it would block its id.
-        let staged = self
-            .inner
-            .root
-            .join("staging")
-            .join(format!("{id}-{}", SessionId::new_v7()));
-        // The creation holds a lock in its staged directory until the
-        // session is in place: an open that can take it knows the creator is
-        // gone and sweeps the leftover (`Store::sweep_staging`).
-        let creating = self.start_staging(&staged);
-        let built = creating.and_then(|_lock| {
-            self.build_session(&staged, entries, &identity, title.as_deref())?;
-            self.place_session(id, &staged, &dir)?;
-            // Placed: the marker goes (it would be harmless if it stayed).
-            let _ = hooked_fs::remove_file(&dir.join(CREATING_FILE), self.hook());
-            Ok(())
-        });
-        if let Err(e) = built {
-            let _ = hooked_fs::remove_dir_all(&staged, self.hook());
-            return Err(e);
+        let lock = self.claim(id, &dir)?;
+        // The log takes the lock; this second descriptor of it keeps it
+        // held until a failed creation is cleared away, so that no other
+        // creator of the id claims the directory meanwhile.
+        let held = lock.try_clone().map_err(hooked_fs::io_err("dup", &dir))?;
+        let built = self.build(id, &dir, lock, entries, &identity, title.as_deref());
+        let result = match built {
+            Ok(handle) => {
+                let head = handle.log.head().map(|(_, h)| h).expect("just written");
+                self.keep_open(self.shard(id).lock(), &handle);
+                Ok(head)
+            }
+            Err(e) => {
+                self.discard_creation(&dir);
+                Err(e)
+            }
+        };
+        drop(held);
+        result
+    }
+
+    /// Makes `id`'s directory (or finds it) and takes its writer lock, for
+    /// a creation: on success the directory holds only the lock file and
+    /// the `CREATING` marker. Refused while a writer or another creator
+    /// holds the lock, or when a session is there.
+    fn claim(&self, id: SessionId, dir: &Path) -> Result<std::fs::File> {
+        let lock_path = dir.join(LOCK_FILE);
+        for _ in 0..CLAIM_TRIES {
+            hooked_fs::create_dir_new(dir, self.hook())?;
+            let lock = match hooked_fs::lock_writer(&lock_path, self.hook()) {
+                Ok(lock) => lock,
+                Err(Error::Locked { .. }) => return Err(already_exists(id)),
+                // Removed by a failed creation since: claim it again.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
+            // A creation that failed removes its directory with the lock
+            // held; a lock taken on the file it removed holds nothing.
+            let same = match (lock.metadata(), std::fs::metadata(&lock_path)) {
+                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+                _ => false,
+            };
+            if !same {
+                continue;
+            }
+            return match found(dir) {
+                Found::Session => Err(already_exists(id)),
+                Found::Leftover => {
+                    self.clear_leftover(dir)?;
+                    Ok(lock)
+                }
+            };
         }
-        self.writable()?.place_new(id);
-        let handle = self.session(id)?;
-        Ok(handle.log.head().map(|(_, h)| h).expect("just written"))
+        Err(Error::invalid(format!(
+            "session {id} is being created and removed by others"
+        )))
     }
 
-    /// Makes a staged directory and takes the lock that says a creation is
-    /// running in it; the returned file holds the lock until dropped.
-    fn start_staging(&self, staged: &Path) -> Result<HookedFile> {
-        hooked_fs::create_dir(staged, self.hook())?;
-        let path = staged.join(CREATING_FILE);
-        let lock = HookedFile::open_or_create(&path, self.hook())?;
-        lock.file().lock().map_err(io_err("lock", &path))?;
-        Ok(lock)
+    /// Empties a claimed directory but for its lock and the `CREATING`
+    /// marker, which comes first: while anything else is there, the marker
+    /// says that it is no durable session.
+    fn clear_leftover(&self, dir: &Path) -> Result<()> {
+        let creating = dir.join(CREATING_FILE);
+        if !creating.exists() {
+            HookedFile::create(&creating, self.hook())?;
+        }
+        // The catalog first: without it, nothing here passes for a session.
+        let catalog = dir.join(CATALOG_FILE);
+        if catalog.exists() {
+            hooked_fs::remove_file(&catalog, self.hook())?;
+        }
+        let entries = std::fs::read_dir(dir).map_err(hooked_fs::io_err("read dir", dir))?;
+        for e in entries {
+            let e = e.map_err(hooked_fs::io_err("read dir", dir))?;
+            if e.file_name() == LOCK_FILE || e.file_name() == CREATING_FILE {
+                continue;
+            }
+            match e.file_type().is_ok_and(|t| t.is_dir()) {
+                true => hooked_fs::remove_dir_all(&e.path(), self.hook())?,
+                false => hooked_fs::remove_file(&e.path(), self.hook())?,
+            }
+        }
+        Ok(())
     }
 
-    /// Removes what creations that died left in `staging/`: a staged
-    /// directory whose creation lock can be taken has no creator any more.
-    /// One without the lock file is swept only once it is older than
-    /// [`STALE_STAGING`] (a leftover of an older version, or a creator that
-    /// has made the directory but not yet its lock). Best effort: what
-    /// cannot be removed now is tried again at the next open.
+    /// Writes a new session into its claimed directory: the log and its
+    /// entries, then the catalog (a session "exists" once its catalog
+    /// does), and its slot in the listing cache, all in the page cache. Its
+    /// first sync makes it durable; a `Sync` store's runs here.
+    fn build(
+        &self,
+        id: SessionId,
+        dir: &Path,
+        lock: std::fs::File,
+        entries: &[LogEntry],
+        identity: &Identity,
+        title: Option<&str>,
+    ) -> Result<SessionHandle> {
+        let cache = self.writable()?;
+        let opts = self.inner.opts.log.clone();
+        let durability = opts.durability;
+        let log = Log::create_unsynced(dir, opts, lock)?;
+        log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
+        let path = dir.join(CATALOG_FILE);
+        catalog::create(&path, identity, title, self.hook())?;
+        cache.place_new(id);
+        let catalog = Arc::new(SessionCatalog::open(id, path, Some(cache), self.hook())?);
+        let handle = SessionHandle { id, log, catalog };
+        // Dirty, unsynced: neither file has ever said "clean" about this
+        // session, and a lost slot sends `list` to the log.
+        handle.touch(true, None)?;
+        handle.log.on_first_sync(self.first_sync(dir));
+        if durability == Durability::Sync {
+            handle.log.sync()?;
+        }
+        Ok(handle)
+    }
+
+    /// What a session's first sync does after its log's `fdatasync`: the
+    /// catalog's data, then the marker goes, then the session's directory
+    /// (its files' names and the marker's removal) and `sessions/` (the
+    /// session's own name) are synced. The marker goes only after
+    /// everything it guards is durable; a crash before the directory syncs
+    /// leaves it, or leaves a session whose every part is durable.
+    pub(super) fn first_sync(&self, dir: &Path) -> FirstSync {
+        let dir = dir.to_path_buf();
+        let sessions = self.inner.root.join("sessions");
+        let hook = self.hook().clone();
+        Box::new(move || {
+            HookedFile::open(&dir.join(CATALOG_FILE), false, &hook)?.sync()?;
+            hooked_fs::remove_file(&dir.join(CREATING_FILE), &hook)?;
+            sync_dir(&dir, &hook)?;
+            sync_dir(&sessions, &hook)
+        })
+    }
+
+    /// Opens a session's log as its writer. A session whose creation is
+    /// not durable yet (its `CREATING` marker is there) gets its first
+    /// sync armed again, or, when its log holds no entry, is what a crash
+    /// left of a creation: [`Error::NotFound`].
+    pub(super) fn open_writer(&self, id: SessionId, dir: &Path) -> Result<Log> {
+        let pending = dir.join(CREATING_FILE).exists();
+        let log = match Log::open(dir, self.inner.opts.log.clone()) {
+            Ok(log) => Some(log),
+            // Damage is a pending creation's torn remains, unless its log
+            // reads (then the writer's failure is news).
+            Err(e) if !pending || matches!(e, Error::Locked { .. }) || holds_entries(dir) => {
+                return Err(e)
+            }
+            Err(_) => None,
+        };
+        match log {
+            Some(log) if !pending => Ok(log),
+            Some(log) if log.head().is_some() => {
+                // Its catalog, which no sync covered, may be lost: written
+                // again from the log, before the first sync makes it durable.
+                let path = dir.join(CATALOG_FILE);
+                if catalog::read(&path).map_or(true, |r| r.identity.is_none()) {
+                    let identity = super::rebuilt_identity(id, &log);
+                    catalog::create(&path, &identity, None, self.hook())?;
+                }
+                log.on_first_sync(self.first_sync(dir));
+                Ok(log)
+            }
+            _ => Err(Error::not_found(format!(
+                "session {id} (its creation never finished)"
+            ))),
+        }
+    }
+
+    /// Removes what a failed creation made (best effort: a leftover is
+    /// cleared by the next claim of its id). The catalog goes first, so that
+    /// nothing left behind passes for a session.
+    fn discard_creation(&self, dir: &Path) {
+        let _ = hooked_fs::remove_file(&dir.join(CATALOG_FILE), self.hook());
+        let _ = hooked_fs::remove_dir_all(dir, self.hook());
+    }
+
+    /// Removes what creations of versions before this one left in
+    /// `staging/`, where they built sessions before renaming them into
+    /// `sessions/`: a staged directory whose creation lock can be taken has
+    /// no creator any more. One without the lock file is swept only once it
+    /// is older than [`STALE_STAGING`]. Best effort: what cannot be removed
+    /// now is tried again at the next open.
     pub(super) fn sweep_staging(&self) {
         let staging = self.inner.root.join("staging");
         let Ok(entries) = std::fs::read_dir(&staging) else {
@@ -148,63 +323,6 @@ impl Store {
                 let _ = hooked_fs::remove_dir_all(&dir, self.hook());
             }
         }
-    }
-
-    /// Writes a new session's log and catalog in `dir`, durably.
-    fn build_session(
-        &self,
-        dir: &Path,
-        entries: &[LogEntry],
-        identity: &Identity,
-        title: Option<&str>,
-    ) -> Result<()> {
-        hooked_fs::create_dir(dir, self.hook())?;
-        // The log first, then the catalog: a session "exists" once its catalog does.
-        let opts = LogOptions {
-            prepare_ahead: false,
-            ..self.inner.opts.log.clone()
-        };
-        let log = Log::open(dir, opts)?;
-        log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
-        log.close()?;
-        catalog::create(&dir.join(CATALOG_FILE), identity, title, self.hook())?;
-        sync_dir(dir, self.hook())
-    }
-
-    /// Renames a staged session to `dir`, durably. A directory already there
-    /// without a catalog is what an older version left of a failed creation:
-    /// it is moved to `trash/` first.
-    fn place_session(&self, id: SessionId, staged: &Path, dir: &Path) -> Result<()> {
-        let sessions = self.inner.root.join("sessions");
-        // Placings take turns, across processes too: otherwise two creators
-        // of one id could both find the leftover, and the second would move
-        // the first one's new session to the trash.
-        let lock_path = self.inner.root.join("staging").join("LOCK");
-        let lock = HookedFile::open_or_create(&lock_path, self.hook())?;
-        lock.file().lock().map_err(io_err("lock", &lock_path))?;
-        let mut renamed = hooked_fs::rename(staged, dir, self.hook());
-        let occupied = matches!(
-            &renamed,
-            Err(Error::Io { source, .. }) if matches!(
-                source.kind(),
-                std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists
-            )
-        );
-        if occupied {
-            if dir.join(CATALOG_FILE).exists() {
-                return Err(Error::invalid(format!("session {id} already exists")));
-            }
-            let trash = self
-                .inner
-                .root
-                .join("trash")
-                .join(format!("{id}-unfinished-{}", now_ms()));
-            hooked_fs::rename(dir, &trash, self.hook())?;
-            renamed = hooked_fs::rename(staged, dir, self.hook());
-        }
-        renamed?;
-        sync_dir(&sessions, self.hook())?;
-        sync_dir(&self.inner.root.join("staging"), self.hook())
     }
 
     /// Deletes a session durably. Forks of it keep working: they carry
@@ -251,6 +369,29 @@ impl Store {
         drop(lock);
         Ok(())
     }
+}
+
+/// What the holder of a session directory's lock finds in it: a session
+/// once its catalog is there, unless the `CREATING` marker says that its
+/// creation may have torn and its log holds no entry.
+fn found(dir: &Path) -> Found {
+    let session = dir.join(CATALOG_FILE).exists()
+        && (!dir.join(CREATING_FILE).exists() || holds_entries(dir));
+    match session {
+        true => Found::Session,
+        false => Found::Leftover,
+    }
+}
+
+/// Whether the log in `dir` reads (read-only, as `list` reads it) and holds
+/// an entry: a creation writes its entries before its catalog, so a
+/// pending creation whose log holds none was torn by a crash.
+pub(super) fn holds_entries(dir: &Path) -> bool {
+    Log::open_read_only(dir).is_ok_and(|l| l.head().is_some())
+}
+
+fn already_exists(id: SessionId) -> Error {
+    Error::invalid(format!("session {id} already exists"))
 }
 
 pub(super) fn user_text(item: &LoggedItem) -> Option<String> {

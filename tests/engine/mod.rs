@@ -338,3 +338,17 @@ pub fn unsynced_write(bytes: &mut [u8], off: usize, data: &[u8], rng: &mut Rng) 
     }
     landed
 }
+
+/// Copies the tree `from` to `to`: a store as it is now, for a test to
+/// open as a crash would leave it.
+pub fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().flatten() {
+        let (p, q) = (e.path(), to.join(e.file_name()));
+        if p.is_dir() {
+            copy_tree(&p, &q);
+        } else {
+            fs::copy(&p, &q).unwrap();
+        }
+    }
+}

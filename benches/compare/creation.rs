@@ -1,0 +1,261 @@
+//! Session creation (issue 17, item 8): what starting a session costs, alone
+//! and when 64 runtime tasks start theirs at once, on a `Buffered` and on a
+//! `Sync` store, through `Store::create_session` as a runtime calls it.
+//!
+//! The peer is the JSONL store of the headline table in the same shape: a
+//! file per session created with its first record (a `SessionStart`'s
+//! JSON) written; durably, that file is `fdatasync`ed and its directory
+//! `fsync`ed before the creation counts as done.
+//!
+//! Each creation is timed on its own. "One at a time" creates sessions one
+//! after another in one thread; "64 at once" starts 64 threads at a barrier,
+//! each creating one session, several rounds into the same store. The store
+//! is closed (untimed) every 64 creations, so that no creation evicts. The
+//! figures are medians over the repetitions of each one's percentile.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use session_store::{Durability, LogOptions, Store, StoreOptions};
+
+use crate::common;
+use crate::{target, Op};
+
+/// Threads that create at once.
+const AT_ONCE: usize = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    Store,
+    Jsonl,
+}
+
+impl Peer {
+    fn label(self) -> &'static str {
+        match self {
+            Peer::Store => "session-store",
+            Peer::Jsonl => "JSONL (file per session)",
+        }
+    }
+}
+
+/// Creates sessions into one directory: a store, or the JSONL peer's.
+struct Creator {
+    durability: Durability,
+    store: Option<Store>,
+    dir: std::path::PathBuf,
+}
+
+impl Creator {
+    fn new(peer: Peer, durability: Durability, dir: &Path) -> Creator {
+        let store = (peer == Peer::Store).then(|| {
+            let opts = StoreOptions::default().log(LogOptions::default().durability(durability));
+            Store::open_with(dir, opts).expect("open store")
+        });
+        if peer == Peer::Jsonl {
+            std::fs::create_dir_all(dir.join("sessions")).expect("create dir");
+        }
+        Creator {
+            durability,
+            store,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Creates one session; returns how long that took, ns.
+    fn create_one(&self, n: u64) -> u64 {
+        let start = Instant::now();
+        match &self.store {
+            Some(store) => {
+                common::create_session(store);
+            }
+            None => {
+                let start_json =
+                    serde_json::to_vec(&common::session_start(&[], common::TS0)).expect("json");
+                let sessions = self.dir.join("sessions");
+                let path = sessions.join(format!("{n:016}.jsonl"));
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .expect("create");
+                f.write_all(&start_json).expect("write");
+                f.write_all(b"\n").expect("write");
+                if self.durability == Durability::Sync {
+                    f.sync_data().expect("fdatasync");
+                    std::fs::File::open(&sessions)
+                        .and_then(|d| d.sync_all())
+                        .expect("fsync dir");
+                }
+            }
+        }
+        start.elapsed().as_nanos() as u64
+    }
+
+    /// Closes what is open (untimed): past the store's open-session budget
+    /// a creation would evict, and so close and sync, another session.
+    fn close_open(&self) {
+        if let Some(store) = &self.store {
+            store.close().expect("close");
+        }
+    }
+}
+
+/// p50 and max of one pass, seconds.
+#[derive(Clone, Copy)]
+struct Figures {
+    p50: f64,
+    max: f64,
+}
+
+fn figures(mut ns: Vec<u64>) -> Figures {
+    ns.sort_unstable();
+    Figures {
+        p50: ns[(ns.len() - 1) / 2] as f64 / 1e9,
+        max: *ns.last().expect("one creation at least") as f64 / 1e9,
+    }
+}
+
+/// `count` creations one after another.
+fn one_at_a_time(peer: Peer, durability: Durability, count: usize) -> Figures {
+    let dir = common::tempdir();
+    let c = Creator::new(peer, durability, dir.path());
+    // Untimed: the first creation warms the directories and the cache file.
+    c.create_one(u64::MAX);
+    let ns = (0..count as u64)
+        .map(|n| {
+            if n % AT_ONCE as u64 == 0 {
+                c.close_open();
+            }
+            c.create_one(n)
+        })
+        .collect();
+    c.close_open();
+    figures(ns)
+}
+
+/// `rounds` rounds of `AT_ONCE` threads creating one session each, started
+/// together at a barrier.
+fn at_once(peer: Peer, durability: Durability, rounds: usize) -> Figures {
+    let dir = common::tempdir();
+    let c = Arc::new(Creator::new(peer, durability, dir.path()));
+    c.create_one(u64::MAX);
+    let mut ns = Vec::with_capacity(rounds * AT_ONCE);
+    for round in 0..rounds {
+        let barrier = Arc::new(Barrier::new(AT_ONCE));
+        let threads: Vec<_> = (0..AT_ONCE)
+            .map(|t| {
+                let (c, barrier) = (c.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    c.create_one((round * AT_ONCE + t) as u64)
+                })
+            })
+            .collect();
+        ns.extend(threads.into_iter().map(|t| t.join().expect("thread")));
+        c.close_open();
+    }
+    figures(ns)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// One row: the medians over `reps` passes.
+struct Row {
+    peer: Peer,
+    durability: Durability,
+    how: &'static str,
+    creations: usize,
+    figures: Figures,
+}
+
+fn row(
+    peer: Peer,
+    durability: Durability,
+    how: &'static str,
+    creations: usize,
+    reps: usize,
+    pass: impl Fn() -> Figures,
+) -> Row {
+    let passes: Vec<Figures> = (0..reps).map(|_| pass()).collect();
+    Row {
+        peer,
+        durability,
+        how,
+        creations,
+        figures: Figures {
+            p50: median(passes.iter().map(|f| f.p50).collect()),
+            max: median(passes.iter().map(|f| f.max).collect()),
+        },
+    }
+}
+
+/// Measures and prints the creation table and the issue's targets.
+pub fn run(quick: bool, reps: usize) {
+    let (alone, rounds) = if quick { (100, 4) } else { (400, 16) };
+    let mut rows = Vec::new();
+    for durability in [Durability::Buffered, Durability::Sync] {
+        for peer in [Peer::Store, Peer::Jsonl] {
+            eprintln!("compare: creation, {} {:?}", peer.label(), durability);
+            rows.push(row(peer, durability, "one at a time", alone, reps, || {
+                one_at_a_time(peer, durability, alone)
+            }));
+            rows.push(row(
+                peer,
+                durability,
+                "64 at once",
+                rounds * AT_ONCE,
+                reps,
+                || at_once(peer, durability, rounds),
+            ));
+        }
+    }
+    println!();
+    println!(
+        "## Session creation ({} mode; median of {reps} repetitions of each percentile)",
+        if quick { "quick" } else { "full" }
+    );
+    println!();
+    println!("| system | durability | creations | each | p50 µs | max µs |");
+    println!("| --- | --- | ---: | --- | ---: | ---: |");
+    for r in &rows {
+        println!(
+            "| {} | {:?} | {} | {} | {:.0} | {:.0} |",
+            r.peer.label(),
+            r.durability,
+            r.creations,
+            r.how,
+            r.figures.p50 * 1e6,
+            r.figures.max * 1e6
+        );
+    }
+    println!();
+    println!("Notes: a creation is `Store::create_session` with a system prompt and a config (the JSONL peer: a new file holding that `SessionStart`'s JSON); under `Sync` it returns durable (the peer: `fdatasync` of the file and `fsync` of its directory). \"64 at once\": 64 threads released together by a barrier, each creating one session, in rounds into the same store.");
+    println!();
+    println!("Targets (issue 17), this run:");
+    let store_64 = rows
+        .iter()
+        .find(|r| {
+            r.peer == Peer::Store && r.durability == Durability::Buffered && r.how == "64 at once"
+        })
+        .expect("row");
+    target(
+        "64 creations at once, Buffered: p50",
+        Some(store_64.figures.p50 * 1e3),
+        Op::Below,
+        2.0,
+        " ms",
+    );
+    target(
+        "64 creations at once, Buffered: max",
+        Some(store_64.figures.max * 1e3),
+        Op::Below,
+        10.0,
+        " ms",
+    );
+}

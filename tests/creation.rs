@@ -1,0 +1,439 @@
+//! Guards against session creation that syncs on a `Buffered` caller's path,
+//! that makes creations of different ids wait for each other, that lets two
+//! creators of one id both succeed, or whose torn remains after a crash pass
+//! for a session or block its id.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::thread;
+use std::time::Duration;
+
+mod engine;
+use engine::copy_tree;
+
+use session_store::{
+    Durability, Error, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store,
+    StoreOptions,
+};
+
+/// The syncs, directory syncs and renames seen, with their paths.
+#[derive(Default)]
+struct Count(Mutex<Vec<(&'static str, PathBuf)>>);
+
+impl IoHook for Count {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        let seen = match op {
+            IoOp::Sync { path } => ("fdatasync", path.to_path_buf()),
+            IoOp::SyncDir { path } => ("fsync dir", path.to_path_buf()),
+            IoOp::Rename { to, .. } => ("rename", to.to_path_buf()),
+            _ => return Ok(()),
+        };
+        self.0.lock().unwrap().push(seen);
+        Ok(())
+    }
+}
+
+impl Count {
+    fn take(&self) -> Vec<(&'static str, PathBuf)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn store_with(dir: &Path, durability: Durability, hook: Arc<dyn IoHook>) -> Store {
+    let log = LogOptions::default().durability(durability).hook(hook);
+    Store::open_with(dir, StoreOptions::default().log(log)).unwrap()
+}
+
+fn create(store: &Store, id: SessionId, text: &str) -> session_store::Result<()> {
+    store
+        .create_session_with_id(
+            id,
+            Some("sys"),
+            RequestConfig::default(),
+            &[Item::user_text(text)],
+        )
+        .map(drop)
+}
+
+fn kinds(ops: &[(&'static str, PathBuf)]) -> Vec<&'static str> {
+    ops.iter().map(|(k, _)| *k).collect()
+}
+
+#[test]
+fn a_buffered_creation_syncs_nothing_until_the_session_first_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = Arc::new(Count::default());
+    let store = store_with(dir.path(), Durability::Buffered, count.clone());
+    count.take();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    assert_eq!(count.take(), vec![], "the creation synced or renamed");
+    let session = store.session_dir(id);
+    assert!(session.join("CREATING").exists());
+    store
+        .save_delta(id, &mut head, &[Item::assistant_text("hello")])
+        .unwrap();
+    assert_eq!(count.take(), vec![], "a Buffered save synced");
+    assert!(store.exists(id));
+    assert_eq!(store.list().unwrap().len(), 1);
+
+    // The first sync makes the creation durable: the records, the catalog,
+    // the session's directory (after the marker went) and `sessions/`.
+    store.log(id).unwrap().sync().unwrap();
+    let ops = count.take();
+    assert_eq!(
+        kinds(&ops),
+        ["fdatasync", "fdatasync", "fsync dir", "fsync dir"],
+        "{ops:?}"
+    );
+    assert_eq!(ops[1].1, session.join("catalog"));
+    assert_eq!(ops[2].1, session);
+    assert_eq!(ops[3].1, dir.path().join("sessions"));
+    assert!(!session.join("CREATING").exists());
+    // Later syncs are the log's own.
+    store
+        .save_delta(id, &mut head, &[Item::user_text("again")])
+        .unwrap();
+    store.log(id).unwrap().sync().unwrap();
+    assert_eq!(kinds(&count.take()), ["fdatasync"]);
+    // Nor does a creation after the store closed its sessions.
+    store.close().unwrap();
+    count.take();
+    store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    assert_eq!(count.take(), vec![], "the creation synced or renamed");
+}
+
+#[test]
+fn a_sync_creation_returns_durable_after_two_fdatasyncs_and_two_directory_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = Arc::new(Count::default());
+    let store = store_with(dir.path(), Durability::Sync, count.clone());
+    count.take();
+    let (id, _) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    let ops = count.take();
+    let session = store.session_dir(id);
+    assert_eq!(
+        ops.iter().map(|(k, p)| (*k, p.clone())).collect::<Vec<_>>(),
+        vec![
+            ("fdatasync", session.join("00000000000000000000.seg")),
+            ("fdatasync", session.join("catalog")),
+            ("fsync dir", session.clone()),
+            ("fsync dir", dir.path().join("sessions")),
+        ]
+    );
+    assert!(!session.join("CREATING").exists());
+}
+
+/// Holds the creation of one id at its first operation on its directory
+/// under `sessions/` until released.
+struct Hold {
+    id: String,
+    reached: Mutex<Option<mpsc::Sender<()>>>,
+    released: (Mutex<bool>, Condvar),
+}
+
+impl IoHook for Hold {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        let path = match op {
+            IoOp::CreateDir { path } => *path,
+            IoOp::Rename { to, .. } => *to,
+            _ => return Ok(()),
+        };
+        let ours = path.file_name().is_some_and(|n| n == self.id.as_str())
+            && path.parent().and_then(Path::file_name) == Some("sessions".as_ref());
+        if ours {
+            if let Some(tx) = self.reached.lock().unwrap().take() {
+                tx.send(()).unwrap();
+            }
+            let (lock, cv) = &self.released;
+            let mut released = lock.lock().unwrap();
+            while !*released {
+                released = cv.wait(released).unwrap();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn creations_of_different_ids_do_not_wait_for_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let held = SessionId::new_v7();
+    let (reached_tx, reached) = mpsc::channel();
+    let hold = Arc::new(Hold {
+        id: held.to_string(),
+        reached: Mutex::new(Some(reached_tx)),
+        released: (Mutex::new(false), Condvar::new()),
+    });
+    let store = store_with(dir.path(), Durability::Buffered, hold.clone());
+    let slow = {
+        let store = store.clone();
+        thread::spawn(move || create(&store, held, "slow"))
+    };
+    reached.recv().unwrap();
+    // The held creation is in the middle of making its session; another id
+    // goes ahead.
+    let (done_tx, done) = mpsc::channel();
+    let other = SessionId::new_v7();
+    let fast = {
+        let store = store.clone();
+        thread::spawn(move || {
+            let r = create(&store, other, "fast");
+            done_tx.send(()).unwrap();
+            r
+        })
+    };
+    let went_ahead = done.recv_timeout(Duration::from_secs(20)).is_ok();
+    *hold.released.0.lock().unwrap() = true;
+    hold.released.1.notify_all();
+    slow.join().unwrap().unwrap();
+    fast.join().unwrap().unwrap();
+    assert!(
+        went_ahead,
+        "a creation waited for another id's creation to finish"
+    );
+    assert!(store.exists(held) && store.exists(other));
+}
+
+#[test]
+fn of_many_threads_creating_one_id_exactly_one_succeeds() {
+    const THREADS: usize = 16;
+    for durability in [Durability::Buffered, Durability::Sync] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = LogOptions::default().durability(durability);
+        let store = Store::open_with(dir.path(), StoreOptions::default().log(log)).unwrap();
+        for _ in 0..8 {
+            let id = SessionId::new_v7();
+            let barrier = Arc::new(Barrier::new(THREADS));
+            let results: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (store, barrier) = (store.clone(), barrier.clone());
+                    thread::spawn(move || {
+                        barrier.wait();
+                        create(&store, id, &format!("thread {t}")).map(|()| t)
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect();
+            let winners: Vec<usize> = results
+                .iter()
+                .filter_map(|r| r.as_ref().ok())
+                .copied()
+                .collect();
+            assert_eq!(winners.len(), 1, "{results:?}");
+            for r in &results {
+                if let Err(e) = r {
+                    assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+                }
+            }
+            let state = store.restore(id).unwrap();
+            assert_eq!(
+                state.history,
+                vec![Item::user_text(format!("thread {}", winners[0]))]
+            );
+        }
+        store.close().unwrap();
+    }
+}
+
+const ROLE: &str = "SESSION_STORE_CREATION_CHILD";
+
+/// The child side of the cross-process test: creates the session named in
+/// its role and says how that went.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let (id, root) = role.split_once(':').expect("id:root");
+    let store = Store::open(root).unwrap();
+    let said = match create(
+        &store,
+        id.parse().unwrap(),
+        &format!("pid {}", std::process::id()),
+    ) {
+        Ok(()) => "created".to_string(),
+        Err(Error::InvalidInput { .. }) => "refused".to_string(),
+        Err(e) => format!("error {e}"),
+    };
+    store.close().unwrap();
+    println!("CHILD {said}");
+}
+
+#[test]
+fn of_many_processes_creating_one_id_exactly_one_succeeds() {
+    const CHILDREN: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    Store::open(dir.path()).unwrap();
+    for _ in 0..3 {
+        let id = SessionId::new_v7();
+        let children: Vec<_> = (0..CHILDREN)
+            .map(|_| {
+                Command::new(std::env::current_exe().unwrap())
+                    .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+                    .env(ROLE, format!("{id}:{}", dir.path().display()))
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let said: Vec<String> = children
+            .into_iter()
+            .map(|c| {
+                let out = c.wait_with_output().unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                assert!(out.status.success(), "child failed: {stdout}");
+                stdout
+                    .lines()
+                    .find_map(|l| l.split_once("CHILD ").map(|(_, s)| s.to_string()))
+                    .unwrap_or_else(|| panic!("child said nothing: {stdout}"))
+            })
+            .collect();
+        let created = said.iter().filter(|s| *s == "created").count();
+        let refused = said.iter().filter(|s| *s == "refused").count();
+        assert_eq!((created, refused), (1, CHILDREN - 1), "{said:?}");
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.restore(id).unwrap().history.len(), 1);
+    }
+}
+
+/// A store whose sessions were created (and saved to) and never synced,
+/// copied as a power loss could leave it: every session keeps its
+/// `CREATING` marker and no process holds its lock.
+fn crashed_before_the_first_sync(root: &Path) -> Vec<SessionId> {
+    let live = tempfile::tempdir().unwrap();
+    let store = Store::open(live.path()).unwrap();
+    let ids = (0..3)
+        .map(|i| {
+            let (id, mut head) = store
+                .create_session(
+                    None,
+                    RequestConfig::default(),
+                    &[Item::user_text(format!("s{i}"))],
+                )
+                .unwrap();
+            store
+                .save_delta(id, &mut head, &[Item::assistant_text("ok")])
+                .unwrap();
+            id
+        })
+        .collect();
+    copy_tree(live.path(), root);
+    drop(store);
+    ids
+}
+
+fn zero(path: &Path, range: std::ops::Range<u64>) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    let zeros = vec![0u8; (range.end - range.start) as usize];
+    f.write_all_at(&zeros, range.start).unwrap();
+}
+
+fn segment_of(dir: &Path) -> PathBuf {
+    dir.join("00000000000000000000.seg")
+}
+
+#[test]
+fn a_creation_torn_before_its_first_sync_is_no_session_and_frees_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = crashed_before_the_first_sync(dir.path());
+    let sessions = dir.path().join("sessions");
+    // What a power loss may leave of unsynced files: a segment whose header
+    // never reached the disk, and one with no records.
+    zero(&segment_of(&sessions.join(ids[0].to_string())), 0..4096);
+    zero(
+        &segment_of(&sessions.join(ids[1].to_string())),
+        256..64 << 10,
+    );
+    // And a catalog that never reached it, of a session whose log did.
+    zero(&sessions.join(ids[2].to_string()).join("catalog"), 0..1024);
+    fs::remove_file(dir.path().join("list.cache")).unwrap();
+
+    let store = Store::open(dir.path()).unwrap();
+    let listed = store.list().unwrap();
+    let listed_ids: BTreeSet<SessionId> = listed.iter().map(|s| s.id).collect();
+    assert_eq!(listed_ids, BTreeSet::from([ids[2]]), "only the intact one");
+    // Its lost catalog is rebuilt from the log, and is no damage.
+    assert_eq!(listed[0].error, None, "{:?}", listed[0]);
+    assert_eq!(listed[0].entries, 2);
+    for id in &ids[..2] {
+        assert!(!store.exists(*id));
+        assert!(store.info(*id).unwrap().is_none());
+        let err = store.session(*id).err().expect("no session");
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+        // Its id is free again.
+        create(&store, *id, "again").unwrap();
+        assert_eq!(
+            store.restore(*id).unwrap().history,
+            vec![Item::user_text("again")]
+        );
+    }
+    // The intact one is a session (a process crash keeps what a `Buffered`
+    // creation wrote), and its first sync finishes its creation.
+    let kept = ids[2];
+    assert!(store.exists(kept));
+    let err = create(&store, kept, "mine?").unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert_eq!(store.restore(kept).unwrap().history.len(), 2);
+    store.log(kept).unwrap().sync().unwrap();
+    assert!(!store.session_dir(kept).join("CREATING").exists());
+    store.close().unwrap();
+    // Its catalog was written again before the first sync: without the
+    // listing cache, nothing reads as damaged.
+    fs::remove_file(dir.path().join("list.cache")).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.list().unwrap().len(), 3);
+    for s in store.list().unwrap() {
+        assert_eq!(s.error, None, "{s:?}");
+        assert_eq!(store.log(s.id).unwrap().verify().damage, None);
+    }
+}
+
+#[test]
+fn a_failed_buffered_creation_leaves_nothing_and_its_id_stays_free() {
+    /// Fails the creation of the catalog while armed.
+    struct FailCatalog(AtomicBool);
+    impl IoHook for FailCatalog {
+        fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+            match op {
+                IoOp::Create { path }
+                    if path.ends_with("catalog") && self.0.load(Ordering::SeqCst) =>
+                {
+                    Err(io::Error::other("injected failure"))
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(FailCatalog(AtomicBool::new(true)));
+    let store = store_with(dir.path(), Durability::Buffered, hook.clone());
+    let id = SessionId::new_v7();
+    let err = create(&store, id, "first").unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(!store.exists(id));
+    assert_eq!(
+        fs::read_dir(dir.path().join("sessions")).unwrap().count(),
+        0
+    );
+    hook.0.store(false, Ordering::SeqCst);
+    create(&store, id, "second").unwrap();
+    assert_eq!(
+        store.restore(id).unwrap().history,
+        vec![Item::user_text("second")]
+    );
+}
