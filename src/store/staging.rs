@@ -253,15 +253,22 @@ impl Store {
     }
 }
 
+/// [`user_item_text`] of a logged item.
 pub(super) fn user_text(item: &LoggedItem) -> Option<String> {
     match item {
         LoggedItem::Message {
             role: crate::schema::LoggedRole::User,
             ..
-        } => {
-            let t = item.clone().into_item().text().unwrap_or_default();
-            (!t.trim().is_empty()).then_some(t)
-        }
+        } => user_item_text(&item.clone().into_item()),
         _ => None,
     }
+}
+
+/// The text of a user message that has some, as the title takes it.
+pub(super) fn user_item_text(item: &Item) -> Option<String> {
+    if !item.is_user_message() {
+        return None;
+    }
+    let t = item.text()?;
+    (!t.trim().is_empty()).then_some(t)
 }
