@@ -8,11 +8,11 @@
 //!  512 identity (512 B): magic "SSCI", crc u32, len u32, JSON {created_ms, forked_from, compacted_from}
 //! ```
 //!
-//! The head slot is rewritten (pwrite, page cache) with every store write and
-//! flagged dirty while a writer has the session open; the first dirty write
-//! of a writer is synced before the log changes, and a clean close (after the
-//! log is synced) clears the flag. A dirty slot whose session no writer holds
-//! is stale after a crash, and the store rebuilds it from the log.
+//! The head slot is flagged dirty while a writer has the session open: the
+//! writer's open writes it dirty and syncs it before the log changes, and a
+//! clean close (after the log is synced) writes it clean with the final
+//! numbers. In between, saves change only the writer's copy in memory, so a
+//! dirty slot's numbers are never read: the store takes them from the log.
 //!
 //! Beside the per-session files, the store keeps a listing cache
 //! ([`ListCache`], `list.cache` in the root): a copy of every catalog in
@@ -269,6 +269,15 @@ impl SessionCatalog {
         Ok(())
     }
 
+    /// Records a write at `updated_ms`, in memory only. The slots on disk
+    /// stay dirty while a writer has the session, and `list` takes a dirty
+    /// slot's numbers from the log, not the slot; so they are written when
+    /// the writer opens the session, closes it or lets it go, and a save
+    /// costs no write here.
+    pub(crate) fn saved_at(&self, updated_ms: u64) {
+        self.state.lock().head.updated_ms = updated_ms;
+    }
+
     /// Marks the session dirty in the cache and the file, durably, before a
     /// writer changes its log: after a power loss, neither may still say
     /// "clean" about an older state.
@@ -340,8 +349,8 @@ pub(crate) struct CachedSession {
 /// ```
 ///
 /// It is a copy, never the truth: a slot that is missing, damaged, names
-/// another session or is dirty without a live writer sends `list` to the
-/// session's own catalog file.
+/// another session or is dirty sends `list` to the session's own catalog
+/// file (and a dirty one on to the log).
 pub(crate) struct ListCache {
     file: HookedFile,
     table: Mutex<SlotTable>,

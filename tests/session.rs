@@ -2016,6 +2016,68 @@ fn list_is_right_whatever_state_the_listing_cache_is_in() {
     assert_eq!(fresh.head, Some(head), "a stale dirty slot was trusted");
 }
 
+/// Counts the writes and syncs of the catalogs and the listing cache.
+#[derive(Default)]
+struct CountCatalogIo(std::sync::atomic::AtomicUsize);
+
+impl IoHook for CountCatalogIo {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        let path = match op {
+            IoOp::Write { path, .. } | IoOp::Sync { path } => path,
+            _ => return Ok(()),
+        };
+        if path.ends_with("catalog") || path.ends_with("list.cache") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// A save writes its entries and nothing else: the catalog and the listing
+/// cache stay dirty while the writer has the session, and every `list`, in
+/// this store or another on the same root, still shows the live numbers.
+#[test]
+fn a_save_writes_no_catalog_and_list_still_shows_it() {
+    let dir = tempdir();
+    let hook = Arc::new(CountCatalogIo::default());
+    let store = Store::open_with(
+        dir.path(),
+        options().log(LogOptions::default().hook(hook.clone())),
+    )
+    .unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("title")])
+        .unwrap();
+    let before = hook.0.load(Ordering::SeqCst);
+    let mut saved_at = 0;
+    for n in 0..5 {
+        saved_at = now_ms();
+        store.save_delta(id, &mut head, &turn(n, 100)).unwrap();
+    }
+    assert_eq!(
+        hook.0.load(Ordering::SeqCst),
+        before,
+        "a save wrote a catalog or the listing cache"
+    );
+    let entries = store.log(id).unwrap().next_seq();
+    let check = |info: &session_store::SessionInfo, who: &str| {
+        assert_eq!(info.head, Some(head), "{who}");
+        assert_eq!(info.entries, entries, "{who}");
+        assert!(info.updated_ms >= saved_at, "{who}: an old update time");
+        assert_eq!(info.title.as_deref(), Some("title"), "{who}");
+    };
+    check(&store.list().unwrap()[0], "the writer's store");
+    // Another store on the root, as another process: the slot is dirty and
+    // the writer is live, so it reads the log.
+    let other = Store::open_read_only(dir.path()).unwrap();
+    check(&other.list().unwrap()[0], "another store");
+    check(&other.info(id).unwrap().unwrap(), "another store's info");
+    let live = store.list().unwrap()[0].clone();
+    store.close().unwrap();
+    // Clean now: the slot itself, with the writer's numbers and time.
+    assert_eq!(other.list().unwrap()[0], live);
+}
+
 /// Two stores on one root (as two processes would be) place sessions in the
 /// listing cache without taking each other's slots or giving one session two
 /// slots, so `list` never shows an old state of a session as clean.

@@ -13,7 +13,7 @@
 //! - `session`: the session API, saves, restore, forks, import, reads;
 //! - `subscription`: following a session's entries as they are committed.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
@@ -287,13 +287,13 @@ impl Store {
             else {
                 continue;
             };
-            // A session open here is listed from its live log; one another
-            // process writes, from its dirty slot (as fresh as that
-            // writer's last save).
+            // A clean slot is exact. A dirty one is not (a writer keeps
+            // its numbers in memory, or crashed): the session is listed
+            // from its live log if it is open here, else from the log read.
             let trusted = cached
                 .get(&id)
                 .filter(|_| !self.is_open_here(id))
-                .filter(|c| !c.head.dirty || self.writer_elsewhere(id));
+                .filter(|c| !c.head.dirty);
             let info = match trusted {
                 Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
                 // One session's damage never hides the others: it is listed
@@ -345,19 +345,20 @@ impl Store {
             let identity = record
                 .identity
                 .unwrap_or_else(|| rebuilt_identity(id, &handle.log));
-            let head = handle.head_slot(true, record.head.map(|h| h.updated_ms));
+            let head = handle.head_slot(true, Some(handle.catalog.updated_ms()));
             return Ok(Some(session_info(id, &identity, &head, record.title)));
         }
         let trusted = record
             .head
-            .filter(|h| !h.dirty || self.writer_elsewhere(id))
+            .filter(|h| !h.dirty)
             .filter(|_| record.identity.is_some());
         if let (Some(head), Some(identity)) = (trusted, &record.identity) {
             return Ok(Some(session_info(id, identity, &head, record.title)));
         }
-        // Stale after a crash, never written, or damaged: read the log.
+        // Written by a live writer elsewhere, stale after a crash, never
+        // written, or damaged: read the log.
         let log = Log::open_read_only(self.session_dir(id))?;
-        let head = head_slot_of(&log, record.head.map(|h| h.updated_ms));
+        let head = head_slot_read(&log, record.head);
         let mut info = match &record.identity {
             Some(identity) => session_info(id, identity, &head, record.title),
             None => session_info(id, &rebuilt_identity(id, &log), &head, record.title),
@@ -370,14 +371,22 @@ impl Store {
         }
         Ok(Some(info))
     }
+}
 
-    fn writer_elsewhere(&self, id: SessionId) -> bool {
-        let path = self.session_dir(id).join("LOCK");
-        match File::open(&path) {
-            Ok(f) => matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock)),
-            Err(_) => false,
+/// The head slot of a log read because its recorded slot (`recorded`, if it
+/// could be read) is dirty: the numbers from the log, and the time of the
+/// last write as recorded, or, when the log has entries the slot does not
+/// count (a writer keeps its numbers in memory), as its last entry says.
+fn head_slot_read(log: &Log, recorded: Option<HeadSlot>) -> HeadSlot {
+    let mut head = head_slot_of(log, recorded.map(|h| h.updated_ms));
+    if recorded.is_none_or(|r| r.next_seq < head.next_seq) {
+        let snap = log.snapshot();
+        let last = snap.head().and_then(|(seq, _)| snap.iter_from(seq).next());
+        if let Some(Ok(rec)) = last {
+            head.updated_ms = head.updated_ms.max(rec.ts);
         }
     }
+    head
 }
 
 fn session_info(

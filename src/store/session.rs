@@ -83,26 +83,11 @@ impl Store {
         // The entries are in the log, and the caller's head has moved: the
         // save is done. The catalog and the list cache are derived from the
         // log, marked dirty (durably) since this writer opened the session,
-        // and rebuilt from the log whenever they are stale; a failure to
-        // update them must not make a retry append the entries twice. The
-        // next save or the close writes them again.
-        let _ = self.update_catalog(&s, title);
+        // and their numbers are taken from the log while they are dirty; a
+        // failure to write the title must not make a retry append the
+        // entries twice. The close writes them again.
+        let _ = update_catalog(&s, title);
         Ok(())
-    }
-
-    /// Records a save in the session's catalog and list-cache slot: its
-    /// title (from the first user text), and the new head.
-    fn update_catalog(
-        &self,
-        s: &SessionHandle,
-        title: impl FnOnce() -> Option<String>,
-    ) -> Result<()> {
-        if !s.catalog.has_title() {
-            if let Some(t) = title() {
-                s.catalog.set_title(&t)?;
-            }
-        }
-        s.touch(true, None)
     }
 
     /// Records the end of a turn.
@@ -412,4 +397,17 @@ impl Store {
     pub fn recovery_report(&self, id: SessionId) -> Result<RecoveryReport> {
         Ok(self.session(id)?.log.recovery_report().clone())
     }
+}
+
+/// Records a save in the session's catalog: its title (from the first user
+/// text) on disk, once; the time of the write in memory (see
+/// `SessionCatalog::saved_at`).
+fn update_catalog(s: &SessionHandle, title: impl FnOnce() -> Option<String>) -> Result<()> {
+    s.catalog.saved_at(now_ms());
+    if !s.catalog.has_title() {
+        if let Some(t) = title() {
+            s.catalog.set_title(&t)?;
+        }
+    }
+    Ok(())
 }

@@ -281,7 +281,7 @@ fn close_session(s: OpenSession) -> Result<()> {
     s.log.close()?;
     // Closing is not a write: keep the time of the last one.
     let updated_ms = handle.catalog.updated_ms();
-    handle.touch(false, Some(updated_ms))
+    handle.write_head(false, Some(updated_ms))
 }
 
 impl SessionHandle {
@@ -302,7 +302,9 @@ impl SessionHandle {
         }
     }
 
-    pub(super) fn touch(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
+    /// Writes the head slot, with the log's numbers as they are now, to the
+    /// catalog file and the list cache.
+    pub(super) fn write_head(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
         self.catalog.set_head(self.head_slot(dirty, updated_ms))
     }
 }
