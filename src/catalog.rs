@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! catalog (1024 B, 0600)
-//!   0  head slot (128 B): magic "SSCH", crc u32 (of 8..80), dirty u8, pad[7],
-//!      next_seq u64, bytes u64, updated_ms u64, first_seq u64, head_hash [32]
+//!   0  head slot (128 B): magic "SSCH", crc u32 (of 8..80), dirty u8, pad[3],
+//!      writer u32, next_seq u64, bytes u64, updated_ms u64, first_seq u64,
+//!      head_hash [32]
 //!  128 title slot (384 B): magic "SSCT", crc u32 (of 8..12+len), len u32, utf8 bytes
 //!  512 identity (512 B): magic "SSCI", crc u32, len u32, JSON {created_ms, forked_from, compacted_from}
 //! ```
@@ -49,6 +50,10 @@ pub(crate) const CATALOG_FILE: &str = "catalog";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct HeadSlot {
     pub(crate) dirty: bool,
+    /// A token each writer's open draws at random (0 in files written
+    /// before it existed): a store that let a session go with the slot dirty
+    /// can tell its own slot from one another writer has written since.
+    pub(crate) writer: u32,
     pub(crate) next_seq: u64,
     pub(crate) bytes: u64,
     pub(crate) updated_ms: u64,
@@ -102,6 +107,7 @@ impl HeadSlot {
         let mut b = [0u8; HEAD_LEN];
         b[..4].copy_from_slice(&HEAD_MAGIC);
         b[8] = u8::from(self.dirty);
+        b[12..16].copy_from_slice(&self.writer.to_le_bytes());
         b[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.bytes.to_le_bytes());
         b[32..40].copy_from_slice(&self.updated_ms.to_le_bytes());
@@ -122,6 +128,7 @@ impl HeadSlot {
         let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
         Some(HeadSlot {
             dirty: b[8] != 0,
+            writer: u32::from_le_bytes(b[12..16].try_into().ok()?),
             next_seq: u(16),
             bytes: u(24),
             updated_ms: u(32),
@@ -129,6 +136,12 @@ impl HeadSlot {
             head: EntryHash(b[48..80].try_into().ok()?),
         })
     }
+}
+
+/// A writer's token: random bits of a fresh UUID v7.
+fn writer_token() -> u32 {
+    let id = SessionId::new_v7();
+    u32::from_le_bytes([id.0[12], id.0[13], id.0[14], id.0[15]])
 }
 
 /// Creates a catalog file (0600) with its identity, durably.
@@ -223,6 +236,8 @@ struct CatalogState {
     title: Option<String>,
     identity: Identity,
     head: HeadSlot,
+    /// This writer's token, stamped on every head slot it writes.
+    writer: u32,
 }
 
 impl SessionCatalog {
@@ -247,6 +262,7 @@ impl SessionCatalog {
                 title: record.title,
                 identity,
                 head: record.head.unwrap_or_default(),
+                writer: writer_token(),
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         })
@@ -278,6 +294,21 @@ impl SessionCatalog {
         self.state.lock().head.updated_ms = updated_ms;
     }
 
+    /// Takes the session over from `left`, the slot this store wrote when
+    /// it let the session go, if the file still holds exactly that: no
+    /// writer has opened the session since (each writes its own token), so
+    /// the slots are still dirty, durably so since this store's earlier
+    /// [`SessionCatalog::begin_writing`], and there is nothing to write or
+    /// sync. Returns whether it did.
+    pub(crate) fn resume(&self, left: HeadSlot) -> bool {
+        let mut state = self.state.lock();
+        let unchanged = left.dirty && state.head == left;
+        if unchanged {
+            state.writer = left.writer;
+        }
+        unchanged
+    }
+
     /// Marks the session dirty in the cache and the file, durably, before a
     /// writer changes its log: after a power loss, neither may still say
     /// "clean" about an older state.
@@ -294,16 +325,21 @@ impl SessionCatalog {
     /// cleaner than the file: a dirty head goes to the cache first, a clean
     /// one to the file first, so a crash between the two writes leaves the
     /// cache dirty and `list` asks the file (or the log).
-    pub(crate) fn set_head(&self, head: HeadSlot) -> Result<()> {
+    pub(crate) fn set_head(&self, head: HeadSlot) -> Result<HeadSlot> {
         let mut state = self.state.lock();
+        let head = HeadSlot {
+            writer: state.writer,
+            ..head
+        };
         state.head = head;
         if head.dirty {
             self.write_cache(&state)?;
-            write_head(&self.file, &head)
+            write_head(&self.file, &head)?;
         } else {
             write_head(&self.file, &head)?;
-            self.write_cache(&state)
+            self.write_cache(&state)?;
         }
+        Ok(head)
     }
 
     fn write_cache(&self, state: &CatalogState) -> Result<()> {

@@ -1376,7 +1376,8 @@ fn a_session_that_fails_to_close_is_reported_by_store_close_even_after_eviction(
             .unwrap();
         hook.0.store(true, Ordering::SeqCst);
         if evicted {
-            // Opening B evicts A, whose close fails where no caller waits.
+            // Opening B evicts A, which a Buffered store lets go unsynced:
+            // the sync that fails is its clean close in `Store::close`.
             store.log(b).unwrap();
         }
         let err = store.close().unwrap_err();
@@ -2016,18 +2017,29 @@ fn list_is_right_whatever_state_the_listing_cache_is_in() {
     assert_eq!(fresh.head, Some(head), "a stale dirty slot was trusted");
 }
 
-/// Counts the writes and syncs of the catalogs and the listing cache.
-#[derive(Default)]
-struct CountCatalogIo(std::sync::atomic::AtomicUsize);
+/// Counts the I/O operations `counts` picks.
+struct CountOps {
+    seen: std::sync::atomic::AtomicUsize,
+    counts: fn(&IoOp<'_>) -> bool,
+}
 
-impl IoHook for CountCatalogIo {
+impl CountOps {
+    fn new(counts: fn(&IoOp<'_>) -> bool) -> Arc<CountOps> {
+        Arc::new(CountOps {
+            seen: Default::default(),
+            counts,
+        })
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl IoHook for CountOps {
     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
-        let path = match op {
-            IoOp::Write { path, .. } | IoOp::Sync { path } => path,
-            _ => return Ok(()),
-        };
-        if path.ends_with("catalog") || path.ends_with("list.cache") {
-            self.0.fetch_add(1, Ordering::SeqCst);
+        if (self.counts)(op) {
+            self.seen.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -2039,7 +2051,13 @@ impl IoHook for CountCatalogIo {
 #[test]
 fn a_save_writes_no_catalog_and_list_still_shows_it() {
     let dir = tempdir();
-    let hook = Arc::new(CountCatalogIo::default());
+    // Writes and syncs of the catalogs and the listing cache.
+    let hook = CountOps::new(|op| match op {
+        IoOp::Write { path, .. } | IoOp::Sync { path } => {
+            path.ends_with("catalog") || path.ends_with("list.cache")
+        }
+        _ => false,
+    });
     let store = Store::open_with(
         dir.path(),
         options().log(LogOptions::default().hook(hook.clone())),
@@ -2048,14 +2066,14 @@ fn a_save_writes_no_catalog_and_list_still_shows_it() {
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("title")])
         .unwrap();
-    let before = hook.0.load(Ordering::SeqCst);
+    let before = hook.seen();
     let mut saved_at = 0;
     for n in 0..5 {
         saved_at = now_ms();
         store.save_delta(id, &mut head, &turn(n, 100)).unwrap();
     }
     assert_eq!(
-        hook.0.load(Ordering::SeqCst),
+        hook.seen(),
         before,
         "a save wrote a catalog or the listing cache"
     );
@@ -2076,6 +2094,91 @@ fn a_save_writes_no_catalog_and_list_still_shows_it() {
     store.close().unwrap();
     // Clean now: the slot itself, with the writer's numbers and time.
     assert_eq!(other.list().unwrap()[0], live);
+}
+
+/// On a `Buffered` store, a save that evicts a session (and reopens its
+/// own) syncs nothing: the evicted session is let go dirty, and its next
+/// open recovers it without a sync. `list` stays exact throughout, and the
+/// store's close leaves every session clean.
+#[test]
+fn evictions_on_a_buffered_store_put_no_sync_on_the_save_path() {
+    let dir = tempdir();
+    let hook = CountOps::new(|op| matches!(op, IoOp::Sync { .. } | IoOp::SyncDir { .. }));
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default()
+            .log(LogOptions::default().hook(hook.clone()))
+            .max_open_sessions(2),
+    )
+    .unwrap();
+    let mut sessions: Vec<(SessionId, EntryHash)> = (0..5)
+        .map(|i| {
+            let first = [Item::user_text(format!("session {i}"))];
+            store
+                .create_session(None, RequestConfig::default(), &first)
+                .unwrap()
+        })
+        .collect();
+    let syncs = hook.seen();
+    for round in 0..3 {
+        for (id, head) in &mut sessions {
+            store.save_delta(*id, head, &turn(round, 200)).unwrap();
+        }
+    }
+    assert_eq!(
+        hook.seen(),
+        syncs,
+        "saves that evicted and reopened sessions synced"
+    );
+    let entries: Vec<u64> = sessions
+        .iter()
+        .map(|(id, _)| store.restore(*id).unwrap().entries)
+        .collect();
+    let check = |listed: Vec<session_store::SessionInfo>, who: &str| {
+        for ((id, head), entries) in sessions.iter().zip(&entries) {
+            let info = listed.iter().find(|s| s.id == *id).unwrap();
+            assert_eq!(info.head, Some(*head), "{who}");
+            assert_eq!(info.entries, *entries, "{who}");
+            assert_eq!(info.error, None, "{who}");
+        }
+    };
+    check(store.list().unwrap(), "the evicting store");
+    check(
+        Store::open_read_only(dir.path()).unwrap().list().unwrap(),
+        "another store",
+    );
+    for (i, (id, head)) in sessions.iter().enumerate() {
+        let state = store.restore(*id).unwrap();
+        assert_eq!(state.head, Some(*head));
+        assert_eq!(state.history[0], Item::user_text(format!("session {i}")));
+    }
+    store.close().unwrap();
+    drop(store);
+
+    // Closed cleanly, each of them: the list comes from the catalogs alone,
+    // even with every segment hidden.
+    let hidden = tempdir();
+    let mut moved = Vec::new();
+    for (id, _) in &sessions {
+        let sdir = dir.path().join("sessions").join(id.to_string());
+        for e in fs::read_dir(&sdir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "seg") {
+                let to = hidden.path().join(format!("{id}-{}", moved.len()));
+                fs::rename(&path, &to).unwrap();
+                moved.push((to, path));
+            }
+        }
+    }
+    check(open(dir.path()).list().unwrap(), "after the close");
+    for (from, to) in moved {
+        fs::rename(from, to).unwrap();
+    }
+    let store = open(dir.path());
+    for (id, head) in &sessions {
+        assert_eq!(store.restore(*id).unwrap().head, Some(*head));
+        assert_eq!(store.log(*id).unwrap().verify().damage, None);
+    }
 }
 
 /// Two stores on one root (as two processes would be) place sessions in the

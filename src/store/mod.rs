@@ -13,6 +13,7 @@
 //! - `session`: the session API, saves, restore, forks, import, reads;
 //! - `subscription`: following a session's entries as they are committed.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -138,6 +139,11 @@ struct Inner {
     /// The first failure to close an evicted session, which no caller was
     /// waiting for: `Store::close` reports it.
     eviction_failure: Mutex<Option<Error>>,
+    /// Sessions this store let go of without a clean close (evicted from a
+    /// `Buffered` store), with the dirty head slot it left: while the
+    /// catalog still holds exactly that, no writer has opened the session
+    /// since, and the slot's numbers are the log's.
+    released: Mutex<HashMap<SessionId, HeadSlot>>,
 }
 
 /// A store of sessions. `Send + Sync`; clones are cheap and share everything.
@@ -225,6 +231,7 @@ impl Store {
                 shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
                 opened: (0..SHARDS).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
+                released: Mutex::new(HashMap::new()),
                 open_count: AtomicUsize::new(0),
                 tick: AtomicU64::new(0),
             }),
@@ -287,13 +294,14 @@ impl Store {
             else {
                 continue;
             };
-            // A clean slot is exact. A dirty one is not (a writer keeps
-            // its numbers in memory, or crashed): the session is listed
-            // from its live log if it is open here, else from the log read.
+            // A clean slot is exact, and so is one this store left and no
+            // writer has written since. Another dirty one is not (a writer
+            // keeps its numbers in memory, or crashed): the session is
+            // listed from its live log if it is open here, else from the log.
             let trusted = cached
                 .get(&id)
                 .filter(|_| !self.is_open_here(id))
-                .filter(|c| !c.head.dirty);
+                .filter(|c| self.is_exact(id, &c.head));
             let info = match trusted {
                 Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
                 // One session's damage never hides the others: it is listed
@@ -327,6 +335,13 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether a session's head slot, as read, holds the log's numbers:
+    /// clean, or dirty exactly as this store left it when it let the
+    /// session go (see `Inner::released`).
+    fn is_exact(&self, id: SessionId, head: &HeadSlot) -> bool {
+        !head.dirty || self.inner.released.lock().get(&id) == Some(head)
+    }
+
     /// One session's listing entry; `None` if it does not exist. Reads
     /// only: a catalog left dirty by a crashed writer is completed from a
     /// read-only view of the log (the next writer recovers it), and a
@@ -350,7 +365,7 @@ impl Store {
         }
         let trusted = record
             .head
-            .filter(|h| !h.dirty)
+            .filter(|h| self.is_exact(id, h))
             .filter(|_| record.identity.is_some());
         if let (Some(head), Some(identity)) = (trusted, &record.identity) {
             return Ok(Some(session_info(id, identity, &head, record.title)));
