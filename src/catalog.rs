@@ -183,6 +183,11 @@ fn write_title(file: &HookedFile, title: &str) -> Result<()> {
 pub(crate) fn read(path: &Path) -> Result<CatalogRecord> {
     // One open, one pread, one close: listing reads thousands of these.
     let file = File::open(path).map_err(io_err("open", path))?;
+    read_from(&file, path)
+}
+
+/// [`read`] of an open catalog file.
+fn read_from(file: &File, path: &Path) -> Result<CatalogRecord> {
     let mut bytes = vec![0u8; CATALOG_LEN];
     let mut filled = 0;
     while filled < CATALOG_LEN {
@@ -248,8 +253,8 @@ impl SessionCatalog {
         cache: Option<&Arc<ListCache>>,
         hook: &Hook,
     ) -> Result<SessionCatalog> {
-        let record = read(&path)?;
         let file = HookedFile::open(&path, true, hook)?;
+        let record = read_from(file.file(), &path)?;
         let identity = record.identity.unwrap_or(Identity {
             created_ms: id.created_ms().unwrap_or(0),
             forked_from: None,

@@ -118,7 +118,8 @@ fn open_last(
     // Its footer may be a seal that never became durable (its successor was
     // not created yet), so it is only believed once the records agree.
     let footer = seg.read_footer(true).unwrap_or(None);
-    let mark = seg.read_mark();
+    // As `Segment::open` just read it from the header.
+    let mark = *seg.mark.lock();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
     let scan = scan_last(&seg, mark, limit, writable);

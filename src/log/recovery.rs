@@ -90,15 +90,21 @@ impl Log {
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
         let lock = hooked_fs::lock_writer(&dir.join(LOCK_FILE), &hook)?;
-        let (_, preps) = list_segments(&dir)?;
+        let (listed, preps) = list_segments(&dir)?;
         let mut removed = Vec::new();
         for p in preps {
             hooked_fs::remove_file(&p, &hook)?;
             removed.push(p);
         }
+        // The listing stands until a salvage cut removes files (removing a
+        // preparation changes no segment).
+        let mut listed = Some(listed);
         let mut salvaged: Option<TornTail> = None;
         let mut opened = loop {
-            let (mut paths, _) = list_segments(&dir)?;
+            let mut paths = match listed.take() {
+                Some(paths) => paths,
+                None => list_segments(&dir)?.0,
+            };
             if paths.is_empty() {
                 break create_first_segment(&dir, &opts, &hook)?;
             }
