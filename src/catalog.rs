@@ -476,25 +476,15 @@ impl CachedSession {
 }
 
 impl ListCache {
-    /// Opens (or creates) the cache in `root` and learns which slots are taken.
+    /// Opens (or creates) the cache in `root`. Its placements are learnt
+    /// when a session is first looked up in it (`slot_for`), not here, so
+    /// that opening a store costs the same whatever it holds.
     pub(crate) fn open(root: &Path, hook: &Hook) -> Result<ListCache> {
         let path = root.join(LIST_CACHE_FILE);
         let file = HookedFile::open_or_create(&path, hook)?;
-        let mut table = SlotTable::default();
-        let slots = ListCache::read_slots(&path)?;
-        table.learned_len = slots.len() as u64 * CACHE_SLOT_LEN as u64;
-        for (slot, entry) in slots {
-            if let Some(e) = entry {
-                if let std::collections::hash_map::Entry::Vacant(v) = table.by_id.entry(e.id) {
-                    v.insert(slot);
-                    table.taken.insert(slot);
-                }
-            }
-            table.next = table.next.max(slot + 1);
-        }
         Ok(ListCache {
             file,
-            table: Mutex::new(table),
+            table: Mutex::new(SlotTable::default()),
         })
     }
 

@@ -2181,6 +2181,54 @@ fn evictions_on_a_buffered_store_put_no_sync_on_the_save_path() {
     }
 }
 
+/// A store learns the listing cache's slots when it first needs one, not
+/// at its open: a later store still finds each session's slot and puts a new
+/// session after all of them, so the cache alone lists every session.
+#[test]
+fn a_later_store_finds_every_slot_of_the_listing_cache() {
+    let dir = tempdir();
+    let mut sessions: Vec<(SessionId, EntryHash)> = {
+        let store = open(dir.path());
+        let made = (0..4)
+            .map(|_| {
+                store
+                    .create_session(None, RequestConfig::default(), &[])
+                    .unwrap()
+            })
+            .collect();
+        store.close().unwrap();
+        made
+    };
+    let store = open(dir.path());
+    let (id, mut head) = sessions[2];
+    store.save_delta(id, &mut head, &turn(0, 10)).unwrap();
+    sessions[2].1 = head;
+    sessions.push(
+        store
+            .create_session(None, RequestConfig::default(), &[])
+            .unwrap(),
+    );
+    store.close().unwrap();
+    drop(store);
+    let cache = fs::read(dir.path().join("list.cache")).unwrap();
+    assert_eq!(cache.len(), sessions.len() * 640, "one slot per session");
+    // Without their catalog files, the sessions are listed from the cache
+    // alone, or not at all.
+    for (id, _) in &sessions {
+        let catalog = dir
+            .path()
+            .join("sessions")
+            .join(id.to_string())
+            .join("catalog");
+        fs::rename(&catalog, catalog.with_extension("hidden")).unwrap();
+    }
+    let listed = Store::open_read_only(dir.path()).unwrap().list().unwrap();
+    for (id, head) in &sessions {
+        let info = listed.iter().find(|s| s.id == *id).unwrap();
+        assert_eq!((info.head, &info.error), (Some(*head), &None), "{id}");
+    }
+}
+
 /// Two stores on one root (as two processes would be) place sessions in the
 /// listing cache without taking each other's slots or giving one session two
 /// slots, so `list` never shows an old state of a session as clean.
