@@ -290,7 +290,11 @@ impl Store {
                 continue;
             }
             self.inner.released.lock().insert(id, left);
-            let opened = self.session(id).map(drop);
+            let opened = match self.session(id) {
+                // Taken by another writer since the look: it is that one's.
+                Err(Error::Locked { .. }) => Ok(()),
+                opened => opened.map(drop),
+            };
             let slot = self.slot(id);
             let taken = {
                 let mut shard = self.inner.shards[slot].lock();
@@ -351,10 +355,12 @@ fn release_session(s: OpenSession) -> Result<HeadSlot> {
     };
     // Written while this writer still holds the log's lock: a writer that
     // takes it next writes its own slot after this one.
-    let left = handle.write_head(true, Some(handle.catalog.updated_ms()))?;
+    let left = handle.write_head(true, Some(handle.catalog.updated_ms()));
     drop(handle);
+    // Released whether or not that write failed: a roll's settling must not
+    // outlive the lock.
     s.log.release()?;
-    Ok(left)
+    left
 }
 
 fn close_session(s: OpenSession) -> Result<()> {
