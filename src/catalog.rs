@@ -2,17 +2,18 @@
 //!
 //! ```text
 //! catalog (1024 B, 0600)
-//!   0  head slot (128 B): magic "SSCH", crc u32 (of 8..80), dirty u8, pad[7],
-//!      next_seq u64, bytes u64, updated_ms u64, first_seq u64, head_hash [32]
+//!   0  head slot (128 B): magic "SSCH", crc u32 (of 8..80), dirty u8, pad[3],
+//!      writer u32, next_seq u64, bytes u64, updated_ms u64, first_seq u64,
+//!      head_hash [32]
 //!  128 title slot (384 B): magic "SSCT", crc u32 (of 8..12+len), len u32, utf8 bytes
 //!  512 identity (512 B): magic "SSCI", crc u32, len u32, JSON {created_ms, forked_from, compacted_from}
 //! ```
 //!
-//! The head slot is rewritten (pwrite, page cache) with every store write and
-//! flagged dirty while a writer has the session open; the first dirty write
-//! of a writer is synced before the log changes, and a clean close (after the
-//! log is synced) clears the flag. A dirty slot whose session no writer holds
-//! is stale after a crash, and the store rebuilds it from the log.
+//! The head slot is flagged dirty while a writer has the session open: the
+//! writer's open writes it dirty and syncs it before the log changes, and a
+//! clean close (after the log is synced) writes it clean with the final
+//! numbers. In between, saves change only the writer's copy in memory, so a
+//! dirty slot's numbers are never read: the store takes them from the log.
 //!
 //! Beside the per-session files, the store keeps a listing cache
 //! ([`ListCache`], `list.cache` in the root): a copy of every catalog in
@@ -49,6 +50,10 @@ pub(crate) const CATALOG_FILE: &str = "catalog";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct HeadSlot {
     pub(crate) dirty: bool,
+    /// A token each writer's open draws at random (0 in files written
+    /// before it existed): a store that let a session go with the slot dirty
+    /// can tell its own slot from one another writer has written since.
+    pub(crate) writer: u32,
     pub(crate) next_seq: u64,
     pub(crate) bytes: u64,
     pub(crate) updated_ms: u64,
@@ -102,6 +107,7 @@ impl HeadSlot {
         let mut b = [0u8; HEAD_LEN];
         b[..4].copy_from_slice(&HEAD_MAGIC);
         b[8] = u8::from(self.dirty);
+        b[12..16].copy_from_slice(&self.writer.to_le_bytes());
         b[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.bytes.to_le_bytes());
         b[32..40].copy_from_slice(&self.updated_ms.to_le_bytes());
@@ -122,6 +128,7 @@ impl HeadSlot {
         let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
         Some(HeadSlot {
             dirty: b[8] != 0,
+            writer: u32::from_le_bytes(b[12..16].try_into().ok()?),
             next_seq: u(16),
             bytes: u(24),
             updated_ms: u(32),
@@ -129,6 +136,12 @@ impl HeadSlot {
             head: EntryHash(b[48..80].try_into().ok()?),
         })
     }
+}
+
+/// A writer's token: random bits of a fresh UUID v7.
+fn writer_token() -> u32 {
+    let id = SessionId::new_v7();
+    u32::from_le_bytes([id.0[12], id.0[13], id.0[14], id.0[15]])
 }
 
 /// Creates a catalog file (0600) with its identity, in the page cache: a
@@ -175,6 +188,11 @@ fn write_title(file: &HookedFile, title: &str) -> Result<()> {
 pub(crate) fn read(path: &Path) -> Result<CatalogRecord> {
     // One open, one pread, one close: listing reads thousands of these.
     let file = File::open(path).map_err(io_err("open", path))?;
+    read_from(&file, path)
+}
+
+/// [`read`] of an open catalog file.
+fn read_from(file: &File, path: &Path) -> Result<CatalogRecord> {
     let mut bytes = vec![0u8; CATALOG_LEN];
     let mut filled = 0;
     while filled < CATALOG_LEN {
@@ -228,6 +246,8 @@ struct CatalogState {
     title: Option<String>,
     identity: Identity,
     head: HeadSlot,
+    /// This writer's token, stamped on every head slot it writes.
+    writer: u32,
 }
 
 impl SessionCatalog {
@@ -238,8 +258,8 @@ impl SessionCatalog {
         cache: Option<&Arc<ListCache>>,
         hook: &Hook,
     ) -> Result<SessionCatalog> {
-        let record = read(&path)?;
         let file = HookedFile::open(&path, true, hook)?;
+        let record = read_from(file.file(), &path)?;
         let identity = record.identity.unwrap_or(Identity {
             created_ms: id.created_ms().unwrap_or(0),
             forked_from: None,
@@ -252,6 +272,7 @@ impl SessionCatalog {
                 title: record.title,
                 identity,
                 head: record.head.unwrap_or_default(),
+                writer: writer_token(),
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         })
@@ -296,6 +317,30 @@ impl SessionCatalog {
             .write_at(IDENT_AT, &identity_slot(&state.identity)?)
     }
 
+    /// Records a write at `updated_ms`, in memory only. The slots on disk
+    /// stay dirty while a writer has the session, and `list` takes a dirty
+    /// slot's numbers from the log, not the slot; so they are written when
+    /// the writer opens the session, closes it or lets it go, and a save
+    /// costs no write here.
+    pub(crate) fn saved_at(&self, updated_ms: u64) {
+        self.state.lock().head.updated_ms = updated_ms;
+    }
+
+    /// Takes the session over from `left`, the slot this store wrote when
+    /// it let the session go, if the file still holds exactly that: no
+    /// writer has opened the session since (each writes its own token), so
+    /// the slots are still dirty, durably so since this store's earlier
+    /// [`SessionCatalog::begin_writing`], and there is nothing to write or
+    /// sync. Returns whether it did.
+    pub(crate) fn resume(&self, left: HeadSlot) -> bool {
+        let mut state = self.state.lock();
+        let unchanged = left.dirty && state.head == left;
+        if unchanged {
+            state.writer = left.writer;
+        }
+        unchanged
+    }
+
     /// Marks the session dirty in the cache and the file, durably, before a
     /// writer changes its log: after a power loss, neither may still say
     /// "clean" about an older state.
@@ -312,16 +357,21 @@ impl SessionCatalog {
     /// cleaner than the file: a dirty head goes to the cache first, a clean
     /// one to the file first, so a crash between the two writes leaves the
     /// cache dirty and `list` asks the file (or the log).
-    pub(crate) fn set_head(&self, head: HeadSlot) -> Result<()> {
+    pub(crate) fn set_head(&self, head: HeadSlot) -> Result<HeadSlot> {
         let mut state = self.state.lock();
+        let head = HeadSlot {
+            writer: state.writer,
+            ..head
+        };
         state.head = head;
         if head.dirty {
             self.write_cache(&state)?;
-            write_head(&self.file, &head)
+            write_head(&self.file, &head)?;
         } else {
             write_head(&self.file, &head)?;
-            self.write_cache(&state)
+            self.write_cache(&state)?;
         }
+        Ok(head)
     }
 
     fn write_cache(&self, state: &CatalogState) -> Result<()> {
@@ -367,8 +417,8 @@ pub(crate) struct CachedSession {
 /// ```
 ///
 /// It is a copy, never the truth: a slot that is missing, damaged, names
-/// another session or is dirty without a live writer sends `list` to the
-/// session's own catalog file.
+/// another session or is dirty sends `list` to the session's own catalog
+/// file (and a dirty one on to the log).
 pub(crate) struct ListCache {
     file: HookedFile,
     table: Mutex<SlotTable>,
@@ -453,25 +503,15 @@ impl CachedSession {
 }
 
 impl ListCache {
-    /// Opens (or creates) the cache in `root` and learns which slots are taken.
+    /// Opens (or creates) the cache in `root`. Its placements are learnt
+    /// when a session is first looked up in it (`slot_for`), not here, so
+    /// that opening a store costs the same whatever it holds.
     pub(crate) fn open(root: &Path, hook: &Hook) -> Result<ListCache> {
         let path = root.join(LIST_CACHE_FILE);
         let file = HookedFile::open_or_create(&path, hook)?;
-        let mut table = SlotTable::default();
-        let slots = ListCache::read_slots(&path)?;
-        table.learned_len = slots.len() as u64 * CACHE_SLOT_LEN as u64;
-        for (slot, entry) in slots {
-            if let Some(e) = entry {
-                if let std::collections::hash_map::Entry::Vacant(v) = table.by_id.entry(e.id) {
-                    v.insert(slot);
-                    table.taken.insert(slot);
-                }
-            }
-            table.next = table.next.max(slot + 1);
-        }
         Ok(ListCache {
             file,
-            table: Mutex::new(table),
+            table: Mutex::new(SlotTable::default()),
         })
     }
 

@@ -8,9 +8,9 @@ use common::{archive_at, every_entry, every_item, hash, TS};
 use proptest::prelude::*;
 use serde_json::Value;
 use session_store::{
-    collect_state, entry_line, parse_line, ArchivedLogEntry, ContentPart, Item, ItemStatus,
-    JsonText, LogEntry, LoggedItem, RequestConfig, RestoredState, Role, SessionOrigin, ToolOutput,
-    WorkerResult,
+    collect_state, entry_line, group_delta, parse_line, ArchivedLogEntry, ContentPart, Item,
+    ItemStatus, JsonText, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, RestoredState,
+    Role, SessionOrigin, Store, ToolOutput, WorkerResult,
 };
 
 const MIB: usize = 1 << 20;
@@ -746,6 +746,50 @@ fn entry() -> impl Strategy<Value = LogEntry> {
     ]
 }
 
+/// `Store::save_delta` archives the caller's items as they are, borrowed;
+/// `group_delta` makes owned entries first. Both must write the same records,
+/// byte for byte: a second log given `group_delta`'s entries, at the times the
+/// store stamped, must chain to the same hashes (which cover every byte of
+/// the records but their CRCs).
+fn assert_save_delta_writes_what_group_delta_does(turns: &[Vec<Item>]) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store")).unwrap();
+    let (id, mut head) = store
+        .create_session(Some("prompt"), RequestConfig::default(), &[])
+        .unwrap();
+    for turn in turns {
+        store.save_delta(id, &mut head, turn).unwrap();
+    }
+    let snap = store.snapshot(id).unwrap();
+    let records: Vec<_> = snap.iter().map(|r| r.unwrap()).collect();
+    let owned = Log::open(dir.path().join("owned"), LogOptions::default()).unwrap();
+    owned.append(&records[0].entry.to_entry()).unwrap();
+    let mut next = 1;
+    for turn in turns {
+        let ts = records.get(next).map_or(0, |r| r.ts);
+        for entry in group_delta(turn, ts) {
+            let (seq, hash) = owned.append(&entry).unwrap();
+            assert_eq!(
+                (seq, hash),
+                (records[next].seq, records[next].hash),
+                "{entry:?}"
+            );
+            next += 1;
+        }
+    }
+    assert_eq!(next, records.len());
+    assert_eq!(owned.head().map(|(_, h)| h), Some(head));
+}
+
+#[test]
+fn save_delta_writes_exactly_what_group_delta_does() {
+    let items = every_item();
+    let mut turns: Vec<Vec<Item>> = items.iter().map(|i| vec![i.clone()]).collect();
+    turns.push(items);
+    turns.push(Vec::new());
+    assert_save_delta_writes_what_group_delta_does(&turns);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 256, ..ProptestConfig::default() })]
 
@@ -769,6 +813,13 @@ proptest! {
             prop_assert_eq!(once.as_slice(), twice.as_slice());
         }
         prop_assert_eq!(apply_archived_all(&entries), collect_state(&entries));
+    }
+
+    #[test]
+    fn arbitrary_deltas_are_saved_as_group_delta_makes_them(
+        turns in prop::collection::vec(prop::collection::vec(item(small_text()), 0..5), 1..4)
+    ) {
+        assert_save_delta_writes_what_group_delta_does(&turns);
     }
 
     #[test]

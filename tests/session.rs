@@ -1427,7 +1427,8 @@ fn a_session_that_fails_to_close_is_reported_by_store_close_even_after_eviction(
             .unwrap();
         hook.0.store(true, Ordering::SeqCst);
         if evicted {
-            // Opening B evicts A, whose close fails where no caller waits.
+            // Opening B evicts A, which a Buffered store lets go unsynced:
+            // the sync that fails is its clean close in `Store::close`.
             store.log(b).unwrap();
         }
         let err = store.close().unwrap_err();
@@ -2067,6 +2068,218 @@ fn list_is_right_whatever_state_the_listing_cache_is_in() {
     assert_eq!(fresh.head, Some(head), "a stale dirty slot was trusted");
 }
 
+/// Counts the I/O operations `counts` picks.
+struct CountOps {
+    seen: std::sync::atomic::AtomicUsize,
+    counts: fn(&IoOp<'_>) -> bool,
+}
+
+impl CountOps {
+    fn new(counts: fn(&IoOp<'_>) -> bool) -> Arc<CountOps> {
+        Arc::new(CountOps {
+            seen: Default::default(),
+            counts,
+        })
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl IoHook for CountOps {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if (self.counts)(op) {
+            self.seen.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// A save writes its entries and nothing else: the catalog and the listing
+/// cache stay dirty while the writer has the session, and every `list`, in
+/// this store or another on the same root, still shows the live numbers.
+#[test]
+fn a_save_writes_no_catalog_and_list_still_shows_it() {
+    let dir = tempdir();
+    // Writes and syncs of the catalogs and the listing cache.
+    let hook = CountOps::new(|op| match op {
+        IoOp::Write { path, .. } | IoOp::Sync { path } => {
+            path.ends_with("catalog") || path.ends_with("list.cache")
+        }
+        _ => false,
+    });
+    let store = Store::open_with(
+        dir.path(),
+        options().log(LogOptions::default().hook(hook.clone())),
+    )
+    .unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("title")])
+        .unwrap();
+    let before = hook.seen();
+    let mut saved_at = 0;
+    for n in 0..5 {
+        saved_at = now_ms();
+        store.save_delta(id, &mut head, &turn(n, 100)).unwrap();
+    }
+    assert_eq!(
+        hook.seen(),
+        before,
+        "a save wrote a catalog or the listing cache"
+    );
+    let entries = store.log(id).unwrap().next_seq();
+    let check = |info: &session_store::SessionInfo, who: &str| {
+        assert_eq!(info.head, Some(head), "{who}");
+        assert_eq!(info.entries, entries, "{who}");
+        assert!(info.updated_ms >= saved_at, "{who}: an old update time");
+        assert_eq!(info.title.as_deref(), Some("title"), "{who}");
+    };
+    check(&store.list().unwrap()[0], "the writer's store");
+    // Another store on the root, as another process: the slot is dirty and
+    // the writer is live, so it reads the log.
+    let other = Store::open_read_only(dir.path()).unwrap();
+    check(&other.list().unwrap()[0], "another store");
+    check(&other.info(id).unwrap().unwrap(), "another store's info");
+    let live = store.list().unwrap()[0].clone();
+    store.close().unwrap();
+    // Clean now: the slot itself, with the writer's numbers and time.
+    assert_eq!(other.list().unwrap()[0], live);
+}
+
+/// On a `Buffered` store, a save that evicts a session (and reopens its
+/// own) syncs nothing: the evicted session is let go dirty, and its next
+/// open recovers it without a sync. `list` stays exact throughout, and the
+/// store's close leaves every session clean.
+#[test]
+fn evictions_on_a_buffered_store_put_no_sync_on_the_save_path() {
+    let dir = tempdir();
+    let hook = CountOps::new(|op| matches!(op, IoOp::Sync { .. } | IoOp::SyncDir { .. }));
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default()
+            .log(LogOptions::default().hook(hook.clone()))
+            .max_open_sessions(2),
+    )
+    .unwrap();
+    let mut sessions: Vec<(SessionId, EntryHash)> = (0..5)
+        .map(|i| {
+            let first = [Item::user_text(format!("session {i}"))];
+            store
+                .create_session(None, RequestConfig::default(), &first)
+                .unwrap()
+        })
+        .collect();
+    let syncs = hook.seen();
+    for round in 0..3 {
+        for (id, head) in &mut sessions {
+            store.save_delta(*id, head, &turn(round, 200)).unwrap();
+        }
+    }
+    assert_eq!(
+        hook.seen(),
+        syncs,
+        "saves that evicted and reopened sessions synced"
+    );
+    let entries: Vec<u64> = sessions
+        .iter()
+        .map(|(id, _)| store.restore(*id).unwrap().entries)
+        .collect();
+    let check = |listed: Vec<session_store::SessionInfo>, who: &str| {
+        for ((id, head), entries) in sessions.iter().zip(&entries) {
+            let info = listed.iter().find(|s| s.id == *id).unwrap();
+            assert_eq!(info.head, Some(*head), "{who}");
+            assert_eq!(info.entries, *entries, "{who}");
+            assert_eq!(info.error, None, "{who}");
+        }
+    };
+    check(store.list().unwrap(), "the evicting store");
+    check(
+        Store::open_read_only(dir.path()).unwrap().list().unwrap(),
+        "another store",
+    );
+    for (i, (id, head)) in sessions.iter().enumerate() {
+        let state = store.restore(*id).unwrap();
+        assert_eq!(state.head, Some(*head));
+        assert_eq!(state.history[0], Item::user_text(format!("session {i}")));
+    }
+    store.close().unwrap();
+    drop(store);
+
+    // Closed cleanly, each of them: the list comes from the catalogs alone,
+    // even with every segment hidden.
+    let hidden = tempdir();
+    let mut moved = Vec::new();
+    for (id, _) in &sessions {
+        let sdir = dir.path().join("sessions").join(id.to_string());
+        for e in fs::read_dir(&sdir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "seg") {
+                let to = hidden.path().join(format!("{id}-{}", moved.len()));
+                fs::rename(&path, &to).unwrap();
+                moved.push((to, path));
+            }
+        }
+    }
+    check(open(dir.path()).list().unwrap(), "after the close");
+    for (from, to) in moved {
+        fs::rename(from, to).unwrap();
+    }
+    let store = open(dir.path());
+    for (id, head) in &sessions {
+        assert_eq!(store.restore(*id).unwrap().head, Some(*head));
+        assert_eq!(store.log(*id).unwrap().verify().damage, None);
+    }
+}
+
+/// A store learns the listing cache's slots when it first needs one, not
+/// at its open: a later store still finds each session's slot and puts a new
+/// session after all of them, so the cache alone lists every session.
+#[test]
+fn a_later_store_finds_every_slot_of_the_listing_cache() {
+    let dir = tempdir();
+    let mut sessions: Vec<(SessionId, EntryHash)> = {
+        let store = open(dir.path());
+        let made = (0..4)
+            .map(|_| {
+                store
+                    .create_session(None, RequestConfig::default(), &[])
+                    .unwrap()
+            })
+            .collect();
+        store.close().unwrap();
+        made
+    };
+    let store = open(dir.path());
+    let (id, mut head) = sessions[2];
+    store.save_delta(id, &mut head, &turn(0, 10)).unwrap();
+    sessions[2].1 = head;
+    sessions.push(
+        store
+            .create_session(None, RequestConfig::default(), &[])
+            .unwrap(),
+    );
+    store.close().unwrap();
+    drop(store);
+    let cache = fs::read(dir.path().join("list.cache")).unwrap();
+    assert_eq!(cache.len(), sessions.len() * 640, "one slot per session");
+    // Without their catalog files, the sessions are listed from the cache
+    // alone, or not at all.
+    for (id, _) in &sessions {
+        let catalog = dir
+            .path()
+            .join("sessions")
+            .join(id.to_string())
+            .join("catalog");
+        fs::rename(&catalog, catalog.with_extension("hidden")).unwrap();
+    }
+    let listed = Store::open_read_only(dir.path()).unwrap().list().unwrap();
+    for (id, head) in &sessions {
+        let info = listed.iter().find(|s| s.id == *id).unwrap();
+        assert_eq!((info.head, &info.error), (Some(*head), &None), "{id}");
+    }
+}
+
 /// Two stores on one root (as two processes would be) place sessions in the
 /// listing cache without taking each other's slots or giving one session two
 /// slots, so `list` never shows an old state of a session as clean.
@@ -2352,4 +2565,53 @@ fn a_subscription_follows_a_writer_elsewhere_without_its_lock() {
     assert_eq!(seen_r, logged);
     assert_eq!(seen_o, logged);
     assert_eq!(logged.last().unwrap().1, head);
+}
+
+/// `Store::sync` makes durable what this store appended to a session, even
+/// after an eviction let the session go unsynced (a Buffered store syncs
+/// nothing on eviction): the sync reaches that session's segment.
+#[test]
+fn sync_reaches_a_session_that_an_eviction_let_go_unsynced() {
+    #[derive(Default)]
+    struct Syncs(std::sync::Mutex<Vec<PathBuf>>);
+    impl IoHook for Syncs {
+        fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+            if let IoOp::Sync { path } = op {
+                self.0.lock().unwrap().push(path.to_path_buf());
+            }
+            Ok(())
+        }
+    }
+    let dir = tempdir();
+    let syncs = Arc::new(Syncs::default());
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default()
+            .log(LogOptions::default().hook(syncs.clone()))
+            .max_open_sessions(1),
+    )
+    .unwrap();
+    let (a, head_a) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    store.append(a, head_a, &turn(0, 100)).unwrap();
+    let (b, head_b) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    store.append(b, head_b, &turn(1, 100)).unwrap();
+    let a_dir = store.session_dir(a);
+    let a_synced = || {
+        syncs
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p.starts_with(&a_dir) && p.extension().is_some_and(|x| x == "seg"))
+    };
+    assert!(!a_synced(), "a Buffered store synced on its own");
+    store.sync(a).unwrap();
+    assert!(
+        a_synced(),
+        "Store::sync did not reach the evicted session's log"
+    );
 }

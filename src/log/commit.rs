@@ -161,6 +161,22 @@ impl Log {
         Ok(p.tip.next_seq)
     }
 
+    /// Lets the log go (its lock with it) without making anything durable,
+    /// as a `Buffered` log promises nothing more: [`Log::reopen_released`]
+    /// recovers what the page cache holds and keeps the lagging mark (see
+    /// `cut_tail_and_mark`). Only a roll not yet settled is settled first:
+    /// settling writes a mark into the log, which must not happen once
+    /// another writer may hold it.
+    pub(crate) fn release(self) -> Result<()> {
+        if self.inner.writer.is_some() {
+            self.inner.settle.run()?;
+        }
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
     /// Makes everything durable and records the durable point in the header,
     /// so the next open need not hash the active segment.
     pub fn close(self) -> Result<()> {

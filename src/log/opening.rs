@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::recovery::Opened;
+use super::verify::mark_disagrees;
 use super::{RecoveryMode, RecoveryReport, Tip, TornTail};
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Result};
@@ -28,10 +29,13 @@ struct SealedPrefix {
 
 /// Opens the segments `paths` (in seq order, at least one): every one but
 /// the last must be sealed; the last is the active segment (or a sealed one
-/// the log has not rolled past).
+/// the log has not rolled past). A writer that `keeps_lagging_mark` leaves a
+/// mark that lags but agrees with the records as it is (see
+/// `cut_tail_and_mark`).
 pub(super) fn open_segments(
     paths: &[(u64, PathBuf)],
     writable: bool,
+    keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
 ) -> Result<Opened> {
@@ -39,7 +43,7 @@ pub(super) fn open_segments(
         .split_last()
         .expect("open_segments is called with at least one path");
     let prefix = open_sealed(sealed, writable, hook)?;
-    open_last(last, prefix, writable, mode, hook)
+    open_last(last, prefix, writable, keeps_lagging_mark, mode, hook)
 }
 
 /// Opens a segment and checks that it is the one its name says, continuing
@@ -106,6 +110,7 @@ fn open_last(
     named: &(u64, PathBuf),
     mut prefix: SealedPrefix,
     writable: bool,
+    keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
 ) -> Result<Opened> {
@@ -113,7 +118,8 @@ fn open_last(
     // Its footer may be a seal that never became durable (its successor was
     // not created yet), so it is only believed once the records agree.
     let footer = seg.read_footer(true).unwrap_or(None);
-    let mark = seg.read_mark();
+    // As `Segment::open` just read it from the header.
+    let mark = *seg.mark.lock();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
     let scan = scan_last(&seg, mark, limit, writable);
@@ -138,6 +144,7 @@ fn open_last(
         report.segments = segments.len();
         return Ok(Opened {
             segments,
+            durable_next: scan.next_seq,
             tip: Tip {
                 end: f.data_end,
                 next_seq: scan.next_seq,
@@ -159,15 +166,17 @@ fn open_last(
         last_session_start,
         session_start,
     };
-    if writable {
-        cut_tail_and_mark(&seg, mark, &tip, &mut report)?;
-    }
+    let durable_next = match writable {
+        true => cut_tail_and_mark(&seg, mark, &scan, &tip, keeps_lagging_mark, &mut report)?,
+        false => tip.next_seq,
+    };
     *seg.index.write() = scan.index;
     segments.push(Arc::new(seg));
     report.segments = segments.len();
     Ok(Opened {
         segments,
         tip,
+        durable_next,
         active_sealed: false,
         report,
         log_id: prefix.log_id,
@@ -193,7 +202,9 @@ fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> S
                 trusted: mark.filter(|m| m.next_seq >= h.first_seq),
                 check_archives: false,
                 crc_below_mark: writable,
-                checkpoint: None,
+                // What the records say at the mark's end: a writer may keep
+                // a mark that lags but agrees with them (`cut_tail_and_mark`).
+                checkpoint: mark.filter(|_| writable).map(|m| m.end),
             },
         );
     };
@@ -250,14 +261,29 @@ fn torn_tail(
 
 /// A writer's end of recovery: everything after the last good record goes,
 /// footer included, so that stale bytes can never validate later; then the
-/// mark names exactly what is kept.
+/// mark names exactly what is kept (so that damage to it later is caught,
+/// not cut as a torn tail).
+///
+/// A writer that `keeps_lagging_mark` (one that reopens a log this process
+/// let go without a close, see `Log::release`) leaves a mark that merely
+/// lags: one naming a point the records agree with (`scan` checked it, and
+/// chained every record after it), when nothing was cut. Such a mark
+/// promises only what was synced, which is true, and rewriting it would put
+/// two `fdatasync`s on every such open; the records after it are made
+/// durable and marked by the next commit or the close.
+///
+/// Returns the seq below which the log is durable: the kept mark's, or all
+/// of it.
 fn cut_tail_and_mark(
     seg: &Segment,
     mark: Option<Mark>,
+    scan: &Scan,
     tip: &Tip,
+    keeps_lagging_mark: bool,
     report: &mut RecoveryReport,
-) -> Result<()> {
-    if seg.zero_range(tip.end, seg.len())? {
+) -> Result<u64> {
+    let cut = seg.zero_range(tip.end, seg.len())?;
+    if cut {
         report.torn_tail.get_or_insert_with(|| TornTail {
             segment: seg.path.clone(),
             offset: tip.end,
@@ -273,14 +299,32 @@ fn cut_tail_and_mark(
             && m.next_seq == point.next_seq
             && (!seg.header.marks_session_start() || m.session_start == point.session_start)
     });
-    if (tip.end > FIRST_RECORD_OFFSET || mark.is_some()) && !exact {
+    if exact {
+        return Ok(tip.next_seq);
+    }
+    let lags = mark.filter(|m| {
+        keeps_lagging_mark
+            && !cut
+            && report.torn_tail.is_none()
+            && mark_disagrees(m, &seg.header, scan).is_none()
+    });
+    if let Some(m) = lags {
+        return Ok(m.next_seq);
+    }
+    // No mark at all: the segment never synced (a creation durable only at
+    // its first sync, see `Log::create_unsynced`), so nothing in it is
+    // durable yet, and that is what its durable point says.
+    if keeps_lagging_mark && mark.is_none() && !cut && report.torn_tail.is_none() {
+        return Ok(seg.header.first_seq);
+    }
+    if tip.end > FIRST_RECORD_OFFSET || mark.is_some() {
         // Everything kept is now durable: record it so later damage is
         // caught (and so a mark beyond a salvage cut stops counting).
         seg.sync()?;
         seg.write_mark(point)?;
         seg.sync()?;
     }
-    Ok(())
+    Ok(tip.next_seq)
 }
 
 /// The smallest record: a header and one payload byte, padded.

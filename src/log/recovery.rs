@@ -46,6 +46,9 @@ fn list_segments(dir: &Path) -> Result<Listing> {
 pub(super) struct Opened {
     pub(super) segments: Vec<Arc<Segment>>,
     pub(super) tip: Tip,
+    /// Records below this seq are durable (those after a lagging mark that
+    /// recovery kept are not yet).
+    pub(super) durable_next: u64,
     pub(super) active_sealed: bool,
     pub(super) report: RecoveryReport,
     pub(super) log_id: Option<[u8; 16]>,
@@ -72,19 +75,36 @@ impl Log {
     /// [`RecoveryMode::Salvage`]). A torn tail is cut and reported in
     /// [`Log::recovery_report`].
     pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
-        let dir = dir.as_ref().to_path_buf();
+        Log::open_writer(dir.as_ref(), opts, false)
+    }
+
+    /// [`Log::open`] of a log this process let go with [`Log::release`]:
+    /// its mark lags what the page cache holds, and recovery keeps it so
+    /// (see `cut_tail_and_mark`) rather than sync everything again.
+    pub(crate) fn reopen_released(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
+        Log::open_writer(dir.as_ref(), opts, true)
+    }
+
+    fn open_writer(dir: &Path, opts: LogOptions, keeps_lagging_mark: bool) -> Result<Log> {
+        let dir = dir.to_path_buf();
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
         let lock = hooked_fs::lock_writer(&dir.join(LOCK_FILE), &hook)?;
-        let (_, preps) = list_segments(&dir)?;
+        let (listed, preps) = list_segments(&dir)?;
         let mut removed = Vec::new();
         for p in preps {
             hooked_fs::remove_file(&p, &hook)?;
             removed.push(p);
         }
+        // The listing stands until a salvage cut removes files (removing a
+        // preparation changes no segment).
+        let mut listed = Some(listed);
         let mut salvaged: Option<TornTail> = None;
         let mut opened = loop {
-            let (mut paths, _) = list_segments(&dir)?;
+            let mut paths = match listed.take() {
+                Some(paths) => paths,
+                None => list_segments(&dir)?.0,
+            };
             if paths.is_empty() {
                 break create_first_segment(&dir, &opts, &hook, true)?;
             }
@@ -99,7 +119,7 @@ impl Log {
                 }
                 LastRoll::Torn => paths.pop(),
             };
-            let result = open_segments(&paths, true, opts.recovery, &hook);
+            let result = open_segments(&paths, true, keeps_lagging_mark, opts.recovery, &hook);
             if let (Ok(_), Some((_, p))) = (&result, &successor) {
                 // Nothing in it was durable: a record there is durable only
                 // once the segment before it is.
@@ -199,7 +219,7 @@ impl Log {
             // What a recovering writer removes.
             paths.pop();
         }
-        let opened = open_segments(&paths, false, RecoveryMode::Strict, &None)?;
+        let opened = open_segments(&paths, false, false, RecoveryMode::Strict, &None)?;
         Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
     }
 
@@ -242,7 +262,7 @@ impl Log {
                 published: Mutex::new(published),
                 committed: Condvar::new(),
                 sync: Mutex::new(SyncState {
-                    durable_next: o.tip.next_seq,
+                    durable_next: o.durable_next,
                     in_progress: false,
                 }),
                 synced: Condvar::new(),
@@ -314,6 +334,7 @@ fn create_first_segment(
     };
     Ok(Opened {
         segments: vec![Arc::new(seg)],
+        durable_next: 0,
         tip: Tip {
             end: FIRST_RECORD_OFFSET,
             next_seq: 0,

@@ -223,7 +223,7 @@ impl Snapshot {
 /// mark's end: where and why if so. A read-only open believes a version 2
 /// mark's end, seq, hash and `SessionStart` without reading the records below
 /// it, so each must be what the records say at that point.
-fn mark_disagrees(m: &Mark, h: &SegmentHeader, scan: &Scan) -> Option<(u64, String)> {
+pub(super) fn mark_disagrees(m: &Mark, h: &SegmentHeader, scan: &Scan) -> Option<(u64, String)> {
     let why = match scan.checkpoint {
         None => format!("its end {} is not a record boundary", m.end),
         Some(at) if at.next_seq != m.next_seq => format!(

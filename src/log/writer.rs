@@ -14,9 +14,9 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::format::{
     self, Footer, IndexEntry, RecordHeader, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
-    FORMAT_VERSION, INDEX_ENTRY_LEN, SEGMENT_HEADER_LEN,
+    FORMAT_VERSION, INDEX_ENTRY_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
-use crate::schema::{EntryKind, LogEntry};
+use crate::schema::{Archivable, EntryKind, LogEntry};
 use crate::segment::{Prepared, Segment, Space, INDEX_STRIDE_BYTES};
 
 thread_local! {
@@ -41,7 +41,11 @@ struct Encoded {
 /// codec (`format::begin_record`, `format::end_record`): a blank header, the
 /// rkyv payload, zero padding. Every record starts 16-byte aligned, so each
 /// payload archives exactly as it would at offset 0.
-fn encode_batch(entries: &[LogEntry], buf: &mut AlignedVec, out: &mut Vec<Encoded>) -> Result<()> {
+fn encode_batch<E: Archivable>(
+    entries: &[E],
+    buf: &mut AlignedVec,
+    out: &mut Vec<Encoded>,
+) -> Result<()> {
     buf.clear();
     for entry in entries {
         let start = format::begin_record(buf);
@@ -49,7 +53,8 @@ fn encode_batch(entries: &[LogEntry], buf: &mut AlignedVec, out: &mut Vec<Encode
             .map_err(|e| Error::invalid(format!("cannot archive entry: {e}")))?;
         let payload_len = format::end_record(buf, start)
             .map_err(|e| Error::invalid(format!("entry of {} bytes is too large", e.len)))?;
-        entry.check_line_len(payload_len as usize)?;
+        let payload = &buf[start + RECORD_HEADER_LEN..][..payload_len as usize];
+        LogEntry::check_archived_line_len(payload)?;
         out.push(Encoded {
             start,
             payload_len: payload_len as usize,
@@ -115,6 +120,17 @@ impl Log {
     pub fn append_batch(
         &self,
         entries: &[LogEntry],
+        durability: Durability,
+        expect_head: ExpectHead,
+    ) -> Result<Vec<(u64, EntryHash)>> {
+        self.append_archivable(entries, durability, expect_head)
+    }
+
+    /// [`Log::append_batch`] of any entries that archive as `LogEntry`s
+    /// (borrowed ones, for `Store::save_delta`).
+    pub(crate) fn append_archivable<E: Archivable>(
+        &self,
+        entries: &[E],
         durability: Durability,
         expect_head: ExpectHead,
     ) -> Result<Vec<(u64, EntryHash)>> {

@@ -15,11 +15,14 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::item::Item;
 
+mod borrowed;
 mod ids;
 mod item;
 mod json;
 mod search;
 
+pub(crate) use borrowed::EntryRef;
+use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
 pub use item::{
     ArchivedLoggedItem, LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage,
@@ -337,6 +340,20 @@ impl LogEntry {
         Ok(())
     }
 
+    /// [`LogEntry::check_line_len`] of the entry archived as `payload`
+    /// (16-byte aligned), for the writer, which may have archived it from
+    /// borrowed items: only a payload near the limit is decoded to be
+    /// measured.
+    pub(crate) fn check_archived_line_len(payload: &[u8]) -> Result<()> {
+        let bound = payload.len().saturating_mul(JSON_GROWTH);
+        if bound.saturating_add(LINE_PREFIX_BYTES) <= MAX_LINE_BYTES {
+            return Ok(());
+        }
+        LogEntry::from_archive(payload)
+            .map_err(|e| Error::invalid(format!("cannot read back the archived entry: {e}")))?
+            .check_line_len(payload.len())
+    }
+
     /// Archives the entry. The same entry always yields the same bytes.
     pub fn to_archive(&self) -> rkyv::util::AlignedVec {
         // Archiving into memory fails only on allocation failure, which aborts anyway.
@@ -378,6 +395,40 @@ impl LogEntry {
     }
 }
 
+/// What the log appends: a [`LogEntry`], or a borrowed [`EntryRef`] that
+/// archives to the same bytes (so the log cannot tell them apart).
+pub(crate) trait Archivable:
+    rkyv::Archive<Archived = ArchivedLogEntry>
+    + for<'b> rkyv::Serialize<
+        rkyv::api::high::HighSerializer<
+            rkyv::util::AlignedVec,
+            rkyv::ser::allocator::ArenaHandle<'b>,
+            rkyv::rancor::Error,
+        >,
+    >
+{
+    /// The entry's kind.
+    fn kind(&self) -> EntryKind;
+    /// The timestamp, ms.
+    fn ts(&self) -> u64;
+    /// See [`LogEntry::check`].
+    fn check(&self) -> Result<()>;
+}
+
+impl Archivable for LogEntry {
+    fn kind(&self) -> EntryKind {
+        LogEntry::kind(self)
+    }
+
+    fn ts(&self) -> u64 {
+        LogEntry::ts(self)
+    }
+
+    fn check(&self) -> Result<()> {
+        LogEntry::check(self)
+    }
+}
+
 impl ArchivedLogEntry {
     /// The owned entry.
     pub fn to_entry(&self) -> LogEntry {
@@ -405,61 +456,66 @@ impl ArchivedLogEntry {
 /// `AssistantItems`; anything else (system messages) is one
 /// `HookInjectedItems` each. Order is kept exactly.
 pub fn group_delta(items: &[Item], ts: u64) -> Vec<LogEntry> {
-    #[derive(PartialEq)]
-    enum Run {
-        Assistant,
-        Tools,
-    }
+    group_items(items, LoggedItem::from)
+        .into_iter()
+        .map(|group| match group {
+            Group::User(item) => LogEntry::UserInput { ts, item },
+            Group::Hook(item) => LogEntry::HookInjectedItems {
+                ts,
+                items: vec![item],
+            },
+            Group::Assistant(items) => LogEntry::AssistantItems { ts, items },
+            Group::Tools(items) => LogEntry::ToolResults { ts, items },
+        })
+        .collect()
+}
+
+/// [`group_delta`], borrowed: the entries archive to the same bytes, with no
+/// string of `items` copied before rkyv writes it.
+pub(crate) fn group_delta_borrowed(items: &[Item], ts: u64) -> Vec<EntryRef<'_>> {
+    group_items(items, ItemRef::from)
+        .into_iter()
+        .map(|group| match group {
+            Group::User(item) => EntryRef::UserInput { ts, item },
+            Group::Hook(item) => EntryRef::HookInjectedItems {
+                ts,
+                items: vec![item],
+            },
+            Group::Assistant(items) => EntryRef::AssistantItems { ts, items },
+            Group::Tools(items) => EntryRef::ToolResults { ts, items },
+        })
+        .collect()
+}
+
+/// One entry's worth of items, as [`group_delta`] groups them, in whatever
+/// form `group_items` converted them to.
+enum Group<T> {
+    User(T),
+    Hook(T),
+    Assistant(Vec<T>),
+    Tools(Vec<T>),
+}
+
+fn group_items<'a, T>(items: &'a [Item], convert: impl Fn(&'a Item) -> T) -> Vec<Group<T>> {
     let mut out = Vec::new();
-    let mut run: Option<(Run, Vec<LoggedItem>)> = None;
-    let flush = |run: &mut Option<(Run, Vec<LoggedItem>)>, out: &mut Vec<LogEntry>| {
-        if let Some((kind, items)) = run.take() {
-            out.push(match kind {
-                Run::Assistant => LogEntry::AssistantItems { ts, items },
-                Run::Tools => LogEntry::ToolResults { ts, items },
-            });
-        }
-    };
     for item in items {
-        let wanted = if item.is_assistant_output() {
-            Some(Run::Assistant)
+        let converted = convert(item);
+        if item.is_assistant_output() {
+            match out.last_mut() {
+                Some(Group::Assistant(run)) => run.push(converted),
+                _ => out.push(Group::Assistant(vec![converted])),
+            }
         } else if item.is_tool_result() {
-            Some(Run::Tools)
+            match out.last_mut() {
+                Some(Group::Tools(run)) => run.push(converted),
+                _ => out.push(Group::Tools(vec![converted])),
+            }
+        } else if item.is_user_message() {
+            out.push(Group::User(converted));
         } else {
-            None
-        };
-        match wanted {
-            Some(kind) => {
-                if run.as_ref().is_some_and(|(k, _)| *k != kind) {
-                    flush(&mut run, &mut out);
-                }
-                run.get_or_insert_with(|| (kind, Vec::new()))
-                    .1
-                    .push(item.into());
-            }
-            None => {
-                flush(&mut run, &mut out);
-                let item = LoggedItem::from(item);
-                out.push(
-                    if matches!(
-                        item,
-                        LoggedItem::Message {
-                            role: LoggedRole::User,
-                            ..
-                        }
-                    ) {
-                        LogEntry::UserInput { ts, item }
-                    } else {
-                        LogEntry::HookInjectedItems {
-                            ts,
-                            items: vec![item],
-                        }
-                    },
-                );
-            }
+            out.push(Group::Hook(converted));
         }
     }
-    flush(&mut run, &mut out);
     out
 }
 

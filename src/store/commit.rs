@@ -159,14 +159,15 @@ impl Store {
     /// saves, the point from which they survive a power loss. Other sessions'
     /// appends are not waited for.
     pub fn sync(&self, id: SessionId) -> Result<()> {
-        match self.open_log_here(id) {
-            Some(log) => log.sync(),
-            // Not open here: closing it synced what this store appended,
-            // and whatever else is in it another writer made durable or not.
-            None => {
-                self.reader(id)?;
-                Ok(())
-            }
+        if let Some(log) = self.open_log_here(id) {
+            return log.sync();
         }
+        // Let go unsynced by an eviction (a Buffered store): reopened, its
+        // durable point is its lagging mark, and the sync covers the rest.
+        if self.inner.released.lock().contains_key(&id) {
+            return self.session(id)?.log.sync();
+        }
+        // Not open here: its close synced what this store appended.
+        self.reader(id).map(drop)
     }
 }

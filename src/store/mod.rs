@@ -13,7 +13,8 @@
 //! - `session`: the session API, saves, restore, forks, import, reads;
 //! - `subscription`: following a session's entries as they are committed.
 
-use std::fs::{self, File};
+use std::collections::HashMap;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
@@ -144,6 +145,11 @@ struct Inner {
     /// The first failure to close an evicted session, which no caller was
     /// waiting for: `Store::close` reports it.
     eviction_failure: Mutex<Option<Error>>,
+    /// Sessions this store let go of without a clean close (evicted from a
+    /// `Buffered` store), with the dirty head slot it left: while the
+    /// catalog still holds exactly that, no writer has opened the session
+    /// since, and the slot's numbers are the log's.
+    released: Mutex<HashMap<SessionId, HeadSlot>>,
 }
 
 /// A store of sessions. `Send + Sync`; clones are cheap and share everything.
@@ -231,6 +237,7 @@ impl Store {
                 shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
                 opened: (0..SHARDS).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
+                released: Mutex::new(HashMap::new()),
                 open_count: AtomicUsize::new(0),
                 tick: AtomicU64::new(0),
             }),
@@ -297,13 +304,14 @@ impl Store {
             else {
                 continue;
             };
-            // A session open here is listed from its live log; one another
-            // process writes, from its dirty slot (as fresh as that
-            // writer's last save).
+            // A clean slot is exact, and so is one this store left and no
+            // writer has written since. Another dirty one is not (a writer
+            // keeps its numbers in memory, or crashed): the session is
+            // listed from its live log if it is open here, else from the log.
             let trusted = cached
                 .get(&id)
                 .filter(|_| !self.is_open_here(id))
-                .filter(|c| !c.head.dirty || self.writer_elsewhere(id));
+                .filter(|c| self.is_exact(id, &c.head));
             let info = match trusted {
                 Some(c) => session_info(id, &c.identity, &c.head, c.title.clone()),
                 // One session's damage never hides the others: it is listed
@@ -340,6 +348,13 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether a session's head slot, as read, holds the log's numbers:
+    /// clean, or dirty exactly as this store left it when it let the
+    /// session go (see `Inner::released`).
+    fn is_exact(&self, id: SessionId, head: &HeadSlot) -> bool {
+        !head.dirty || self.inner.released.lock().get(&id) == Some(head)
+    }
+
     /// One session's listing entry; `None` if it does not exist. Reads
     /// only: a catalog left dirty by a crashed writer is completed from a
     /// read-only view of the log (the next writer recovers it), and a
@@ -358,17 +373,18 @@ impl Store {
             let identity = record
                 .identity
                 .unwrap_or_else(|| rebuilt_identity(id, &handle.log));
-            let head = handle.head_slot(true, record.head.map(|h| h.updated_ms));
+            let head = handle.head_slot(true, Some(handle.catalog.updated_ms()));
             return Ok(Some(session_info(id, &identity, &head, record.title)));
         }
         let trusted = record
             .head
-            .filter(|h| !h.dirty || self.writer_elsewhere(id))
+            .filter(|h| self.is_exact(id, h))
             .filter(|_| record.identity.is_some());
         if let (Some(head), Some(identity)) = (trusted, &record.identity) {
             return Ok(Some(session_info(id, identity, &head, record.title)));
         }
-        // Stale after a crash, never written, or damaged: read the log.
+        // Written by a live writer elsewhere, stale after a crash, never
+        // written, or damaged: read the log.
         let dir = self.session_dir(id);
         let log = Log::open_read_only(&dir);
         let pending = dir.join(staging::CREATING_FILE).exists();
@@ -377,7 +393,7 @@ impl Store {
             return Ok(None);
         }
         let log = log?;
-        let head = head_slot_of(&log, record.head.map(|h| h.updated_ms));
+        let head = head_slot_read(&log, record.head);
         let mut info = match &record.identity {
             // A crash may have come between a compaction in the log and
             // its identity slot: the origins come from the log too.
@@ -401,14 +417,22 @@ impl Store {
         }
         Ok(Some(info))
     }
+}
 
-    fn writer_elsewhere(&self, id: SessionId) -> bool {
-        let path = self.session_dir(id).join("LOCK");
-        match File::open(&path) {
-            Ok(f) => matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock)),
-            Err(_) => false,
+/// The head slot of a log read because its recorded slot (`recorded`, if it
+/// could be read) is dirty: the numbers from the log, and the time of the
+/// last write as recorded, or, when the log has entries the slot does not
+/// count (a writer keeps its numbers in memory), as its last entry says.
+fn head_slot_read(log: &Log, recorded: Option<HeadSlot>) -> HeadSlot {
+    let mut head = head_slot_of(log, recorded.map(|h| h.updated_ms));
+    if recorded.is_none_or(|r| r.next_seq < head.next_seq) {
+        let snap = log.snapshot();
+        let last = snap.head().and_then(|(seq, _)| snap.iter_from(seq).next());
+        if let Some(Ok(rec)) = last {
+            head.updated_ms = head.updated_ms.max(rec.ts);
         }
     }
+    head
 }
 
 fn session_info(

@@ -1,7 +1,7 @@
 //! The session API an agent runtime calls: saves that check the head,
 //! restore, forks and compaction, import of the wire form, and reads.
 
-use super::staging::user_text;
+use super::staging::{user_item_text, user_text};
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::CATALOG_FILE;
 use crate::chain::EntryHash;
@@ -10,8 +10,8 @@ use crate::export::WireLine;
 use crate::item::Item;
 use crate::log::{entry_hash, Durability, ExpectHead, Log, RecoveryReport, Snapshot};
 use crate::schema::{
-    group_delta, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin,
-    WorkerResult,
+    group_delta_borrowed, Archivable, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId,
+    SessionOrigin, WorkerResult,
 };
 use crate::state::RestoredState;
 
@@ -20,8 +20,13 @@ impl Store {
     /// session's head is `head`; advances `head`. On a mismatch nothing is
     /// written and the result is [`Error::HeadMismatch`].
     pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
-        let entries = group_delta(items, now_ms());
-        self.save_entries(id, head, &entries)
+        // Archived from the borrowed items: the same bytes as `group_delta`'s
+        // entries, without a copy of every string first.
+        let entries = group_delta_borrowed(items, now_ms());
+        let saved = Saved::default();
+        self.save_archivable(id, head, &entries, saved, || {
+            items.iter().find_map(user_item_text)
+        })
     }
 
     /// Appends entries if the head matches; advances `head`.
@@ -35,13 +40,42 @@ impl Store {
     }
 
     /// [`Store::save_entries`] with the durability of this call: `None`
-    /// for the session's own (the store's option).
+    /// for the store's option.
     pub(super) fn save_entries_with(
         &self,
         id: SessionId,
         head: &mut EntryHash,
         entries: &[LogEntry],
         durability: Option<Durability>,
+    ) -> Result<()> {
+        // A SessionStart in the middle of the log (a compaction in place)
+        // changes where the live history comes from.
+        let origins = entries.iter().rev().find_map(|e| match e {
+            LogEntry::SessionStart {
+                forked_from,
+                compacted_from,
+                ..
+            } => Some((*forked_from, *compacted_from)),
+            _ => None,
+        });
+        let saved = Saved {
+            durability,
+            origins,
+        };
+        self.save_archivable(id, head, entries, saved, || {
+            entries.iter().flat_map(|e| e.items()).find_map(user_text)
+        })
+    }
+
+    /// Appends entries if the head matches; advances `head`. `title` finds
+    /// the session's title in them (the first user text), if it has none.
+    fn save_archivable<E: Archivable>(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        entries: &[E],
+        saved: Saved,
+        title: impl FnOnce() -> Option<String>,
     ) -> Result<()> {
         if entries.is_empty() {
             // Nothing to write, but a stale head must still be reported.
@@ -58,9 +92,9 @@ impl Store {
         let s = self.session(id)?;
         let written = s
             .log
-            .append_batch(
+            .append_archivable(
                 entries,
-                durability.unwrap_or(self.inner.opts.log.durability),
+                saved.durability.unwrap_or(self.inner.opts.log.durability),
                 ExpectHead::Hash(*head),
             )
             .map_err(|e| match e {
@@ -79,34 +113,11 @@ impl Store {
         // The entries are in the log, and the caller's head has moved: the
         // save is done. The catalog and the list cache are derived from the
         // log, marked dirty (durably) since this writer opened the session,
-        // and rebuilt from the log whenever they are stale; a failure to
-        // update them must not make a retry append the entries twice. The
-        // next save or the close writes them again.
-        let _ = self.update_catalog(&s, entries);
+        // and their numbers are taken from the log while they are dirty; a
+        // failure to write the title must not make a retry append the
+        // entries twice. The close writes them again.
+        let _ = update_catalog(&s, title, saved.origins);
         Ok(())
-    }
-
-    /// Records a save in the session's catalog and list-cache slot: its
-    /// title (from the first user text), and the new head.
-    fn update_catalog(&self, s: &SessionHandle, entries: &[LogEntry]) -> Result<()> {
-        if !s.catalog.has_title() {
-            if let Some(t) = entries.iter().flat_map(|e| e.items()).find_map(user_text) {
-                s.catalog.set_title(&t)?;
-            }
-        }
-        // A SessionStart in the middle of the log (a compaction in place)
-        // changes where the live history comes from.
-        if let Some((forked_from, compacted_from)) = entries.iter().rev().find_map(|e| match e {
-            LogEntry::SessionStart {
-                forked_from,
-                compacted_from,
-                ..
-            } => Some((*forked_from, *compacted_from)),
-            _ => None,
-        }) {
-            s.catalog.set_origins(forked_from, compacted_from)?;
-        }
-        s.touch(true, None)
     }
 
     /// Records the end of a turn.
@@ -402,4 +413,36 @@ impl Store {
     pub fn recovery_report(&self, id: SessionId) -> Result<RecoveryReport> {
         Ok(self.session(id)?.log.recovery_report().clone())
     }
+}
+
+/// Records a save in the session's catalog: its title (from the first user
+/// text) on disk, once; the time of the write in memory (see
+/// `SessionCatalog::saved_at`).
+fn update_catalog(
+    s: &SessionHandle,
+    title: impl FnOnce() -> Option<String>,
+    origins: Option<Origins>,
+) -> Result<()> {
+    s.catalog.saved_at(now_ms());
+    if !s.catalog.has_title() {
+        if let Some(t) = title() {
+            s.catalog.set_title(&t)?;
+        }
+    }
+    if let Some((forked_from, compacted_from)) = origins {
+        s.catalog.set_origins(forked_from, compacted_from)?;
+    }
+    Ok(())
+}
+
+/// A session's fork and compaction origins.
+type Origins = (Option<SessionOrigin>, Option<SessionOrigin>);
+
+/// What a save is told beyond its entries.
+#[derive(Default, Clone, Copy)]
+struct Saved {
+    /// This call's durability; `None` for the store's option.
+    durability: Option<Durability>,
+    /// The origins of the last `SessionStart` among the entries, if any.
+    origins: Option<Origins>,
 }

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{now_ms, Store};
-use crate::catalog::{HeadSlot, SessionCatalog, CATALOG_FILE};
+use crate::catalog::{self, HeadSlot, SessionCatalog, CATALOG_FILE};
 use crate::error::{Error, Result};
-use crate::log::Log;
+use crate::log::{Durability, Log};
 use crate::schema::SessionId;
 
 struct OpenSession {
@@ -129,7 +129,7 @@ impl Store {
         drop(shard);
         self.inner.open_count.fetch_add(1, Ordering::AcqRel);
         for (slot, evicted) in self.evict_over_budget(id) {
-            if let Err(e) = self.close_sessions(slot, vec![evicted]) {
+            if let Err(e) = self.close_sessions(slot, vec![evicted], Closing::Evict) {
                 self.inner.eviction_failure.lock().get_or_insert(e);
             }
         }
@@ -178,16 +178,32 @@ impl Store {
     /// outside the shard lock (closing syncs), then lets their waiters in.
     /// Returns the first failure; every session is closed (or, on a
     /// failure, left poisoned for the next open to recover) either way.
-    fn close_sessions(&self, slot: usize, sessions: Vec<(SessionId, OpenSession)>) -> Result<()> {
+    fn close_sessions(
+        &self,
+        slot: usize,
+        sessions: Vec<(SessionId, OpenSession)>,
+        how: Closing,
+    ) -> Result<()> {
         if sessions.is_empty() {
             return Ok(());
         }
         let ids: Vec<SessionId> = sessions.iter().map(|(id, _)| *id).collect();
+        let release =
+            how == Closing::Evict && self.inner.opts.log.durability == Durability::Buffered;
         let mut result = Ok(());
-        for (_, s) in sessions {
+        for (id, s) in sessions {
             // The first failure stands; it names the session's segment or
             // catalog file.
-            result = result.and(close_session(s));
+            if release {
+                match release_session(s) {
+                    Ok(left) => {
+                        self.inner.released.lock().insert(id, left);
+                    }
+                    Err(e) => result = result.and(Err(e)),
+                }
+            } else {
+                result = result.and(close_session(s));
+            }
         }
         let mut shard = self.inner.shards[slot].lock();
         for id in &ids {
@@ -199,14 +215,16 @@ impl Store {
     }
 
     /// Opens a session's log as writer and its catalog, and marks the
-    /// catalog dirty with the head the log has.
+    /// catalog dirty with the head the log has (unless it still is, as this
+    /// store left it: see `SessionCatalog::resume`).
     fn open_session(&self, id: SessionId) -> Result<SessionHandle> {
         let dir = self.session_dir(id);
         let catalog_path = dir.join(CATALOG_FILE);
+        let left = self.inner.released.lock().remove(&id);
         if !catalog_path.exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        let log = self.open_writer(id, &dir)?;
+        let log = self.open_writer(id, &dir, left.is_some())?;
         let catalog = Arc::new(SessionCatalog::open(
             id,
             catalog_path,
@@ -214,6 +232,9 @@ impl Store {
             self.hook(),
         )?);
         let handle = SessionHandle { id, log, catalog };
+        if left.is_some_and(|left| handle.catalog.resume(left)) {
+            return Ok(handle);
+        }
         // The log is authoritative: rebuild the head slot from it now.
         let updated_ms = Some(handle.catalog.updated_ms()).filter(|&ms| ms > 0);
         handle
@@ -254,7 +275,43 @@ impl Store {
                 taken
             };
             // The first failure stands.
-            result = result.and(self.close_sessions(slot, open));
+            result = result.and(self.close_sessions(slot, open, Closing::Close));
+        }
+        result.and(self.close_released())
+    }
+
+    /// Closes cleanly the sessions this store let go of dirty (evicted from
+    /// a `Buffered` store), one at a time, so that none is left for `list`
+    /// to read from its log: each is opened again (no sync: see
+    /// `SessionCatalog::resume`) and closed. A session another writer has
+    /// taken since is left to it.
+    fn close_released(&self) -> Result<()> {
+        let released: Vec<(SessionId, HeadSlot)> = self.inner.released.lock().drain().collect();
+        let mut result = Ok(());
+        for (id, left) in released {
+            let path = self.session_dir(id).join(CATALOG_FILE);
+            if !catalog::read(&path).is_ok_and(|r| r.head == Some(left)) {
+                continue;
+            }
+            self.inner.released.lock().insert(id, left);
+            let opened = match self.session(id) {
+                // Taken by another writer since the look: it is that one's.
+                Err(Error::Locked { .. }) => Ok(()),
+                opened => opened.map(drop),
+            };
+            let slot = self.slot(id);
+            let taken = {
+                let mut shard = self.inner.shards[slot].lock();
+                match shard.open.get(&id) {
+                    Some(s) if s.log.is_unshared() => shard.take_to_close(id),
+                    _ => None,
+                }
+            };
+            if taken.is_some() {
+                self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+            }
+            let closed = self.close_sessions(slot, taken.into_iter().collect(), Closing::Close);
+            result = result.and(opened).and(closed);
         }
         result
     }
@@ -278,6 +335,38 @@ impl Store {
     }
 }
 
+/// Why sessions are being closed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    /// `Store::close`: cleanly, everything durable.
+    Close,
+    /// Over the open-log budget, on some caller's save.
+    Evict,
+}
+
+/// Lets an evicted session of a `Buffered` store go without syncing: a
+/// `Buffered` save promises nothing durable, and the catalog and list cache
+/// have been dirty, durably, since this writer opened the session, so `list`
+/// cannot take them for the truth after a power loss. They get the numbers as
+/// they are now (still dirty), which this store may believe while it finds
+/// them unchanged; returns that slot. The log keeps its lagging mark, which
+/// the next open keeps too.
+fn release_session(s: OpenSession) -> Result<HeadSlot> {
+    let handle = SessionHandle {
+        id: SessionId([0; 16]),
+        log: s.log.clone(),
+        catalog: s.catalog,
+    };
+    // Written while this writer still holds the log's lock: a writer that
+    // takes it next writes its own slot after this one.
+    let left = handle.write_head(true, Some(handle.catalog.updated_ms()));
+    drop(handle);
+    // Released whether or not that write failed: a roll's settling must not
+    // outlive the lock.
+    s.log.release()?;
+    left
+}
+
 fn close_session(s: OpenSession) -> Result<()> {
     let handle = SessionHandle {
         id: SessionId([0; 16]),
@@ -288,7 +377,7 @@ fn close_session(s: OpenSession) -> Result<()> {
     s.log.close()?;
     // Closing is not a write: keep the time of the last one.
     let updated_ms = handle.catalog.updated_ms();
-    handle.touch(false, Some(updated_ms))
+    handle.write_head(false, Some(updated_ms)).map(drop)
 }
 
 impl SessionHandle {
@@ -309,7 +398,9 @@ impl SessionHandle {
         }
     }
 
-    pub(super) fn touch(&self, dirty: bool, updated_ms: Option<u64>) -> Result<()> {
+    /// Writes the head slot, with the log's numbers as they are now, to the
+    /// catalog file and the list cache.
+    pub(super) fn write_head(&self, dirty: bool, updated_ms: Option<u64>) -> Result<HeadSlot> {
         self.catalog.set_head(self.head_slot(dirty, updated_ms))
     }
 }
@@ -320,6 +411,8 @@ pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
     let snap = log.snapshot();
     HeadSlot {
         dirty: true,
+        // Stamped with the writer's own when a catalog writes it.
+        writer: 0,
         next_seq: snap.next_seq(),
         bytes: snap.bytes(),
         updated_ms: updated_ms.unwrap_or_else(now_ms),

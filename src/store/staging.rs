@@ -228,7 +228,7 @@ impl Store {
         let handle = SessionHandle { id, log, catalog };
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
-        handle.touch(true, None)?;
+        handle.write_head(true, None)?;
         handle.log.on_first_sync(self.first_sync(dir));
         if durability == Durability::Sync {
             handle.log.sync()?;
@@ -258,9 +258,16 @@ impl Store {
     /// not durable yet (its `CREATING` marker is there) gets its first
     /// sync armed again, or, when its log holds no entry, is what a crash
     /// left of a creation: [`Error::NotFound`].
-    pub(super) fn open_writer(&self, id: SessionId, dir: &Path) -> Result<Log> {
+    pub(super) fn open_writer(&self, id: SessionId, dir: &Path, released: bool) -> Result<Log> {
         let pending = dir.join(CREATING_FILE).exists();
-        let log = match Log::open(dir, self.inner.opts.log.clone()) {
+        let opts = self.inner.opts.log.clone();
+        // A log this store let go unsynced (an eviction) reopens without
+        // syncing what it left; any other gets the full recovery.
+        let opened = match released {
+            true => Log::reopen_released(dir, opts),
+            false => Log::open(dir, opts),
+        };
+        let log = match opened {
             Ok(log) => Some(log),
             // Damage is a pending creation's torn remains, unless its log
             // reads (then the writer's failure is news).
@@ -394,15 +401,22 @@ fn already_exists(id: SessionId) -> Error {
     Error::invalid(format!("session {id} already exists"))
 }
 
+/// [`user_item_text`] of a logged item.
 pub(super) fn user_text(item: &LoggedItem) -> Option<String> {
     match item {
         LoggedItem::Message {
             role: crate::schema::LoggedRole::User,
             ..
-        } => {
-            let t = item.clone().into_item().text().unwrap_or_default();
-            (!t.trim().is_empty()).then_some(t)
-        }
+        } => user_item_text(&item.clone().into_item()),
         _ => None,
     }
+}
+
+/// The text of a user message that has some, as the title takes it.
+pub(super) fn user_item_text(item: &Item) -> Option<String> {
+    if !item.is_user_message() {
+        return None;
+    }
+    let t = item.text()?;
+    (!t.trim().is_empty()).then_some(t)
 }
