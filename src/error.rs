@@ -42,7 +42,10 @@ pub enum Error {
         /// The lock file.
         path: PathBuf,
     },
-    /// An earlier write or sync failed; the writer refuses further work. Reopen to recover.
+    /// An earlier write or sync failed; the writer refuses further work. A
+    /// [`Log`](crate::Log): reopen it to recover. A [`Store`](crate::Store)
+    /// reopens the session itself, through recovery, at the next call once
+    /// no handle holds the poisoned writer.
     #[error("the writer is poisoned by an earlier I/O failure; reopen the log to recover")]
     Poisoned,
     /// The task that ran the call was cancelled before it finished (the

@@ -316,6 +316,13 @@ impl Log {
         &self.inner.report
     }
 
+    /// Whether a failed write or sync poisoned the writer.
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.inner
+            .poisoned
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// True when no other clone of this handle exists.
     pub(crate) fn is_unshared(&self) -> bool {
         Arc::strong_count(&self.inner) == 1

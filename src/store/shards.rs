@@ -90,6 +90,18 @@ impl Store {
         let slot = self.slot(id);
         let mut shard = self.inner.shards[slot].lock();
         loop {
+            // A writer poisoned by a failed write or sync refuses all work;
+            // once no handle holds it, it is dropped (its lock goes with
+            // it) and the session is opened again through recovery, so
+            // the caller can go on once the cause (a full disk) is fixed.
+            let poisoned = shard
+                .open
+                .get(&id)
+                .is_some_and(|s| s.log.is_poisoned() && s.log.is_unshared());
+            if poisoned {
+                shard.open.remove(&id);
+                self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+            }
             if let Some(s) = shard.open.get_mut(&id) {
                 s.tick = self.next_tick();
                 return Ok(SessionHandle {
