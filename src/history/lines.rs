@@ -52,13 +52,10 @@ pub(crate) fn scan<R: BufRead>(
     loop {
         buf.clear();
         number += 1;
+        // `read_until` retries interruptions itself.
         match reader.read_until(b'\n', &mut buf) {
             Ok(0) => break,
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                number -= 1;
-                continue;
-            }
             Err(e) => {
                 error = Some((number, e));
                 break;

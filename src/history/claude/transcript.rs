@@ -201,7 +201,11 @@ impl ClaudeSession {
         let sidechains = agents
             .into_iter()
             .map(|(agent, (lines, hashes))| {
-                let mut t = build(&lines, None, source, ReadStats::default());
+                let stats = ReadStats {
+                    lines: lines.len(),
+                    ..ReadStats::default()
+                };
+                let mut t = build(&lines, None, source, stats);
                 t.session_id = session_id.clone();
                 t.cwd = main.cwd.clone();
                 t.content_hash = sidechain_hash(&agent, &hashes);
