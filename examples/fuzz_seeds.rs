@@ -146,6 +146,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         r#"{"step_index":5,"source":"MODEL","type":"PLANNER_RESPONSE","status":"DONE","content":"All done."}"#,
     ];
     fs::write(dir.join("transcript"), transcript.join("\n"))?;
+
+    // The Claude Code and Codex readers' seeds are their test fixtures.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for (from, target) in [("claude", "claude_transcript"), ("codex", "codex_rollout")] {
+        let dir = corpus.join(target);
+        fs::create_dir_all(&dir)?;
+        for entry in fs::read_dir(fixtures.join(from))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                if let Some(name) = path.file_name() {
+                    fs::copy(&path, dir.join(name))?;
+                }
+            }
+        }
+    }
     println!("seed corpora written under {}", corpus.display());
     Ok(())
 }

@@ -123,6 +123,18 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A foreign transcript (a history reader's input) could not be read
+    /// past a line: an I/O error or a broken compressed stream.
+    #[error("reading {} at line {line}: {source}", path.display())]
+    Transcript {
+        /// The transcript file.
+        path: PathBuf,
+        /// The 1-based line the read failed in.
+        line: usize,
+        /// What the OS or the decompressor reported.
+        #[source]
+        source: io::Error,
+    },
 }
 
 fn fmt_seq(seq: Option<u64>) -> String {

@@ -51,8 +51,8 @@
 //! # Features
 //!
 //! - `cli` (default): the `session-store` command-line tool; implies `history`.
-//! - `history`: readers of other agents' transcripts (`HistoryService`,
-//!   `agy`), with a bundled SQLite.
+//! - `history`: readers of other agents' transcripts (`HistoryService`;
+//!   `agy`, `claude`, `codex`), with a bundled SQLite and zstd.
 //! - `tokio`: `AsyncStore`, the store's calls as futures that never block
 //!   a runtime worker, and subscriptions as streams.
 //!
@@ -95,8 +95,9 @@ pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
 pub use fs::{IoHook, IoOp};
 #[cfg(feature = "history")]
 pub use history::{
-    agy, CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryReader, HistoryRole,
-    HistoryService, Locator, NotFoundReason,
+    agy, claude, codex, is_valid_session_id, CompactHistory, Discovery, HistoryCompaction,
+    HistoryImport, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Imported,
+    ItemTranscript, Locator, NotFoundReason, ReadStats, TranscriptItem, TranscriptSegment,
 };
 pub use item::{anthropic, responses, CallLink, ContentPart, Item, ItemStatus, Role, ToolOutput};
 pub use log::{

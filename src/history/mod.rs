@@ -11,10 +11,21 @@
 //! never with a guess. Showing no history is better than showing another
 //! workspace's.
 //!
-//! Readers so far: [`agy`] (Antigravity CLI, source `"agy-jsonl"`).
+//! Readers so far: [`agy`] (Antigravity CLI, source `"agy-jsonl"`),
+//! [`claude`] (Claude Code, `"claude-code"`) and [`codex`] (Codex CLI,
+//! `"codex-rollout"`). The last two read the provider's own items and share
+//! [`ItemTranscript`]; all three share the line reader and [`HistoryImport`].
 
 pub mod agy;
+pub mod claude;
+pub mod codex;
 mod file_uri;
+mod import;
+mod items;
+mod lines;
+
+pub use import::{HistoryCompaction, HistoryImport, Imported};
+pub use items::{ItemTranscript, TranscriptItem, TranscriptSegment};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,9 +34,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::item::Item;
-use crate::schema::{JsonText, RequestConfig, SessionId};
-use crate::store::Store;
 
 /// Who produced a [`HistoryMessage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -212,10 +220,22 @@ pub enum NotFoundReason {
         /// What is missing.
         detail: String,
     },
-    /// No indexed workspace equals the cwd.
+    /// No recorded workspace equals the cwd.
     NoMatchingWorkspace {
         /// The cwd, normalised.
         cwd: PathBuf,
+    },
+    /// The directory the reader's transcripts live in does not exist.
+    NoTranscripts {
+        /// Where they were looked for.
+        path: PathBuf,
+    },
+    /// More than one transcript claims the session id.
+    Ambiguous {
+        /// The session id.
+        id: String,
+        /// The transcripts that claim it.
+        paths: Vec<PathBuf>,
     },
     /// Workspaces matched, but none of their transcripts exists.
     NoTranscriptForWorkspace {
@@ -262,9 +282,19 @@ impl fmt::Display for NotFoundReason {
             NotFoundReason::NoMatchingWorkspace { cwd } => {
                 write!(
                     f,
-                    "no conversation is indexed for workspace {}",
+                    "no conversation is recorded for workspace {}",
                     cwd.display()
                 )
+            }
+            NotFoundReason::NoTranscripts { path } => {
+                write!(f, "no transcripts under {}", path.display())
+            }
+            NotFoundReason::Ambiguous { id, paths } => {
+                write!(f, "{} transcripts claim session {id:?}:", paths.len())?;
+                for path in paths {
+                    write!(f, " {}", path.display())?;
+                }
+                Ok(())
             }
             NotFoundReason::NoTranscriptForWorkspace { cwd, matches } => write!(
                 f,
@@ -307,33 +337,93 @@ impl Discovery {
     }
 }
 
-/// A transcript converted to runtime items, ready to be written as a new
-/// session, with its provenance.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistoryImport {
-    /// The conversation, in order. Pairings the transcript lacks stay
-    /// missing: no call or result is invented.
-    pub items: Vec<Item>,
-    /// The domain of the `Extension` entry that records provenance, for
-    /// example `"history.agy"`.
-    pub extension_domain: &'static str,
-    /// Where the items came from (transcript path, steps), as the body of
-    /// that `Extension` entry.
-    pub provenance: serde_json::Value,
+/// What reading a transcript skipped or could not read, for `--verbose`.
+/// None of it is fatal.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReadStats {
+    /// Non-blank lines read.
+    pub lines: usize,
+    /// Lines that were not a JSON object of a usable shape.
+    pub malformed_lines: usize,
+    /// The first of them (up to 20), 1-based.
+    pub first_malformed: Vec<usize>,
+    /// Lines of a type the reader does not know, by type: skipped.
+    pub unknown_types: BTreeMap<String, usize>,
+    /// Lines of a known type that are not history (metadata, UI events,
+    /// progress), by type.
+    pub metadata: BTreeMap<String, usize>,
+    /// Lines of the conversation left out because they are not on the path
+    /// the transcript followed: abandoned branches, turns rolled back.
+    pub off_path: usize,
+    /// Lines of subagents (sidechains), kept out of the main transcript.
+    pub sidechain_lines: usize,
+    /// Where a compressed transcript's stream broke off (a torn tail); what
+    /// came before it was read.
+    pub torn_at_line: Option<usize>,
 }
 
-impl HistoryImport {
-    /// Writes the items as a new session of `store`, with the provenance as
-    /// an `Extension` entry, and returns its id. Pairings the transcript
-    /// lacks stay missing, for [`crate::RestoredState::check`] to report.
-    pub fn write_to(&self, store: &Store) -> Result<SessionId> {
-        // Checked before the session exists, so a refusal leaves nothing.
-        let provenance = JsonText::from_value(&self.provenance)?;
-        let (id, mut head) = store.create_session(None, RequestConfig::default(), &[])?;
-        store.save_delta(id, &mut head, &self.items)?;
-        store.save_extension(id, &mut head, self.extension_domain, provenance)?;
-        Ok(id)
+impl ReadStats {
+    pub(crate) fn unknown(&mut self, kind: &str) {
+        *self.unknown_types.entry(kind.to_owned()).or_default() += 1;
     }
+
+    pub(crate) fn metadata(&mut self, kind: &str) {
+        *self.metadata.entry(kind.to_owned()).or_default() += 1;
+    }
+}
+
+/// The newest of `paths`: the greatest modification time, then the greatest
+/// path. Files whose metadata cannot be read are passed over.
+pub(crate) fn newest(paths: impl Iterator<Item = PathBuf>) -> Option<PathBuf> {
+    paths
+        .filter_map(|path| {
+            let meta = std::fs::metadata(&path).ok().filter(|m| m.is_file())?;
+            let mtime = meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+            Some((mtime, path))
+        })
+        .max()
+        .map(|(_, path)| path)
+}
+
+/// The cwd of a discovery by cwd, normalised, or why there is none to
+/// compare.
+pub(crate) fn normalized_cwd(cwd: Option<&Path>) -> Result<PathBuf, NotFoundReason> {
+    let cwd = cwd.ok_or(NotFoundReason::NoCwd)?;
+    file_uri::normalize_path(cwd).ok_or_else(|| NotFoundReason::InvalidCwd {
+        cwd: cwd.to_owned(),
+    })
+}
+
+/// The outcome of a discovery by session id that found `found`: one file
+/// is the transcript; none, or more than one, is not found.
+pub(crate) fn one_transcript(mut found: Vec<PathBuf>, id: &str, missing: PathBuf) -> Discovery {
+    found.sort();
+    match found.len() {
+        0 => Discovery::NotFound(NotFoundReason::TranscriptMissing { path: missing }),
+        1 => Discovery::Found {
+            path: found.remove(0),
+            session_id: Some(id.to_owned()),
+        },
+        _ => Discovery::NotFound(NotFoundReason::Ambiguous {
+            id: id.to_owned(),
+            paths: found,
+        }),
+    }
+}
+
+/// Session ids are identifiers (UUIDs, in practice); anything longer is not
+/// one.
+const MAX_SESSION_ID_LEN: usize = 128;
+
+/// Whether `id` may name a session: 1 to 128 ASCII letters, digits, `-` or
+/// `_`. That rules out separators, `.`/`..`, NUL and anything else that
+/// could make the id reach outside its own directory.
+pub fn is_valid_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_SESSION_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// A reader of one agent runtime's transcripts.
@@ -359,6 +449,10 @@ pub trait HistoryReader: Send + Sync {
     fn read_compact(&self, path: &Path) -> Result<CompactHistory, Error> {
         Ok(CompactHistory::from_messages(&self.read_messages(path)?))
     }
+
+    /// Read a transcript for what reading it skips (malformed lines, unknown
+    /// line types, abandoned branches).
+    fn read_stats(&self, path: &Path) -> Result<ReadStats, Error>;
 }
 
 /// The registry of [`HistoryReader`]s, keyed by source name.
@@ -392,6 +486,8 @@ impl HistoryService {
     pub fn with_default_readers() -> HistoryService {
         let mut service = HistoryService::empty();
         service.register(Box::new(agy::AgyReader));
+        service.register(Box::new(claude::ClaudeReader::default()));
+        service.register(Box::new(codex::CodexReader::default()));
         service
     }
 
@@ -448,6 +544,12 @@ impl HistoryService {
     /// Read items for import through the reader named `name`.
     pub fn read_import(&self, name: &str, path: &Path) -> Result<HistoryImport, Error> {
         self.require(name)?.read_import(path)
+    }
+
+    /// Read what a transcript's reading skips, through the reader named
+    /// `name`.
+    pub fn read_stats(&self, name: &str, path: &Path) -> Result<ReadStats, Error> {
+        self.require(name)?.read_stats(path)
     }
 }
 
@@ -524,5 +626,7 @@ mod tests {
         assert!(service.reader("agy-jsonl").is_some());
         assert!(service.reader("agy").is_some());
         assert!(service.reader("antigravity").is_some());
+        assert!(service.reader("claude").is_some());
+        assert!(service.reader("codex").is_some());
     }
 }

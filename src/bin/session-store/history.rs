@@ -1,11 +1,16 @@
-//! `history agy`: read an Antigravity CLI transcript, show it, or import it.
+//! `history agy|claude|codex`: read another agent's transcript, show it, or
+//! import it.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use session_store::{Discovery, HistoryService, Locator};
+use session_store::claude::{self, ClaudeReader, ClaudeSession};
+use session_store::codex::CodexReader;
+use session_store::{
+    CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryService, Locator, ReadStats,
+};
 
 use crate::open_store;
 
@@ -18,13 +23,17 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Source {
     /// Antigravity CLI transcripts
-    Agy(AgyArgs),
+    Agy(CommonArgs),
+    /// Claude Code transcripts (~/.claude/projects, or under $CLAUDE_CONFIG_DIR)
+    Claude(ClaudeArgs),
+    /// Codex CLI rollouts (~/.codex/sessions, or under $CODEX_HOME)
+    Codex(CommonArgs),
 }
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("locator").required(true).args(["cwd", "session"])))]
-struct AgyArgs {
-    /// Home directory to look under [default: $HOME]
+struct CommonArgs {
+    /// Home directory to look under [default: $HOME, or the tool's own variable]
     #[arg(long)]
     home: Option<PathBuf>,
     /// Find the newest conversation whose workspace is exactly this directory
@@ -39,63 +48,208 @@ struct AgyArgs {
     /// One JSON object with the compact summary
     #[arg(long)]
     compact: bool,
-    /// Store the conversation as a new session and print its id
+    /// Store the conversation (once per content) and print the id of the session to resume
     #[arg(long)]
     import: bool,
-    /// Say why nothing was found
+    /// Say why nothing was found, and what reading skipped
     #[arg(long)]
     verbose: bool,
 }
 
+#[derive(clap::Args)]
+struct ClaudeArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// A subagent's transcript (a sidechain) instead of the main one
+    #[arg(long)]
+    agent: Option<String>,
+}
+
+/// A tool's own variable for its root, used when `--home` is not given.
+fn env_root(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
 pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
-    let Source::Agy(a) = a.source;
+    let mut service = HistoryService::with_default_readers();
+    let (name, a, agent) = match a.source {
+        Source::Agy(a) => ("agy", a, None),
+        Source::Claude(c) => {
+            if c.common.home.is_none() {
+                if let Some(dir) = env_root("CLAUDE_CONFIG_DIR") {
+                    service.register(Box::new(ClaudeReader::with_root(dir)));
+                }
+            }
+            ("claude", c.common, c.agent)
+        }
+        Source::Codex(a) => {
+            if a.home.is_none() {
+                if let Some(dir) = env_root("CODEX_HOME") {
+                    service.register(Box::new(CodexReader::with_root(dir)));
+                }
+            }
+            ("codex", a, None)
+        }
+    };
     let home = a
         .home
         .clone()
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
         .context("no --home and no $HOME")?;
-    let service = HistoryService::with_default_readers();
     let locator = match (&a.session, &a.cwd) {
         (Some(id), _) => Locator::SessionId(id.clone()),
         (None, cwd) => Locator::Cwd(cwd.clone()),
     };
-    let path = match service.discover("agy", &home, &locator) {
-        Discovery::Found { path, .. } => path,
-        Discovery::NotFound(reason) => {
-            if a.verbose {
-                eprintln!("no agy history: {reason}");
-            } else {
-                eprintln!("no agy history found (use --verbose for the reason)");
-            }
-            return Ok(ExitCode::SUCCESS);
+    let not_found = |reason: &dyn std::fmt::Display| {
+        if a.verbose {
+            eprintln!("no {name} history: {reason}");
+        } else {
+            eprintln!("no {name} history found (use --verbose for the reason)");
         }
+        Ok(ExitCode::SUCCESS)
     };
+    let path = match service.discover(name, &home, &locator) {
+        Discovery::Found { path, .. } => path,
+        Discovery::NotFound(reason) => return not_found(&reason),
+    };
+    let transcript = match name {
+        "claude" => {
+            let session = if agent.is_some() || a.verbose {
+                ClaudeSession::read_with_subagents(&path)?
+            } else {
+                ClaudeSession::read(&path)?
+            };
+            if a.verbose && !session.sidechains.is_empty() {
+                let agents: Vec<&str> = session.sidechains.keys().map(String::as_str).collect();
+                eprintln!("subagents (--agent): {}", agents.join(", "));
+            }
+            match agent {
+                None => Transcript::Claude(Box::new(session.main), None),
+                Some(agent) => match session.sidechains.get(&agent) {
+                    Some(t) => Transcript::Claude(Box::new(t.clone()), Some(agent)),
+                    None => {
+                        let reason = format!("no subagent {agent:?} in {}", path.display());
+                        return not_found(&reason);
+                    }
+                },
+            }
+        }
+        _ => Transcript::Service(&service, name, &path),
+    };
+    if a.verbose {
+        print_stats(&path, &transcript.stats()?);
+    }
     let mut out = std::io::stdout().lock();
     if a.import {
-        let import = service.read_import("agy", &path)?;
+        let import = transcript.import()?;
         let store = open_store(root)?;
-        let id = import.write_to(&store)?;
+        let imported = import.write_once_to(&store)?;
         store.close()?;
-        writeln!(out, "{id}")?;
+        let live = imported.session;
+        if !imported.created {
+            eprintln!("already imported: {live}");
+        }
+        writeln!(out, "{live}")?;
     } else if a.compact {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&service.read_compact("agy", &path)?)?
-        )?;
+        writeln!(out, "{}", serde_json::to_string(&transcript.compact()?)?)?;
     } else {
-        for m in service.read_messages("agy", &path)? {
+        for m in transcript.messages()? {
             if a.json {
                 writeln!(out, "{}", m.to_json_line())?;
             } else {
-                let who = match (&m.tool_name, m.is_error) {
-                    (Some(t), true) => format!("tool result ({t}, error)"),
-                    (Some(t), false) => format!("tool result ({t})"),
-                    _ => format!("{:?}", m.role).to_lowercase(),
+                let who = match (&m.tool_name, m.is_error, m.role) {
+                    (Some(t), true, _) => format!("tool result ({t}, error)"),
+                    (Some(t), false, _) => format!("tool result ({t})"),
+                    (None, true, _) => "tool result (error)".to_owned(),
+                    (None, false, role) => format!("{role:?}").to_lowercase(),
                 };
                 writeln!(out, "{who}: {}", m.text)?;
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A discovered transcript, read through the service or, for Claude Code's
+/// main transcript or a subagent's, read already.
+enum Transcript<'a> {
+    Service(&'a HistoryService, &'a str, &'a Path),
+    Claude(Box<session_store::ItemTranscript>, Option<String>),
+}
+
+impl Transcript<'_> {
+    fn messages(&self) -> Result<Vec<HistoryMessage>> {
+        Ok(match self {
+            Transcript::Service(s, name, path) => s.read_messages(name, path)?,
+            Transcript::Claude(t, _) => t.messages(),
+        })
+    }
+
+    fn compact(&self) -> Result<CompactHistory> {
+        Ok(match self {
+            Transcript::Service(s, name, path) => s.read_compact(name, path)?,
+            Transcript::Claude(t, _) => t.compact(),
+        })
+    }
+
+    fn import(&self) -> Result<HistoryImport> {
+        Ok(match self {
+            Transcript::Service(s, name, path) => s.read_import(name, path)?,
+            Transcript::Claude(t, agent) => claude::import_of(t, agent.as_deref()),
+        })
+    }
+
+    fn stats(&self) -> Result<ReadStats> {
+        Ok(match self {
+            Transcript::Service(s, name, path) => s.read_stats(name, path)?,
+            Transcript::Claude(t, _) => t.stats.clone(),
+        })
+    }
+}
+
+/// What reading skipped, on stderr, one line.
+fn print_stats(path: &Path, stats: &ReadStats) {
+    let mut parts = vec![format!("read {} lines of {}", stats.lines, path.display())];
+    if stats.malformed_lines > 0 {
+        let lines: Vec<String> = stats
+            .first_malformed
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        parts.push(format!(
+            "skipped {} malformed (line {})",
+            stats.malformed_lines,
+            lines.join(", ")
+        ));
+    }
+    if !stats.unknown_types.is_empty() {
+        let kinds: Vec<String> = stats
+            .unknown_types
+            .iter()
+            .map(|(k, n)| format!("{k} x{n}"))
+            .collect();
+        parts.push(format!("skipped unknown types: {}", kinds.join(", ")));
+    }
+    if stats.off_path > 0 {
+        parts.push(format!(
+            "left out {} off the followed path (abandoned branches, rolled-back turns)",
+            stats.off_path
+        ));
+    }
+    if stats.sidechain_lines > 0 {
+        parts.push(format!(
+            "kept {} subagent lines apart",
+            stats.sidechain_lines
+        ));
+    }
+    if !stats.metadata.is_empty() {
+        let n: usize = stats.metadata.values().sum();
+        parts.push(format!("{n} metadata lines"));
+    }
+    if let Some(line) = stats.torn_at_line {
+        parts.push(format!("the compressed stream breaks off at line {line}"));
+    }
+    eprintln!("{}", parts.join("; "));
 }

@@ -10,9 +10,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 
-use super::MAX_SESSION_ID_LEN;
-use crate::history::file_uri::{file_uri_to_path, normalize_path};
-use crate::history::{Discovery, NotFoundReason};
+use crate::history::file_uri::file_uri_to_path;
+use crate::history::{is_valid_session_id, normalized_cwd, Discovery, NotFoundReason};
 
 fn agy_root(home: &Path) -> PathBuf {
     home.join(".gemini").join("antigravity-cli")
@@ -21,17 +20,6 @@ fn agy_root(home: &Path) -> PathBuf {
 /// Where agy's conversation index lives under `home`.
 pub fn database_path(home: &Path) -> PathBuf {
     agy_root(home).join("conversation_summaries.db")
-}
-
-/// Whether `id` may name a session: 1 to 128 ASCII letters, digits, `-` or
-/// `_`. That rules out separators, `.`/`..`, NUL and anything else that
-/// could make the id reach outside its own directory.
-pub fn is_valid_session_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_SESSION_ID_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The transcript path for session `id` under `home`, or `None` when the id
@@ -79,13 +67,9 @@ pub fn discover_by_session(home: &Path, id: &str) -> Discovery {
 /// falls back to scanning `brain/`: transcripts do not record their
 /// workspace, so any such guess could be another workspace's history.
 pub fn discover_by_cwd(home: &Path, cwd: Option<&Path>) -> Discovery {
-    let Some(cwd) = cwd else {
-        return Discovery::NotFound(NotFoundReason::NoCwd);
-    };
-    let Some(cwd) = normalize_path(cwd) else {
-        return Discovery::NotFound(NotFoundReason::InvalidCwd {
-            cwd: cwd.to_owned(),
-        });
+    let cwd = match normalized_cwd(cwd) {
+        Ok(cwd) => cwd,
+        Err(reason) => return Discovery::NotFound(reason),
     };
     let db = database_path(home);
     let rows = match read_index(&db) {
@@ -322,6 +306,8 @@ fn parse_workspace_uris(json: &[u8]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::history::MAX_SESSION_ID_LEN;
 
     #[test]
     fn session_ids_are_plain_identifiers() {

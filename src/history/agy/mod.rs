@@ -37,15 +37,14 @@
 
 use std::path::Path;
 
-use super::{Discovery, Error, HistoryImport, HistoryMessage, HistoryReader, Locator};
+use super::{Discovery, Error, HistoryImport, HistoryMessage, HistoryReader, Locator, ReadStats};
 
 mod discovery;
 mod fields;
 mod transcript;
 
-pub use discovery::{
-    database_path, discover_by_cwd, discover_by_session, is_valid_session_id, transcript_path,
-};
+pub use crate::history::is_valid_session_id;
+pub use discovery::{database_path, discover_by_cwd, discover_by_session, transcript_path};
 pub use transcript::{
     parse_transcript_bytes, AgyEntry, AgyEntryKind, AgyToolCall, AgyToolResult, AgyTranscript,
 };
@@ -84,9 +83,6 @@ pub const KNOWN_EXECUTION_STEPS: &[&str] = &[
     "SEND_COMMAND_INPUT",
 ];
 
-/// Session ids are identifiers (agy uses UUIDs); anything longer is not one.
-const MAX_SESSION_ID_LEN: usize = 128;
-
 /// A tool result's summary is its first line, cut to this many characters.
 const SUMMARY_MAX_CHARS: usize = 200;
 
@@ -118,5 +114,9 @@ impl HistoryReader for AgyReader {
 
     fn read_import(&self, path: &Path) -> Result<HistoryImport, Error> {
         Ok(AgyTranscript::read(path)?.to_import())
+    }
+
+    fn read_stats(&self, path: &Path) -> Result<ReadStats, Error> {
+        Ok(AgyTranscript::read(path)?.stats)
     }
 }

@@ -3,14 +3,17 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::fs;
-use std::io;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use serde_json::{Map, Value};
 
 use super::fields::{as_u64, texts, tool_calls, tool_result};
 use super::{EXTENSION_DOMAIN, KNOWN_EXECUTION_STEPS, SOURCE, SUMMARY_MAX_CHARS};
-use crate::history::{CompactHistory, Error, HistoryImport, HistoryMessage, HistoryRole};
+use crate::history::lines::{self, Line};
+use crate::history::{
+    CompactHistory, Error, HistoryImport, HistoryMessage, HistoryRole, ReadStats,
+};
 use crate::item::{ContentPart, Item, Role};
 
 /// A parsed agy transcript.
@@ -23,6 +26,10 @@ pub struct AgyTranscript {
     pub entries: Vec<AgyEntry>,
     /// How many non-blank lines were skipped as malformed.
     pub malformed_lines: usize,
+    /// What reading skipped, the malformed lines among it.
+    pub stats: ReadStats,
+    /// The BLAKE3 of the transcript's bytes, hex.
+    pub content_hash: String,
 }
 
 /// One step that carries something.
@@ -120,19 +127,7 @@ impl AgyTranscript {
     /// A missing file is [`Error::NotFound`]; an empty file
     /// is a transcript with no entries.
     pub fn read(path: &Path) -> Result<AgyTranscript, Error> {
-        let bytes = fs::read(path).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                Error::NotFound {
-                    what: format!("no transcript at {}", path.display()),
-                }
-            } else {
-                Error::Io {
-                    op: "read transcript",
-                    path: path.to_owned(),
-                    source,
-                }
-            }
-        })?;
+        let bytes = fs::read(path).map_err(|source| lines::open_error(path, source))?;
         Ok(AgyTranscript::parse(&bytes, &path.display().to_string()))
     }
 
@@ -142,28 +137,22 @@ impl AgyTranscript {
     /// `k`-th call (from 0), `agy-line<N>-<k>` for a step without an index,
     /// and `agy-<step_index>-line<N>-<k>` when an index repeats.
     pub fn parse(bytes: &[u8], source: &str) -> AgyTranscript {
-        let mut malformed_lines = 0;
+        let mut stats = ReadStats::default();
         let mut steps = Vec::new();
-        for (i, raw_line) in bytes.split(|b| *b == b'\n').enumerate() {
-            if raw_line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let text = String::from_utf8_lossy(raw_line);
-            // A byte-order mark is never JSON; files glued together can carry
-            // one at the start of any line.
-            let text = text.trim_start_matches('\u{FEFF}');
-            match serde_json::from_str::<Value>(text) {
+        let scan = lines::scan(bytes, &mut stats, |line, text| {
+            ControlFlow::Continue(match serde_json::from_str::<Value>(text) {
                 Ok(Value::Object(fields)) => {
                     let step_index = fields.get("step_index").and_then(as_u64);
                     steps.push(RawStep {
-                        line: i + 1,
+                        line,
                         step_index,
                         fields,
                     });
+                    Line::Read
                 }
-                _ => malformed_lines += 1,
-            }
-        }
+                _ => Line::Malformed,
+            })
+        });
         // A line without an index sorts with the last indexed line above it.
         let mut last_index = None;
         let mut keyed: Vec<(Option<u64>, RawStep)> = steps
@@ -184,7 +173,9 @@ impl AgyTranscript {
         AgyTranscript {
             source: source.to_owned(),
             entries: builder.entries,
-            malformed_lines,
+            malformed_lines: stats.malformed_lines,
+            stats,
+            content_hash: scan.content_hash,
         }
     }
 
@@ -311,8 +302,10 @@ impl AgyTranscript {
         });
         HistoryImport {
             items,
+            compactions: Vec::new(),
             extension_domain: EXTENSION_DOMAIN,
             provenance,
+            content_hash: self.content_hash.clone(),
         }
     }
 }

@@ -1,0 +1,132 @@
+//! Claude Code transcripts.
+//!
+//! A session is `<root>/projects/<encoded cwd>/<session uuid>.jsonl`, where
+//! the root is `~/.claude` (or `$CLAUDE_CONFIG_DIR`), one JSON object per
+//! line. There is no official schema; what follows is read from public
+//! descriptions and is tolerant of what it does not know.
+//!
+//! # Parsing rules
+//!
+//! - Chained lines carry `uuid` and `parentUuid`. The transcript is the path
+//!   from the last leaf (the last chained line of the file that belongs to
+//!   the session) back to the root, so the branches an edit or retry
+//!   abandoned are left out (and counted). Lines that carry no history
+//!   (`progress`, `attachment`, `system` lines other than compact
+//!   boundaries) still link the chain.
+//! - Lines with `isSidechain: true` belong to a subagent: they are kept out
+//!   of the main transcript and read per `agentId`, each along its own chain
+//!   ([`ClaudeSession::sidechains`]), with those of the subagent files
+//!   ([`ClaudeSession::read_with_subagents`]).
+//! - `user` and `assistant` lines are Messages API messages: their blocks
+//!   go through the crate's Messages reader ([`Item::from_anthropic_message`]):
+//!   `thinking` with its signature, `redacted_thinking`, `tool_use` with its
+//!   `input` JSON text as written, `tool_result` with `is_error` and string
+//!   or block content, images and documents. A block that reader refuses is
+//!   kept whole as an opaque block. Assistant lines that share a
+//!   `message.id` are one response: their blocks are joined at the first
+//!   one's place (a block repeated verbatim is kept once).
+//! - A `system` line with `subtype: "compact_boundary"` starts a compaction;
+//!   the walk goes on through its `logicalParentUuid`, so the history before
+//!   it is kept, as the segment before the compaction. The `isCompactSummary`
+//!   user line after it is the first item of the compacted history (a summary
+//!   without a boundary, as older versions write, starts one too). `isMeta`
+//!   lines are imported but not shown as messages.
+//! - Metadata lines (`summary`, `file-history-snapshot`, …) are counted and
+//!   skipped; lines of an unknown type are skipped and counted by type;
+//!   lines that are not JSON objects of a usable shape are skipped and
+//!   counted as malformed. None of these is ever fatal.
+//!
+//! [`Item::from_anthropic_message`]: crate::Item::from_anthropic_message
+
+use std::path::{Path, PathBuf};
+
+use super::{
+    Discovery, Error, HistoryImport, HistoryMessage, HistoryReader, ItemTranscript, Locator,
+    ReadStats,
+};
+
+mod discovery;
+mod transcript;
+
+pub use discovery::{discover_by_cwd, discover_by_session, encode_project_dir, projects_dir};
+pub use transcript::{parse_session_bytes, ClaudeSession};
+
+/// The source name the Claude Code reader registers under.
+pub const SOURCE: &str = "claude-code";
+
+/// The domain of the `Extension` entry that records an import's provenance.
+pub const EXTENSION_DOMAIN: &str = "history.claude";
+
+/// Line types that are chained (they have a `uuid`) but carry no history.
+const CHAINED_NOT_HISTORY: &[&str] = &["progress", "attachment"];
+
+/// Line types that are metadata, outside the chain.
+const METADATA_TYPES: &[&str] = &[
+    "summary",
+    "file-history-snapshot",
+    "queue-operation",
+    "custom-title",
+    "ai-title",
+    "tag",
+    "mode",
+    "last-prompt",
+];
+
+/// The [`HistoryReader`] for Claude Code, registered as [`SOURCE`].
+#[derive(Debug, Clone, Default)]
+pub struct ClaudeReader {
+    root: Option<PathBuf>,
+}
+
+impl ClaudeReader {
+    /// A reader that looks under `root` (what `$CLAUDE_CONFIG_DIR` names)
+    /// instead of `<home>/.claude`.
+    pub fn with_root(root: PathBuf) -> ClaudeReader {
+        ClaudeReader { root: Some(root) }
+    }
+
+    /// Where this reader looks under `home`.
+    pub fn root(&self, home: &Path) -> PathBuf {
+        self.root.clone().unwrap_or_else(|| home.join(".claude"))
+    }
+}
+
+/// A transcript of a Claude Code session, its main one or a subagent's
+/// (`agent_id`, recorded in the provenance), as an import.
+pub fn import_of(transcript: &ItemTranscript, agent_id: Option<&str>) -> HistoryImport {
+    let mut extra = serde_json::Map::new();
+    if let Some(agent) = agent_id {
+        extra.insert("agent_id".into(), agent.into());
+    }
+    transcript.to_import(SOURCE, EXTENSION_DOMAIN, extra)
+}
+
+impl HistoryReader for ClaudeReader {
+    fn source(&self) -> &'static str {
+        SOURCE
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["claude", "claude-code"]
+    }
+
+    fn discover(&self, home: &Path, locator: &Locator) -> Discovery {
+        let root = self.root(home);
+        match locator {
+            Locator::SessionId(id) => discover_by_session(&root, id),
+            Locator::Cwd(cwd) => discover_by_cwd(&root, cwd.as_deref()),
+        }
+    }
+
+    fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, Error> {
+        Ok(ClaudeSession::read(path)?.main.messages())
+    }
+
+    fn read_import(&self, path: &Path) -> Result<HistoryImport, Error> {
+        Ok(import_of(&ClaudeSession::read(path)?.main, None))
+    }
+
+    fn read_stats(&self, path: &Path) -> Result<ReadStats, Error> {
+        Ok(ClaudeSession::read(path)?.main.stats)
+    }
+}
