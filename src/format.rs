@@ -19,7 +19,7 @@ use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
 /// Current format version: every new segment is written with it.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest version still read.
 pub const OLDEST_VERSION: u32 = 1;
 

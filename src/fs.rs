@@ -69,6 +69,13 @@ pub enum IoOp<'a> {
         /// The directory.
         path: &'a Path,
     },
+    /// A second name for a file (`link(2)`), which fails if `to` exists.
+    Link {
+        /// The existing name.
+        from: &'a Path,
+        /// The new name.
+        to: &'a Path,
+    },
 }
 
 /// The fault seam: called before each I/O operation of a writer. An error
@@ -173,6 +180,16 @@ pub(crate) fn create_dir_new(path: &Path, hook: &Hook) -> Result<bool> {
 pub(crate) fn rename(from: &Path, to: &Path, hook: &Hook) -> Result<()> {
     hooked(hook, IoOp::Rename { from, to }, "rename", from, || {
         fs::rename(from, to)
+    })
+}
+
+/// Gives the file `from` the second name `to`, failing with
+/// `AlreadyExists` if `to` exists: the one way to claim a name that another
+/// creator may claim at the same moment, since `rename` would replace it.
+/// Not durable until the directory is synced.
+pub(crate) fn link(from: &Path, to: &Path, hook: &Hook) -> Result<()> {
+    hooked(hook, IoOp::Link { from, to }, "link", to, || {
+        fs::hard_link(from, to)
     })
 }
 

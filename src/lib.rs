@@ -118,6 +118,6 @@ pub use state::{
     check_history, collect_state, ExtensionRecord, Problem, RestoredState, UsageRecord,
 };
 pub use store::{
-    ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry, Subscription,
-    Turn, DEFAULT_POLL_INTERVAL,
+    HistoryTail, ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry,
+    Subscription, Turn, DEFAULT_POLL_INTERVAL, MAX_NAME_BYTES, NAME_DOMAIN,
 };

@@ -140,7 +140,15 @@ impl RestoredState {
                 domain: domain.clone(),
                 payload: payload.clone(),
             }),
+            LogEntry::ItemsRemoved { count, .. } => self.remove_last(*count),
         }
+    }
+
+    /// Drops the last `count` items of the history (all of them when it
+    /// holds fewer), as an `ItemsRemoved` entry says.
+    fn remove_last(&mut self, count: u64) {
+        let keep = (self.history.len() as u64).saturating_sub(count);
+        self.history.truncate(keep as usize);
     }
 
     /// Folds one archived entry in, building runtime items straight from the
@@ -179,6 +187,10 @@ impl RestoredState {
             | ArchivedLogEntry::RunErrored { interrupted, .. } => {
                 self.entries += 1;
                 self.last_run_interrupted = *interrupted;
+            }
+            ArchivedLogEntry::ItemsRemoved { count, .. } => {
+                self.entries += 1;
+                self.remove_last(count.to_native());
             }
             // The rare kinds go through the owned form: one code path for them.
             _ => self.apply(&entry.to_entry()),

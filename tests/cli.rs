@@ -871,11 +871,6 @@ fn usage_errors_exit_2() {
         &["demo", "--sessions", "many"],
         &["tail", &id, "--from", "-1"],
         // Ids and hashes that do not parse are usage errors too.
-        &["show", "not-a-uuid"],
-        &["show", ".."],
-        &["show", "../../etc/passwd"],
-        &["stat", "nope"],
-        &["tail", "nope"],
         &["export", "nope"],
         &["rm", "nope"],
         &["verify", "nope"],
@@ -893,6 +888,22 @@ fn usage_errors_exit_2() {
         assert!(r.stderr.starts_with("error: "), "{args:?}: {}", r.stderr);
     }
     assert_eq!(session_dirs(&root), 1, "a usage error changed the store");
+    // `show`, `stat` and `tail` take a session's name where they take an id:
+    // text that is no id is a name looked up (never a path), and a name no
+    // session has is not found.
+    let names: &[&[&str]] = &[
+        &["show", "not-a-uuid"],
+        &["show", ".."],
+        &["show", "../../etc/passwd"],
+        &["stat", "nope"],
+        &["tail", "nope"],
+    ];
+    for args in names {
+        let r = run(&root, args);
+        assert_eq!(r.code, Some(1), "{args:?}: {} {}", r.stdout, r.stderr);
+        assert!(r.stderr.contains("not found"), "{args:?}: {}", r.stderr);
+    }
+    assert_eq!(session_dirs(&root), 1, "a lookup changed the store");
 }
 
 #[test]

@@ -179,6 +179,15 @@ pub enum LogEntry {
         /// The payload.
         payload: JsonText,
     },
+    /// Removes the last `count` items of the live history (all of it when
+    /// it holds fewer): an undo that keeps the log append-only, so that
+    /// dropping an item costs one small record, not a rewrite. Schema 3.
+    ItemsRemoved {
+        /// Timestamp, ms.
+        ts: u64,
+        /// How many items, from the end.
+        count: u64,
+    },
 }
 
 /// The kind of an entry, as stored in each record header so that readers can
@@ -208,6 +217,8 @@ pub enum EntryKind {
     LlmUsage = 10,
     /// [`LogEntry::Extension`].
     Extension = 11,
+    /// [`LogEntry::ItemsRemoved`].
+    ItemsRemoved = 12,
 }
 
 impl EntryKind {
@@ -226,6 +237,7 @@ impl EntryKind {
             9 => ConfigChanged,
             10 => LlmUsage,
             11 => Extension,
+            12 => ItemsRemoved,
             _ => return None,
         })
     }
@@ -245,6 +257,7 @@ impl EntryKind {
             ConfigChanged => "config_changed",
             LlmUsage => "llm_usage",
             Extension => "extension",
+            ItemsRemoved => "items_removed",
         }
     }
 }
@@ -264,6 +277,7 @@ impl LogEntry {
             LogEntry::ConfigChanged { .. } => EntryKind::ConfigChanged,
             LogEntry::LlmUsage { .. } => EntryKind::LlmUsage,
             LogEntry::Extension { .. } => EntryKind::Extension,
+            LogEntry::ItemsRemoved { .. } => EntryKind::ItemsRemoved,
         }
     }
 
@@ -280,7 +294,8 @@ impl LogEntry {
             | LogEntry::RunErrored { ts, .. }
             | LogEntry::ConfigChanged { ts, .. }
             | LogEntry::LlmUsage { ts, .. }
-            | LogEntry::Extension { ts, .. } => *ts,
+            | LogEntry::Extension { ts, .. }
+            | LogEntry::ItemsRemoved { ts, .. } => *ts,
         }
     }
 

@@ -31,15 +31,19 @@ use crate::log::{Log, LogOptions, LOCK_FILE};
 use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 
 mod commit;
+mod names;
 mod session;
 mod shards;
 mod staging;
 mod subscription;
+mod tail;
 mod transfer;
 
 pub use commit::Turn;
+pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
+pub use tail::HistoryTail;
 
 use shards::{head_slot_of, Shard};
 

@@ -313,6 +313,10 @@ pub fn every_entry() -> Vec<LogEntry> {
             payload: JsonText::parse(r#"{"z": 1, "a": [true, null, "é\u00e9"], "n": -1.50e+3}"#)
                 .unwrap(),
         },
+        LogEntry::ItemsRemoved {
+            ts: TS + 11,
+            count: u64::MAX,
+        },
     ]
 }
 

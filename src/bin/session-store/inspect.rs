@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use session_store::{ContentPart, Item, Log, SessionId, ToolOutput};
+use session_store::{ContentPart, Item, Log, ToolOutput};
 
-use crate::{open_reader, open_store_to_read};
+use crate::{open_reader, open_store_to_read, resolve_session};
 
 #[derive(clap::Args)]
 pub struct LsArgs {
@@ -18,8 +18,8 @@ pub struct LsArgs {
 
 #[derive(clap::Args)]
 pub struct ShowArgs {
-    /// Session id
-    id: SessionId,
+    /// Session id, or a session's name
+    id: String,
     /// Do not cut long texts
     #[arg(long)]
     full: bool,
@@ -27,8 +27,8 @@ pub struct ShowArgs {
 
 #[derive(clap::Args)]
 pub struct StatArgs {
-    /// Session id
-    id: SessionId,
+    /// Session id, or a session's name
+    id: String,
     /// JSON output
     #[arg(long)]
     json: bool,
@@ -36,8 +36,8 @@ pub struct StatArgs {
 
 #[derive(clap::Args)]
 pub struct TailArgs {
-    /// Session id
-    id: SessionId,
+    /// Session id, or a session's name
+    id: String,
     /// Follow new entries as they are committed
     #[arg(short, long)]
     follow: bool,
@@ -129,7 +129,7 @@ fn cut(text: &str, full: bool) -> String {
 
 pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
     let store = open_store_to_read(root)?;
-    let state = open_reader(&store, a.id)?.restore()?;
+    let state = open_reader(&store, resolve_session(&store, &a.id)?)?.restore()?;
     let color = std::io::stdout().is_terminal();
     let paint = |code: &str, s: &str| {
         if color {
@@ -311,7 +311,7 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
 
 pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     let store = open_store_to_read(root)?;
-    let id = a.id;
+    let id = resolve_session(&store, &a.id)?;
     let log = open_reader(&store, id)?;
     let snap = log.snapshot();
     let segments = log.segment_paths();
@@ -378,13 +378,14 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
 
 pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
     let store = open_store_to_read(root)?;
-    let snap = open_reader(&store, a.id)?.snapshot();
+    let id = resolve_session(&store, &a.id)?;
+    let snap = open_reader(&store, id)?.snapshot();
     let from = a
         .from
         .unwrap_or_else(|| snap.next_seq().saturating_sub(10).max(snap.first_seq()));
     // A read-only store's subscription re-reads the log as the writer (in
     // another process) commits, and never takes the writer's lock.
-    let mut entries = store.subscribe(a.id, from)?;
+    let mut entries = store.subscribe(id, from)?;
     let mut out = std::io::stdout().lock();
     while let Some(entry) = entries.try_next() {
         writeln!(out, "{}", entry?.wire_line())?;

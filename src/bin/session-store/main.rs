@@ -90,6 +90,17 @@ pub(crate) fn open_store_to_read(root: &Option<PathBuf>) -> Result<Store> {
     Store::open_read_only(&root).with_context(|| format!("opening store {}", root.display()))
 }
 
+/// The session `text` names: its id, or a name given to it
+/// (`Store::create_named`). An id is taken as an id, never as a name.
+pub(crate) fn resolve_session(store: &Store, text: &str) -> Result<SessionId> {
+    if let Ok(id) = text.parse::<SessionId>() {
+        return Ok(id);
+    }
+    store
+        .find_name(text)?
+        .ok_or_else(|| anyhow::anyhow!("not found: no session id or name {text:?}"))
+}
+
 /// Opens a session's log read-only. Reading never takes the writer lock, so it
 /// works beside a live writer (an agent runtime) and never locks one out.
 pub(crate) fn open_reader(store: &Store, id: SessionId) -> Result<Log> {

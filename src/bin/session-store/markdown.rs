@@ -136,6 +136,13 @@ pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Resu
                 writeln!(out)?;
                 writeln!(out, "_Extension data: `{domain}`._")?;
             }
+            LogEntry::ItemsRemoved { count, .. } => {
+                writeln!(out)?;
+                writeln!(
+                    out,
+                    "_The last {count} item(s) were removed from the history._"
+                )?;
+            }
         }
     }
     Ok(entries)

@@ -1,0 +1,537 @@
+//! `session_store._native`: the store's API for Python. Items cross as
+//! Responses-API JSON (Python's `json` module on one side, the crate's
+//! Responses wire form on the other), and every call that touches the disk
+//! runs with the GIL released.
+
+use std::path::PathBuf;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::PyList;
+
+use session_store::{
+    responses, Durability, EntryHash, Error, Item, LogOptions, RequestConfig, SessionId,
+    StoreOptions,
+};
+
+create_exception!(
+    session_store,
+    SessionStoreError,
+    PyException,
+    "Base class of every error the store raises."
+);
+create_exception!(
+    session_store,
+    HeadMismatch,
+    SessionStoreError,
+    "Another writer moved the session: nothing was written. `session`, `expected` and `actual` (the stored head) say where it stands."
+);
+create_exception!(
+    session_store,
+    Locked,
+    SessionStoreError,
+    "Another process writes this session."
+);
+create_exception!(
+    session_store,
+    Corrupt,
+    SessionStoreError,
+    "Bytes on disk failed their check; the message names the segment, offset and seq."
+);
+create_exception!(
+    session_store,
+    IoError,
+    SessionStoreError,
+    "The operating system refused an operation; the message names it and the file."
+);
+create_exception!(
+    session_store,
+    Poisoned,
+    SessionStoreError,
+    "An earlier write of this session failed; call again once the cause is fixed."
+);
+create_exception!(
+    session_store,
+    NotFound,
+    SessionStoreError,
+    "No such session, name or entry."
+);
+create_exception!(
+    session_store,
+    InvalidInput,
+    SessionStoreError,
+    "The call was refused before anything was written."
+);
+create_exception!(
+    session_store,
+    ItemForm,
+    SessionStoreError,
+    "An item does not fit the Responses API's form; the message names the item and field."
+);
+create_exception!(
+    session_store,
+    Wire,
+    SessionStoreError,
+    "A line of the export form is unacceptable; the message names line and column."
+);
+
+/// The crate's error as the Python exception of its kind.
+fn to_py(py: Python<'_>, e: Error) -> PyErr {
+    let message = e.to_string();
+    match e {
+        Error::HeadMismatch {
+            session,
+            expected,
+            actual,
+        } => {
+            let err = HeadMismatch::new_err(message);
+            let value = err.value(py);
+            let hash = |h: Option<EntryHash>| h.map(|h| h.to_string());
+            // Setting attributes on a fresh exception object cannot fail.
+            let _ = value.setattr("session", session.to_string());
+            let _ = value.setattr("expected", hash(expected));
+            let _ = value.setattr("actual", hash(actual));
+            err
+        }
+        Error::Locked { .. } => Locked::new_err(message),
+        Error::Corrupt { .. } => Corrupt::new_err(message),
+        Error::Io { .. } => IoError::new_err(message),
+        Error::Poisoned => Poisoned::new_err(message),
+        Error::NotFound { .. } => NotFound::new_err(message),
+        Error::InvalidInput { .. } => InvalidInput::new_err(message),
+        Error::ItemForm { .. } => ItemForm::new_err(message),
+        Error::Wire { .. } => Wire::new_err(message),
+        _ => SessionStoreError::new_err(message),
+    }
+}
+
+/// Runs `f` without the GIL, and turns its error into an exception.
+fn released<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> session_store::Result<T> + Send,
+) -> PyResult<T> {
+    py.allow_threads(f).map_err(|e| to_py(py, e))
+}
+
+fn parse_id(py: Python<'_>, text: &str) -> PyResult<SessionId> {
+    text.parse().map_err(|e| to_py(py, e))
+}
+
+fn parse_hash(py: Python<'_>, text: &str) -> PyResult<EntryHash> {
+    text.parse().map_err(|e| {
+        to_py(
+            py,
+            Error::InvalidInput {
+                what: format!("head {text:?}: {e}"),
+            },
+        )
+    })
+}
+
+/// Python's `json.dumps` and `json.loads`, looked up once.
+fn json_fn<'py>(py: Python<'py>, name: &'static str) -> PyResult<&'py Bound<'py, PyAny>> {
+    static DUMPS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+    static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+    let cell = if name == "dumps" { &DUMPS } else { &LOADS };
+    let f = cell.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("json")?.getattr(name)?.unbind())
+    })?;
+    Ok(f.bind(py))
+}
+
+/// A list (any sequence) of Responses items as JSON text.
+fn items_json(py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<String> {
+    if items.is_instance_of::<pyo3::types::PyString>()
+        || items.is_instance_of::<pyo3::types::PyDict>()
+    {
+        return Err(InvalidInput::new_err(
+            "items must be a list of Responses items (dicts)",
+        ));
+    }
+    let list = PyList::new(py, items.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+    json_fn(py, "dumps")?.call1((list,))?.extract()
+}
+
+/// JSON text as Python objects.
+fn loads(py: Python<'_>, json: &str) -> PyResult<PyObject> {
+    Ok(json_fn(py, "loads")?.call1((json,))?.unbind())
+}
+
+/// Reads Responses items from JSON text (a list).
+fn read_items(json: &str) -> session_store::Result<Vec<Item>> {
+    responses::history_from_json(json)
+}
+
+/// A store of sessions at `path`: crash-safe, append-only, hash-chained logs.
+///
+/// `durability` is `"buffered"` (a write survives a crash of the process at
+/// once and a power loss after the next sync; the default) or `"sync"`
+/// (each write is on stable storage before it returns). With
+/// `read_only=True`, nothing is created or written.
+///
+/// Open one `Store` per directory in a process and share it: a second one
+/// on the same directory is refused each session the first one writes
+/// (`Locked`). Methods may be called from any thread; they release the GIL
+/// while they touch the disk.
+#[pyclass(frozen, module = "session_store")]
+struct Store {
+    inner: session_store::Store,
+    root: PathBuf,
+    durability: &'static str,
+}
+
+#[pymethods]
+impl Store {
+    #[new]
+    #[pyo3(signature = (path, durability = "buffered", read_only = false))]
+    fn new(py: Python<'_>, path: PathBuf, durability: &str, read_only: bool) -> PyResult<Store> {
+        let (durability, name) = match durability {
+            "buffered" => (Durability::Buffered, "buffered"),
+            "sync" => (Durability::Sync, "sync"),
+            other => {
+                return Err(InvalidInput::new_err(format!(
+                    "durability must be \"buffered\" or \"sync\", not {other:?}"
+                )))
+            }
+        };
+        let root = path.clone();
+        let inner = released(py, move || match read_only {
+            true => session_store::Store::open_read_only(&path),
+            false => session_store::Store::open_with(
+                &path,
+                StoreOptions::default().log(LogOptions::default().durability(durability)),
+            ),
+        })?;
+        Ok(Store {
+            inner,
+            root,
+            durability: name,
+        })
+    }
+
+    /// `"buffered"` or `"sync"`, as opened.
+    #[getter]
+    fn durability(&self) -> &'static str {
+        self.durability
+    }
+
+    /// The store's directory.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.root.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Store({:?})", self.root.display().to_string())
+    }
+
+    /// Creates a session and returns its id. `items` (Responses items) start
+    /// its history; `name`, if given, is a name unique in the store that
+    /// `find_name` looks up (`InvalidInput` if taken).
+    #[pyo3(signature = (system_prompt = None, model = None, items = None, name = None))]
+    fn create_session(
+        &self,
+        py: Python<'_>,
+        system_prompt: Option<String>,
+        model: Option<String>,
+        items: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<String> {
+        let json = items.map(|i| items_json(py, i)).transpose()?;
+        let store = &self.inner;
+        let (id, _) = released(py, move || {
+            let history = json
+                .as_deref()
+                .map(read_items)
+                .transpose()?
+                .unwrap_or_default();
+            let config = RequestConfig {
+                model,
+                ..RequestConfig::default()
+            };
+            let prompt = system_prompt.as_deref();
+            match &name {
+                Some(name) => store.create_named(name, prompt, config, &history),
+                None => store.create_session(prompt, config, &history),
+            }
+        })?;
+        Ok(id.to_string())
+    }
+
+    /// The id of the session named `name`, or `None`.
+    fn find_name(&self, py: Python<'_>, name: &str) -> PyResult<Option<String>> {
+        let found = released(py, || self.inner.find_name(name))?;
+        Ok(found.map(|id| id.to_string()))
+    }
+
+    /// The id of the session named `name`, created empty if there is none.
+    /// Callers racing for one name (threads, processes) get one session.
+    fn open_named(&self, py: Python<'_>, name: &str) -> PyResult<String> {
+        Ok(released(py, || self.inner.find_or_create_named(name))?.to_string())
+    }
+
+    /// Appends Responses items (dicts) to the session in one commit and
+    /// returns the new head. With `head`, only if the session's head is
+    /// still `head` (else `HeadMismatch`, nothing written); without, after
+    /// whatever is there.
+    #[pyo3(signature = (session_id, items, head = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        items: &Bound<'_, PyAny>,
+        head: Option<&str>,
+    ) -> PyResult<String> {
+        self.write_items(py, session_id, items, head, session_store::Store::append)
+    }
+
+    /// The session's live history (from its last compaction) as Responses
+    /// items, ready to send.
+    fn restore(&self, py: Python<'_>, session_id: &str) -> PyResult<PyObject> {
+        self.items(py, session_id, None)
+    }
+
+    /// The last `limit` items of the live history, in order (all of them for
+    /// `None`); only the items returned are built.
+    #[pyo3(signature = (session_id, limit = None))]
+    fn items(&self, py: Python<'_>, session_id: &str, limit: Option<usize>) -> PyResult<PyObject> {
+        let id = parse_id(py, session_id)?;
+        let json = released(py, || {
+            let tail = self.inner.history_tail(id, limit)?;
+            responses::history_to_json(&tail.items)
+        })?;
+        loads(py, &json)
+    }
+
+    /// How many items the live history holds.
+    fn len(&self, py: Python<'_>, session_id: &str) -> PyResult<u64> {
+        let id = parse_id(py, session_id)?;
+        Ok(released(py, || self.inner.history_tail(id, Some(0)))?.len)
+    }
+
+    /// Removes the last item of the live history and returns it, or returns
+    /// `None` for an empty history. One small entry in the log, which keeps
+    /// the item. With `head`, only if the head is still `head`.
+    #[pyo3(signature = (session_id, head = None))]
+    fn pop(&self, py: Python<'_>, session_id: &str, head: Option<&str>) -> PyResult<PyObject> {
+        let id = parse_id(py, session_id)?;
+        let want = head.map(|h| parse_hash(py, h)).transpose()?;
+        let store = &self.inner;
+        let popped = released(py, move || loop {
+            let tail = store.history_tail(id, Some(1))?;
+            let (Some(item), Some(head)) = (tail.items.into_iter().next(), tail.head) else {
+                return Ok(None);
+            };
+            if want.is_some_and(|w| w != head) {
+                return Err(Error::HeadMismatch {
+                    session: id,
+                    expected: want,
+                    actual: Some(head),
+                });
+            }
+            match store.remove_last(id, head, 1) {
+                Ok(_) => return item.to_responses_json().map(Some),
+                // Another writer moved the head between the read and the
+                // removal: read the new last item.
+                Err(Error::HeadMismatch { .. }) if want.is_none() => continue,
+                Err(e) => return Err(e),
+            }
+        })?;
+        match popped {
+            Some(json) => loads(py, &json),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// Compacts the session in place: its live history becomes `summary`
+    /// (Responses items; `[]` clears it), and everything before stays in
+    /// the log. Returns the new head. With `head`, only if the head is
+    /// still `head`.
+    #[pyo3(signature = (session_id, summary, head = None))]
+    fn compact(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        summary: &Bound<'_, PyAny>,
+        head: Option<&str>,
+    ) -> PyResult<String> {
+        self.write_items(py, session_id, summary, head, session_store::Store::compact)
+    }
+
+    /// Starts a new session with the history up to the entry `at` (a head
+    /// hash; the current head for `None`) and returns its id.
+    #[pyo3(signature = (session_id, at = None))]
+    fn fork(&self, py: Python<'_>, session_id: &str, at: Option<&str>) -> PyResult<String> {
+        let id = parse_id(py, session_id)?;
+        let at = at.map(|h| parse_hash(py, h)).transpose()?;
+        let store = &self.inner;
+        let (new, _) = released(py, move || {
+            let at = match at {
+                Some(at) => at,
+                None => store.head(id)?.ok_or_else(|| Error::NotFound {
+                    what: format!("a head of session {id}"),
+                })?,
+            };
+            store.fork_at(id, at)
+        })?;
+        Ok(new.to_string())
+    }
+
+    /// The session's head (the hash of its last entry), for optimistic
+    /// concurrency with `append`, `pop` and `compact`.
+    fn head(&self, py: Python<'_>, session_id: &str) -> PyResult<Option<String>> {
+        let id = parse_id(py, session_id)?;
+        Ok(released(py, || self.inner.head(id))?.map(|h| h.to_string()))
+    }
+
+    /// Every session: a list of dicts (`id`, `created_ms`, `updated_ms`,
+    /// `title`, `entries`, `bytes`, `head`, `forked_from`,
+    /// `compacted_from`, and `error` for one that could not be read).
+    fn list(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let json = released(py, || {
+            let sessions = self.inner.list()?;
+            serde_json::to_string(&sessions).map_err(|e| Error::InvalidInput {
+                what: format!("listing: {e}"),
+            })
+        })?;
+        loads(py, &json)
+    }
+
+    /// The session's every entry in the JSON wire form, one line each, with
+    /// seq and hashes: what `import_` reads and the CLI's `export` prints.
+    fn export(&self, py: Python<'_>, session_id: &str) -> PyResult<String> {
+        let id = parse_id(py, session_id)?;
+        let bytes = released(py, || {
+            let mut out = Vec::new();
+            self.inner.export(id, &mut out)?;
+            Ok(out)
+        })?;
+        String::from_utf8(bytes).map_err(|e| SessionStoreError::new_err(e.to_string()))
+    }
+
+    /// Creates a session from wire-form lines (what `export` returns),
+    /// checking every hash they carry; returns its id.
+    fn import_(&self, py: Python<'_>, lines: &str) -> PyResult<String> {
+        let id = released(py, || self.inner.import_from(lines.as_bytes()))?;
+        Ok(id.to_string())
+    }
+
+    /// Checks every record's CRC, chain link and archive. Returns a dict:
+    /// `ok`, `records`, `segments`, `bytes`, `head`, and `damage` (a
+    /// message, or `None`).
+    fn verify(&self, py: Python<'_>, session_id: &str) -> PyResult<PyObject> {
+        let id = parse_id(py, session_id)?;
+        let report = released(py, || Ok(self.inner.snapshot(id)?.verify()))?;
+        let value = serde_json::json!({
+            "ok": report.damage.is_none(),
+            "records": report.records,
+            "segments": report.segments,
+            "bytes": report.bytes,
+            "head": report.head.map(|(_, h)| h.to_string()),
+            "damage": report.damage.map(|d| d.to_string()),
+        });
+        loads(py, &value.to_string())
+    }
+
+    /// Makes everything this store appended to the session durable.
+    fn sync(&self, py: Python<'_>, session_id: &str) -> PyResult<()> {
+        let id = parse_id(py, session_id)?;
+        released(py, || self.inner.sync(id))
+    }
+
+    /// Closes every open session (each synced), reporting the first failure.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        released(py, || self.inner.close())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        self.close(py)
+    }
+}
+
+impl Store {
+    /// Runs `write` (an append or a compaction) with `items` at `head`, or,
+    /// without one, at the session's current head; returns the new head.
+    fn write_items(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        items: &Bound<'_, PyAny>,
+        head: Option<&str>,
+        write: impl Fn(
+                &session_store::Store,
+                SessionId,
+                EntryHash,
+                &[Item],
+            ) -> session_store::Result<EntryHash>
+            + Send,
+    ) -> PyResult<String> {
+        let id = parse_id(py, session_id)?;
+        let head = head.map(|h| parse_hash(py, h)).transpose()?;
+        let json = items_json(py, items)?;
+        let store = &self.inner;
+        let new = released(py, move || {
+            let items = read_items(&json)?;
+            match head {
+                Some(head) => write(store, id, head, &items),
+                None => at_any_head(store, id, |head| write(store, id, head, &items)),
+            }
+        })?;
+        Ok(new.to_string())
+    }
+}
+
+/// Runs `write` at the session's current head, again if another writer
+/// moves it in between: for callers that append without a head of their
+/// own.
+fn at_any_head(
+    store: &session_store::Store,
+    id: SessionId,
+    mut write: impl FnMut(EntryHash) -> session_store::Result<EntryHash>,
+) -> session_store::Result<EntryHash> {
+    loop {
+        let head = store.head(id)?.ok_or_else(|| Error::NotFound {
+            what: format!("a head of session {id}"),
+        })?;
+        match write(head) {
+            Err(Error::HeadMismatch { .. }) => continue,
+            other => return other,
+        }
+    }
+}
+
+#[pyfunction]
+#[pyo3(name = "normalize")]
+/// Responses items as the store keeps and returns them: ids and statuses
+/// dropped, a string `content` as one text part. Raises `ItemForm` for an
+/// item the store would refuse.
+fn normalize_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<PyObject> {
+    let json = items_json(py, items)?;
+    let out = released(py, move || responses::history_to_json(&read_items(&json)?))?;
+    loads(py, &out)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Store>()?;
+    m.add_function(wrap_pyfunction!(normalize_items, m)?)?;
+    m.add("SessionStoreError", py.get_type::<SessionStoreError>())?;
+    m.add("HeadMismatch", py.get_type::<HeadMismatch>())?;
+    m.add("Locked", py.get_type::<Locked>())?;
+    m.add("Corrupt", py.get_type::<Corrupt>())?;
+    m.add("IoError", py.get_type::<IoError>())?;
+    m.add("Poisoned", py.get_type::<Poisoned>())?;
+    m.add("NotFound", py.get_type::<NotFound>())?;
+    m.add("InvalidInput", py.get_type::<InvalidInput>())?;
+    m.add("ItemForm", py.get_type::<ItemForm>())?;
+    m.add("Wire", py.get_type::<Wire>())?;
+    Ok(())
+}
