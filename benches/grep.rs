@@ -46,7 +46,7 @@ fn main() {
                 index += 1;
                 store.save_delta(id, &mut head, &items).expect("save");
             }
-            written = store.list().expect("list").iter().map(|s| s.bytes).sum();
+            written += store.info(id).expect("info").map_or(0, |s| s.bytes);
         }
         store.close().expect("close");
     });
