@@ -2655,3 +2655,51 @@ fn a_poisoned_session_is_reopened_by_the_next_call() {
     assert_eq!(store.restore(id).unwrap().head, Some(head));
     store.close().unwrap();
 }
+
+/// A whole turn (its items, usage and `TurnEnd`) commits as one batch:
+/// under `Sync` it costs one `fdatasync` of the log, not one per entry.
+#[test]
+fn a_turn_commit_under_sync_is_one_fdatasync() {
+    #[derive(Default)]
+    struct SegSyncs(std::sync::atomic::AtomicUsize);
+    impl IoHook for SegSyncs {
+        fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+            if matches!(op, IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg")) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    }
+    let dir = tempdir();
+    let hook = Arc::new(SegSyncs::default());
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default().log(
+            LogOptions::default()
+                .hook(hook.clone())
+                .durability(session_store::Durability::Sync),
+        ),
+    )
+    .unwrap();
+    let (id, head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let head = store
+        .commit_turn(id, head, &session_store::Turn::new(turn(0, 10), 1))
+        .unwrap();
+    let before = hook.0.load(Ordering::SeqCst);
+    let usage = UsageRecord {
+        output_tokens: 7,
+        ..UsageRecord::default()
+    };
+    let turn1 = session_store::Turn::new(turn(1, 10), 2).usage(usage);
+    let head = store.commit_turn(id, head, &turn1).unwrap();
+    assert_eq!(
+        hook.0.load(Ordering::SeqCst) - before,
+        1,
+        "one fdatasync per turn"
+    );
+    let state = store.restore(id).unwrap();
+    assert_eq!((state.turn_count, state.head), (2, Some(head)));
+    assert_eq!(state.usage.len(), 1);
+}
