@@ -84,6 +84,20 @@ impl AsyncStore {
             .await
     }
 
+    /// [`Store::create_session_with_durability`].
+    pub async fn create_session_with_durability(
+        &self,
+        system_prompt: Option<String>,
+        config: RequestConfig,
+        history: Vec<Item>,
+        durability: crate::log::Durability,
+    ) -> Result<(SessionId, EntryHash)> {
+        self.blocking(move |s| {
+            s.create_session_with_durability(system_prompt.as_deref(), config, &history, durability)
+        })
+        .await
+    }
+
     /// [`Store::append`]: new history items if the head is `head`; the new
     /// head.
     pub async fn append(

@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{io_err, Hook, HookedFile};
+use crate::log::Durability;
 use crate::schema::{SessionId, SessionOrigin};
 
 const HEAD_MAGIC: [u8; 4] = *b"SSCH";
@@ -69,6 +70,11 @@ pub(crate) struct Identity {
     pub(crate) forked_from: Option<SessionOrigin>,
     #[serde(default)]
     pub(crate) compacted_from: Option<SessionOrigin>,
+    /// The session's own default durability, chosen at its creation;
+    /// `None`: the store's option. Kept in the catalog file only (the list
+    /// cache does not carry it), and lost with a damaged identity slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) durability: Option<Durability>,
 }
 
 /// Everything in a catalog file.
@@ -264,6 +270,7 @@ impl SessionCatalog {
             created_ms: id.created_ms().unwrap_or(0),
             forked_from: None,
             compacted_from: None,
+            durability: None,
         });
         Ok(SessionCatalog {
             id,
@@ -276,6 +283,11 @@ impl SessionCatalog {
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         })
+    }
+
+    /// The session's own default durability, if it chose one.
+    pub(crate) fn durability(&self) -> Option<Durability> {
+        self.state.lock().identity.durability
     }
 
     /// Whether a title is recorded.
@@ -497,6 +509,7 @@ impl CachedSession {
                 created_ms: u64::from_le_bytes(b[104..112].try_into().ok()?),
                 forked_from: origin(112, 120),
                 compacted_from: origin(113, 168),
+                durability: None,
             },
         })
     }
@@ -601,6 +614,7 @@ impl ListCache {
                         created_ms: 0,
                         forked_from: None,
                         compacted_from: None,
+                        durability: None,
                     },
                 };
                 let written = self.write(slot, &claim).is_ok();

@@ -2703,3 +2703,87 @@ fn a_turn_commit_under_sync_is_one_fdatasync() {
     assert_eq!((state.turn_count, state.head), (2, Some(head)));
     assert_eq!(state.usage.len(), 1);
 }
+
+/// A session may choose its durability at creation: its saves default to
+/// it (after a reopen too), other sessions keep the store's, and a call's
+/// own durability still overrides it (issue 17, item 3).
+#[test]
+fn a_session_keeps_the_durability_it_was_created_with() {
+    #[derive(Default)]
+    struct SegSyncs(Mutex<Vec<PathBuf>>);
+    impl IoHook for SegSyncs {
+        fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+            if let IoOp::Sync { path } = op {
+                if path.extension().is_some_and(|e| e == "seg") {
+                    self.0.lock().unwrap().push(path.to_path_buf());
+                }
+            }
+            Ok(())
+        }
+    }
+    use session_store::Durability;
+    use std::sync::Mutex;
+    let dir = tempdir();
+    let hook = Arc::new(SegSyncs::default());
+    let open = || {
+        Store::open_with(
+            dir.path(),
+            StoreOptions::default().log(LogOptions::default().hook(hook.clone())),
+        )
+        .unwrap()
+    };
+    let store = open();
+    let (durable, head_d) = store
+        .create_session_with_durability(None, RequestConfig::default(), &[], Durability::Sync)
+        .unwrap();
+    let (plain, head_p) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let synced = |id: SessionId| {
+        let d = store.session_dir(id);
+        hook.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.starts_with(&d))
+            .count()
+    };
+    let (d0, p0) = (synced(durable), synced(plain));
+    let head_d = store.append(durable, head_d, &turn(0, 10)).unwrap();
+    store.append(plain, head_p, &turn(0, 10)).unwrap();
+    assert!(synced(durable) > d0, "the Sync session's save synced");
+    assert_eq!(
+        synced(plain),
+        p0,
+        "the store's Buffered default holds for the other"
+    );
+    // A call's own durability overrides the session's.
+    let d1 = synced(durable);
+    let quick = session_store::Turn::new(turn(1, 10), 1).durability(Durability::Buffered);
+    let head_d = store.commit_turn(durable, head_d, &quick).unwrap();
+    assert_eq!(synced(durable), d1);
+    store.close().unwrap();
+    drop(store);
+    // After a reopen, the session still syncs its saves.
+    let store = open();
+    let d2 = {
+        let d = store.session_dir(durable);
+        hook.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.starts_with(&d))
+            .count()
+    };
+    store.append(durable, head_d, &turn(2, 10)).unwrap();
+    let d3 = {
+        let d = store.session_dir(durable);
+        hook.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.starts_with(&d))
+            .count()
+    };
+    assert!(d3 > d2, "the choice held after a reopen");
+}

@@ -40,7 +40,8 @@ const WRITEBACK_CHUNK: u64 = 4 << 20;
 const PAGE: u64 = 4096;
 
 /// When an append counts as done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Durability {
     /// Written to the page cache; survives a process crash, not a power loss,
     /// until the next [`Log::sync`] or `Sync` append.

@@ -467,6 +467,7 @@ fn damaged_info(id: SessionId, e: &Error) -> SessionInfo {
         created_ms: id.created_ms().unwrap_or(0),
         forked_from: None,
         compacted_from: None,
+        durability: None,
     };
     let mut info = session_info(id, &identity, &HeadSlot::default(), None);
     info.error = Some(e.to_string());
@@ -481,6 +482,7 @@ fn rebuilt_identity(id: SessionId, log: &Log) -> Identity {
         created_ms: id.created_ms().unwrap_or(0),
         forked_from,
         compacted_from,
+        durability: None,
     }
 }
 

@@ -94,7 +94,10 @@ impl Store {
             .log
             .append_archivable(
                 entries,
-                saved.durability.unwrap_or(self.inner.opts.log.durability),
+                saved
+                    .durability
+                    .or_else(|| s.catalog.durability())
+                    .unwrap_or(self.inner.opts.log.durability),
                 ExpectHead::Hash(*head),
             )
             .map_err(|e| match e {

@@ -81,11 +81,46 @@ impl Store {
         self.create_with_entries(id, &[entry])
     }
 
+    /// Creates a session with a fresh id whose saves default to
+    /// `durability` rather than the store's option: a `Sync` session in a
+    /// `Buffered` store (or the other way round). The choice is kept in the
+    /// session's catalog, so it holds after a reopen; a call's own
+    /// durability ([`crate::Turn::durability`]) still overrides it.
+    pub fn create_session_with_durability(
+        &self,
+        system_prompt: Option<&str>,
+        config: RequestConfig,
+        history: &[Item],
+        durability: Durability,
+    ) -> Result<(SessionId, EntryHash)> {
+        let id = SessionId::new_v7();
+        let entry = LogEntry::SessionStart {
+            ts: now_ms(),
+            system_prompt: system_prompt.map(str::to_owned),
+            config,
+            history: history.iter().map(LoggedItem::from).collect(),
+            forked_from: None,
+            compacted_from: None,
+        };
+        let head = self.create_with_entries_as(id, &[entry], Some(durability))?;
+        Ok((id, head))
+    }
+
     /// Creates a session whose log starts with `entries` (the first a `SessionStart`).
     pub(super) fn create_with_entries(
         &self,
         id: SessionId,
         entries: &[LogEntry],
+    ) -> Result<EntryHash> {
+        self.create_with_entries_as(id, entries, None)
+    }
+
+    /// [`Store::create_with_entries`] with the session's own durability.
+    fn create_with_entries_as(
+        &self,
+        id: SessionId,
+        entries: &[LogEntry],
+        durability: Option<Durability>,
     ) -> Result<EntryHash> {
         self.writable()?;
         let Some(LogEntry::SessionStart {
@@ -115,6 +150,7 @@ impl Store {
             created_ms: id.created_ms().unwrap_or_else(now_ms),
             forked_from: *forked_from,
             compacted_from: *compacted_from,
+            durability,
         };
         let lock = self.claim(id, &dir)?;
         // The log takes the lock; this second descriptor of it keeps it
@@ -217,8 +253,9 @@ impl Store {
         title: Option<&str>,
     ) -> Result<SessionHandle> {
         let cache = self.writable()?;
-        let opts = self.inner.opts.log.clone();
-        let durability = opts.durability;
+        let mut opts = self.inner.opts.log.clone();
+        let durability = identity.durability.unwrap_or(opts.durability);
+        opts.durability = durability;
         let log = Log::create_unsynced(dir, opts, lock)?;
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
