@@ -70,15 +70,7 @@ impl Store {
         config: RequestConfig,
         history: &[Item],
     ) -> Result<EntryHash> {
-        let entry = LogEntry::SessionStart {
-            ts: now_ms(),
-            system_prompt: system_prompt.map(str::to_owned),
-            config,
-            history: history.iter().map(LoggedItem::from).collect(),
-            forked_from: None,
-            compacted_from: None,
-        };
-        self.create_with_entries(id, &[entry])
+        self.create_with_entries(id, &[first_entry(system_prompt, config, history)])
     }
 
     /// Creates a session with a fresh id whose saves default to
@@ -94,14 +86,7 @@ impl Store {
         durability: Durability,
     ) -> Result<(SessionId, EntryHash)> {
         let id = SessionId::new_v7();
-        let entry = LogEntry::SessionStart {
-            ts: now_ms(),
-            system_prompt: system_prompt.map(str::to_owned),
-            config,
-            history: history.iter().map(LoggedItem::from).collect(),
-            forked_from: None,
-            compacted_from: None,
-        };
+        let entry = first_entry(system_prompt, config, history);
         let head = self.create_with_entries_as(id, &[entry], Some(durability))?;
         Ok((id, head))
     }
@@ -436,6 +421,19 @@ pub(super) fn holds_entries(dir: &Path) -> bool {
 
 fn already_exists(id: SessionId) -> Error {
     Error::invalid(format!("session {id} already exists"))
+}
+
+/// The `SessionStart` of a new session that is neither a fork nor a
+/// compaction.
+fn first_entry(system_prompt: Option<&str>, config: RequestConfig, history: &[Item]) -> LogEntry {
+    LogEntry::SessionStart {
+        ts: now_ms(),
+        system_prompt: system_prompt.map(str::to_owned),
+        config,
+        history: history.iter().map(LoggedItem::from).collect(),
+        forked_from: None,
+        compacted_from: None,
+    }
 }
 
 /// [`user_item_text`] of a logged item.
