@@ -168,6 +168,9 @@ impl Store {
             return self.session(id)?.log.sync();
         }
         // Not open here: its close synced what this store appended.
-        self.reader(id).map(drop)
+        match self.exists(id) {
+            true => Ok(()),
+            false => Err(Error::not_found(format!("session {id}"))),
+        }
     }
 }

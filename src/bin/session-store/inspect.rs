@@ -401,7 +401,7 @@ pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
 }
 
 /// The `type` of an opaque item or part, for display.
-fn json_type(json: &session_store::JsonText) -> String {
+pub(crate) fn json_type(json: &session_store::JsonText) -> String {
     match json.to_value().get("type") {
         Some(serde_json::Value::String(t)) => t.clone(),
         _ => "untyped".into(),

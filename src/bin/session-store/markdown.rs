@@ -6,6 +6,8 @@
 use std::io::Write;
 
 use anyhow::Result;
+
+use crate::inspect::json_type;
 use session_store::{
     ContentPart, EntryHash, Item, LogEntry, Role, SessionId, SessionOrigin, Store, ToolOutput,
 };
@@ -244,15 +246,8 @@ fn part_text(part: &ContentPart) -> String {
             None => "_(file)_".into(),
         },
         ContentPart::InputAudio { .. } => "_(audio)_".into(),
-        ContentPart::Opaque { json } => format!("_({})_", json_type(json.as_str())),
+        ContentPart::Opaque { json } => format!("_({})_", json_type(json)),
     }
-}
-
-fn json_type(json: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(json)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| "item".into())
 }
 
 fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
@@ -364,7 +359,7 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
         }
         Item::Opaque { json, .. } => {
             writeln!(out)?;
-            writeln!(out, "_Provider item `{}`:_", json_type(json.as_str()))?;
+            writeln!(out, "_Provider item `{}`:_", json_type(json))?;
             writeln!(out)?;
             let (pretty, lang) = pretty_json(json.as_str());
             write_fenced(out, &pretty, lang)
