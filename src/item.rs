@@ -14,6 +14,9 @@
 pub mod anthropic;
 mod fields;
 pub mod responses;
+mod tree;
+
+pub use tree::JsonTree;
 
 use serde::{Deserialize, Serialize};
 

@@ -99,7 +99,9 @@ pub use history::{
     HistoryImport, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Imported,
     ItemTranscript, Locator, NotFoundReason, ReadStats, TranscriptItem, TranscriptSegment,
 };
-pub use item::{anthropic, responses, CallLink, ContentPart, Item, ItemStatus, Role, ToolOutput};
+pub use item::{
+    anthropic, responses, CallLink, ContentPart, Item, ItemStatus, JsonTree, Role, ToolOutput,
+};
 pub use log::{
     Damage, Durability, ExpectHead, Iter, LastRecovery, Log, LogOptions, RecordView, RecoveryMode,
     RecoveryReport, Snapshot, TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE,

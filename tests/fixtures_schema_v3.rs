@@ -65,5 +65,5 @@ fn the_committed_schema_v3_log_reads_with_todays_types() {
     );
     let tail = log.snapshot().history_tail(Some(1)).unwrap();
     assert_eq!(tail.items, vec![Item::user_text("one")]);
-    assert_eq!(tail.len, 2);
+    assert_eq!(log.snapshot().history_len().unwrap(), 2);
 }

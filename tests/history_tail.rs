@@ -3,12 +3,32 @@
 //! ends with, across appends, removals (`ItemsRemoved`), compactions and
 //! reopening, and a removal must keep the log's every entry and its chain.
 
-use session_store::{EntryKind, Item, RequestConfig, Store};
+use session_store::{EntryKind, Item, LogOptions, RequestConfig, Store, StoreOptions};
 
 #[test]
 fn the_tail_is_what_restore_ends_with() {
+    assert_eq!(tail_walk(StoreOptions::default()), 1);
+}
+
+/// The same walk over logs of many small segments: a tail read back across
+/// segment boundaries, sealed ones (with their index) and the active one.
+#[test]
+fn the_tail_is_what_restore_ends_with_across_segments() {
+    let segments = tail_walk(StoreOptions {
+        log: LogOptions {
+            segment_size: 8192,
+            initial_segment_size: 8192,
+            ..LogOptions::default()
+        },
+        ..StoreOptions::default()
+    });
+    assert!(segments > 3, "{segments} segments");
+}
+
+/// Runs the walk and returns how many segments the log ended with.
+fn tail_walk(opts: StoreOptions) -> usize {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let store = Store::open_with(dir.path(), opts).unwrap();
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("start")])
         .unwrap();
@@ -54,15 +74,21 @@ fn the_tail_is_what_restore_ends_with() {
             let tail = store.history_tail(id, limit).unwrap();
             let want = limit.map_or(0, |l| history.len().saturating_sub(l));
             assert_eq!(tail.items, history[want..], "step {step}, limit {limit:?}");
-            assert_eq!(tail.len, history.len() as u64);
+            assert_eq!(store.history_len(id).unwrap(), history.len() as u64);
             assert_eq!(tail.head, Some(head));
         }
     }
+    let segments = std::fs::read_dir(dir.path().join("sessions").join(id.to_string()))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("seg".as_ref()))
+        .count();
     let snap = store.snapshot(id).unwrap();
     assert!(snap
         .iter()
         .any(|r| r.unwrap().kind == EntryKind::ItemsRemoved));
     assert!(store.log(id).unwrap().verify().damage.is_none());
+    store.close().unwrap();
+    segments
 }
 
 #[test]
@@ -88,4 +114,38 @@ fn a_removal_with_a_stale_head_writes_nothing() {
     let copy = store.import_from(out.as_slice()).unwrap();
     assert_eq!(store.restore(copy).unwrap().history, Vec::<Item>::new());
     assert_eq!(store.head(copy).unwrap(), store.head(id).unwrap());
+}
+
+/// Records of 10 KB, so that a segment's sparse index has an entry every
+/// few records: a tail read walks back run by run, and must still end where
+/// `restore` does, removals included.
+#[test]
+fn the_tail_walks_back_through_the_sparse_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("start")])
+        .unwrap();
+    for i in 0..300 {
+        let items: Vec<Item> = (0..10)
+            .map(|j| Item::user_text(format!("{i}.{j} {}", "x".repeat(1000))))
+            .collect();
+        head = store.append(id, head, &items).unwrap();
+        if i % 40 == 39 {
+            head = store.remove_last(id, head, 13).unwrap();
+        }
+    }
+    for reopened in [false, true] {
+        let history = store.restore(id).unwrap().history;
+        for limit in [1, 9, 10, 11, 95, 1000, history.len()] {
+            let tail = store.history_tail(id, Some(limit)).unwrap();
+            let want = history.len().saturating_sub(limit);
+            assert_eq!(
+                tail.items,
+                history[want..],
+                "limit {limit}, reopened {reopened}"
+            );
+        }
+        store.close().unwrap();
+    }
 }

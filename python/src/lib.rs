@@ -1,18 +1,20 @@
-//! `session_store._native`: the store's API for Python. Items cross as
-//! Responses-API JSON (Python's `json` module on one side, the crate's
-//! Responses wire form on the other), and every call that touches the disk
-//! runs with the GIL released.
+//! `session_store._native`: the store's API for Python. Items go in as
+//! Responses-API JSON (Python's `json.dumps` on one side, the crate's
+//! Responses reader on the other) and come out as dicts built straight from
+//! the crate's Responses tree, with no JSON step; every call that touches
+//! the disk runs with the GIL released.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::PyList;
+use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
 use session_store::{
-    responses, Durability, EntryHash, Error, Item, LogOptions, RequestConfig, SessionId,
+    responses, Durability, EntryHash, Error, Item, JsonTree, LogOptions, RequestConfig, SessionId,
     StoreOptions,
 };
 
@@ -159,6 +161,102 @@ fn loads(py: Python<'_>, json: &str) -> PyResult<PyObject> {
     Ok(json_fn(py, "loads")?.call1((json,))?.unbind())
 }
 
+/// Builds Python objects from Responses trees: dicts, lists, strings and
+/// booleans made directly; only JSON kept raw (an item this crate has no
+/// type for, stored annotations) goes through `json.loads`.
+struct TreeBuilder<'py> {
+    py: Python<'py>,
+    /// Field names, made once per build: a tree's keys are `&'static str`s,
+    /// so their addresses tell them apart.
+    keys: HashMap<usize, Bound<'py, PyString>>,
+}
+
+impl<'py> TreeBuilder<'py> {
+    fn new(py: Python<'py>) -> Self {
+        TreeBuilder {
+            py,
+            keys: HashMap::new(),
+        }
+    }
+
+    fn key(&mut self, key: &'static str) -> Bound<'py, PyString> {
+        let py = self.py;
+        self.keys
+            .entry(key.as_ptr() as usize)
+            .or_insert_with(|| PyString::intern(py, key))
+            .clone()
+    }
+
+    fn build(&mut self, tree: &JsonTree<'_>) -> PyResult<Bound<'py, PyAny>> {
+        let py = self.py;
+        Ok(match tree {
+            JsonTree::Str(s) => PyString::new(py, s).into_any(),
+            JsonTree::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+            JsonTree::List(items) => {
+                let list = PyList::empty(py);
+                for item in items {
+                    list.append(self.build(item)?)?;
+                }
+                list.into_any()
+            }
+            JsonTree::Obj(fields) => {
+                let dict = PyDict::new(py);
+                for (key, value) in fields {
+                    dict.set_item(self.key(key), self.build(value)?)?;
+                }
+                dict.into_any()
+            }
+            JsonTree::Json(text) => loads(py, text)?.into_bound(py),
+        })
+    }
+}
+
+/// Python's cyclic garbage collector, paused while a build makes many
+/// containers that cannot form a cycle (each pass would walk every object
+/// made so far); resumed on drop, if it was running.
+struct GcPause<'py> {
+    gc: Option<Bound<'py, PyModule>>,
+}
+
+impl<'py> GcPause<'py> {
+    fn new(py: Python<'py>) -> PyResult<Self> {
+        let gc = py.import("gc")?;
+        if gc.call_method0("isenabled")?.is_truthy()? {
+            gc.call_method0("disable")?;
+            Ok(GcPause { gc: Some(gc) })
+        } else {
+            Ok(GcPause { gc: None })
+        }
+    }
+}
+
+impl Drop for GcPause<'_> {
+    fn drop(&mut self) {
+        if let Some(gc) = &self.gc {
+            // `gc.enable()` has no failure path for a caller.
+            let _ = gc.call_method0("enable");
+        }
+    }
+}
+
+/// Items as a Python list of Responses dicts.
+fn items_to_py(py: Python<'_>, items: &[Item]) -> PyResult<PyObject> {
+    let trees = responses::history_to_trees(items).map_err(|e| to_py(py, e))?;
+    let _pause = GcPause::new(py)?;
+    let mut builder = TreeBuilder::new(py);
+    let list = PyList::empty(py);
+    for tree in &trees {
+        list.append(builder.build(tree)?)?;
+    }
+    Ok(list.into_any().unbind())
+}
+
+/// One item as a Responses dict.
+fn item_to_py(py: Python<'_>, item: &Item) -> PyResult<PyObject> {
+    let tree = item.to_responses_tree().map_err(|e| to_py(py, e))?;
+    Ok(TreeBuilder::new(py).build(&tree)?.unbind())
+}
+
 /// Reads Responses items from JSON text (a list).
 fn read_items(json: &str) -> session_store::Result<Vec<Item>> {
     responses::history_from_json(json)
@@ -298,17 +396,14 @@ impl Store {
     #[pyo3(signature = (session_id, limit = None))]
     fn items(&self, py: Python<'_>, session_id: &str, limit: Option<usize>) -> PyResult<PyObject> {
         let id = parse_id(py, session_id)?;
-        let json = released(py, || {
-            let tail = self.inner.history_tail(id, limit)?;
-            responses::history_to_json(&tail.items)
-        })?;
-        loads(py, &json)
+        let tail = released(py, || self.inner.history_tail(id, limit))?;
+        items_to_py(py, &tail.items)
     }
 
     /// How many items the live history holds.
     fn len(&self, py: Python<'_>, session_id: &str) -> PyResult<u64> {
         let id = parse_id(py, session_id)?;
-        Ok(released(py, || self.inner.history_tail(id, Some(0)))?.len)
+        released(py, || self.inner.history_len(id))
     }
 
     /// Removes the last item of the live history and returns it, or returns
@@ -331,8 +426,10 @@ impl Store {
                     actual: Some(head),
                 });
             }
+            // An item with no Responses form is refused before it is removed.
+            item.to_responses_tree()?;
             match store.remove_last(id, head, 1) {
-                Ok(_) => return item.to_responses_json().map(Some),
+                Ok(_) => return Ok(Some(item)),
                 // Another writer moved the head between the read and the
                 // removal: read the new last item.
                 Err(Error::HeadMismatch { .. }) if want.is_none() => continue,
@@ -340,7 +437,7 @@ impl Store {
             }
         })?;
         match popped {
-            Some(json) => loads(py, &json),
+            Some(item) => item_to_py(py, &item),
             None => Ok(py.None()),
         }
     }
@@ -514,8 +611,8 @@ fn at_any_head(
 /// item the store would refuse.
 fn normalize_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<PyObject> {
     let json = items_json(py, items)?;
-    let out = released(py, move || responses::history_to_json(&read_items(&json)?))?;
-    loads(py, &out)
+    let items = released(py, move || read_items(&json))?;
+    items_to_py(py, &items)
 }
 
 #[pymodule]

@@ -39,7 +39,8 @@
 
 use serde_json::value::RawValue;
 
-use super::fields::{as_string, history_list, list, one_line, Fields, Obj, Place};
+use super::fields::{as_string, history_list, one_line, Fields, Obj, Place};
+use super::tree::{list_json, JsonTree};
 use super::{ContentPart, Item, Role, ToolOutput};
 use crate::error::Result;
 use crate::schema::JsonText;
@@ -63,7 +64,7 @@ impl Item {
     /// item that has no Messages form (system messages, Responses reasoning,
     /// custom tool calls, parts the API has no block for).
     pub fn to_anthropic_messages(items: &[Item]) -> Result<Vec<String>> {
-        let mut messages: Vec<(Role, Vec<String>)> = Vec::new();
+        let mut messages: Vec<(Role, Vec<JsonTree<'_>>)> = Vec::new();
         for (index, item) in items.iter().enumerate() {
             let place = Place {
                 api: API,
@@ -85,8 +86,9 @@ impl Item {
                 };
                 Obj::empty()
                     .str("role", role)
-                    .raw("content", &list(blocks))
+                    .field("content", JsonTree::List(blocks))
                     .finish()
+                    .to_json()
             })
             .collect())
     }
@@ -103,7 +105,13 @@ pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
 
 /// Writes a history as a JSON list of messages, ready to send as `messages`.
 pub fn history_to_json(items: &[Item]) -> Result<String> {
-    Ok(list(Item::to_anthropic_messages(items)?))
+    let messages = Item::to_anthropic_messages(items)?;
+    Ok(list_json(
+        &messages
+            .iter()
+            .map(|m| JsonTree::Json(m.as_str().into()))
+            .collect::<Vec<_>>(),
+    ))
 }
 
 fn read_message(json: &str, place: Place) -> Result<Vec<Item>> {
@@ -274,7 +282,7 @@ fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
 }
 
 /// The side an item goes to and its blocks.
-fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<String>)> {
+fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
     let one = |role, block| Ok((role, vec![block]));
     match item {
         Item::Message { role, content, .. } => {
@@ -303,7 +311,7 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<String>)> {
                 Obj::typed("tool_use")
                     .str("id", call_id)
                     .str("name", name)
-                    .raw("input", &input)
+                    .raw("input", input)
                     .finish(),
             )
         }
@@ -332,7 +340,7 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<String>)> {
                         .enumerate()
                         .map(|(i, part)| write_part(part, &format!("output[{i}]"), place))
                         .collect::<Result<Vec<_>>>()?;
-                    obj.raw("content", &list(blocks))
+                    obj.field("content", JsonTree::List(blocks))
                 }
                 None => obj,
             };
@@ -355,7 +363,7 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<String>)> {
         Item::Opaque {
             role: Some(role @ (Role::User | Role::Assistant)),
             json,
-        } => one(*role, json.as_str().to_owned()),
+        } => one(*role, JsonTree::Json(json.as_str().into())),
         Item::Opaque { .. } => Err(place.error("type", "a Responses item has no Messages form")),
         Item::ToolOutput { custom: true, .. } => Err(place.error(
             "custom",
@@ -370,7 +378,7 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<String>)> {
     }
 }
 
-fn write_part(part: &ContentPart, at: &str, place: Place) -> Result<String> {
+fn write_part<'a>(part: &'a ContentPart, at: &str, place: Place) -> Result<JsonTree<'a>> {
     let no_form = |what: &str| place.error(at, format!("{what} has no Messages form"));
     match part {
         ContentPart::Text { text } => Ok(Obj::typed("text").str("text", text).finish()),
@@ -383,7 +391,7 @@ fn write_part(part: &ContentPart, at: &str, place: Place) -> Result<String> {
             .opt_json("citations", annotations.as_ref())
             .finish()),
         ContentPart::OutputText { .. } => Err(no_form("output_text with logprobs")),
-        ContentPart::Opaque { json } => Ok(json.as_str().to_owned()),
+        ContentPart::Opaque { json } => Ok(JsonTree::Json(json.as_str().into())),
         ContentPart::Refusal { .. } => Err(no_form("a refusal")),
         ContentPart::InputImage { .. } => Err(no_form("an input_image (use an image block)")),
         ContentPart::InputFile { .. } => Err(no_form("an input_file (use a document block)")),

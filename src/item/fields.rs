@@ -2,11 +2,13 @@
 //! field is taken by name and whatever is left over is an error that names it,
 //! and writing, where JSON kept raw is embedded exactly as stored.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::tree::JsonTree;
 use crate::error::{Error, Result};
 use crate::schema::JsonText;
 
@@ -156,37 +158,32 @@ pub(crate) fn as_string(raw: &RawValue) -> Option<String> {
 }
 
 /// A JSON object being written, its fields in the order given.
-pub(crate) struct Obj(String);
+pub(crate) struct Obj<'a>(Vec<(&'static str, JsonTree<'a>)>);
 
-impl Obj {
+impl<'a> Obj<'a> {
     /// An object whose first field is `"type": kind`.
-    pub fn typed(kind: &str) -> Obj {
-        Obj(String::from("{")).str("type", kind)
+    pub fn typed(kind: &'static str) -> Obj<'a> {
+        Obj::empty().str("type", kind)
     }
 
     /// An object with no fields yet.
-    pub fn empty() -> Obj {
-        Obj(String::from("{"))
+    pub fn empty() -> Obj<'a> {
+        Obj(Vec::with_capacity(4))
     }
 
-    fn key(mut self, key: &str) -> Obj {
-        if self.0.len() > 1 {
-            self.0.push(',');
-        }
-        self.0.push_str(&quote(key));
-        self.0.push(':');
+    /// A field.
+    pub fn field(mut self, key: &'static str, value: JsonTree<'a>) -> Obj<'a> {
+        self.0.push((key, value));
         self
     }
 
     /// A string field.
-    pub fn str(self, key: &str, value: &str) -> Obj {
-        let mut obj = self.key(key);
-        obj.0.push_str(&quote(value));
-        obj
+    pub fn str(self, key: &'static str, value: &'a str) -> Obj<'a> {
+        self.field(key, JsonTree::Str(value))
     }
 
     /// A string field, if there is a value.
-    pub fn opt_str(self, key: &str, value: Option<&str>) -> Obj {
+    pub fn opt_str(self, key: &'static str, value: Option<&'a str>) -> Obj<'a> {
         match value {
             Some(v) => self.str(key, v),
             None => self,
@@ -194,14 +191,12 @@ impl Obj {
     }
 
     /// A field whose value is JSON text, embedded as it is.
-    pub fn raw(self, key: &str, json: &str) -> Obj {
-        let mut obj = self.key(key);
-        obj.0.push_str(json);
-        obj
+    pub fn raw(self, key: &'static str, json: impl Into<Cow<'a, str>>) -> Obj<'a> {
+        self.field(key, JsonTree::Json(json.into()))
     }
 
     /// A JSON field, if there is a value.
-    pub fn opt_json(self, key: &str, json: Option<&JsonText>) -> Obj {
+    pub fn opt_json(self, key: &'static str, json: Option<&'a JsonText>) -> Obj<'a> {
         match json {
             Some(j) => self.raw(key, j.as_str()),
             None => self,
@@ -209,30 +204,17 @@ impl Obj {
     }
 
     /// A boolean field, if there is a value.
-    pub fn opt_bool(self, key: &str, value: Option<bool>) -> Obj {
+    pub fn opt_bool(self, key: &'static str, value: Option<bool>) -> Obj<'a> {
         match value {
-            Some(v) => self.raw(key, if v { "true" } else { "false" }),
+            Some(v) => self.field(key, JsonTree::Bool(v)),
             None => self,
         }
     }
 
-    /// The object's JSON text.
-    pub fn finish(mut self) -> String {
-        self.0.push('}');
-        self.0
+    /// The object.
+    pub fn finish(self) -> JsonTree<'a> {
+        JsonTree::Obj(self.0)
     }
-}
-
-/// A JSON list of JSON texts.
-pub(crate) fn list(items: impl IntoIterator<Item = String>) -> String {
-    let items: Vec<String> = items.into_iter().collect();
-    format!("[{}]", items.join(","))
-}
-
-/// A JSON string literal.
-pub(crate) fn quote(s: &str) -> String {
-    // Serializing a `str` into memory has no failure path.
-    serde_json::to_string(s).expect("a string serializes to JSON")
 }
 
 /// JSON text to embed on one line: kept byte for byte unless it spans lines,

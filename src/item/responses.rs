@@ -43,7 +43,8 @@
 
 use serde_json::value::RawValue;
 
-use super::fields::{as_string, history_list, list, Fields, Obj, Place};
+use super::fields::{as_string, history_list, Fields, Obj, Place};
+use super::tree::{list_json, JsonTree};
 use super::{ContentPart, Item, Role, ToolOutput};
 use crate::error::Result;
 use crate::schema::JsonText;
@@ -66,6 +67,13 @@ impl Item {
     /// it has no Responses form (Anthropic thinking, an Anthropic block, an
     /// `is_error` flag).
     pub fn to_responses_json(&self) -> Result<String> {
+        Ok(self.to_responses_tree()?.to_json())
+    }
+
+    /// The item's Responses form as a tree that borrows the item's strings:
+    /// what [`Item::to_responses_json`] renders, for a binding to build its
+    /// own objects from.
+    pub fn to_responses_tree(&self) -> Result<JsonTree<'_>> {
         write_item(
             self,
             Place {
@@ -87,11 +95,19 @@ pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
 /// Writes a history as a JSON list of Responses items, ready to send as
 /// `input`.
 pub fn history_to_json(items: &[Item]) -> Result<String> {
-    Ok(list(history_to_items(items)?))
+    Ok(list_json(&history_to_trees(items)?))
 }
 
 /// Writes a history as one JSON text per item.
 pub fn history_to_items(items: &[Item]) -> Result<Vec<String>> {
+    Ok(history_to_trees(items)?
+        .iter()
+        .map(JsonTree::to_json)
+        .collect())
+}
+
+/// Writes a history as one tree per item (see [`Item::to_responses_tree`]).
+pub fn history_to_trees(items: &[Item]) -> Result<Vec<JsonTree<'_>>> {
     items
         .iter()
         .enumerate()
@@ -305,7 +321,7 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
     })
 }
 
-fn write_item(item: &Item, place: Place) -> Result<String> {
+fn write_item(item: &Item, place: Place) -> Result<JsonTree<'_>> {
     Ok(match item {
         Item::Message { role, content, .. } => {
             let role_name = match role {
@@ -316,7 +332,7 @@ fn write_item(item: &Item, place: Place) -> Result<String> {
             };
             Obj::typed("message")
                 .str("role", role_name)
-                .raw("content", &write_parts(content, Some(*role)))
+                .field("content", write_parts(content, Some(*role)))
                 .finish()
         }
         Item::ToolCall {
@@ -363,7 +379,7 @@ fn write_item(item: &Item, place: Place) -> Result<String> {
             let obj = Obj::typed(kind).str("call_id", call_id);
             match output {
                 Some(ToolOutput::Text(text)) => obj.str("output", text),
-                Some(ToolOutput::Parts(parts)) => obj.raw("output", &write_parts(parts, None)),
+                Some(ToolOutput::Parts(parts)) => obj.field("output", write_parts(parts, None)),
                 None => return Err(place.error("output", "the Responses API needs an output")),
             }
             .finish()
@@ -386,84 +402,88 @@ fn write_item(item: &Item, place: Place) -> Result<String> {
         Item::Thinking { .. } | Item::RedactedThinking { .. } => {
             return Err(place.error("type", "Anthropic thinking has no Responses form"))
         }
-        Item::Opaque { role: None, json } => json.as_str().to_owned(),
+        Item::Opaque { role: None, json } => JsonTree::Json(json.as_str().into()),
         Item::Opaque { role: Some(_), .. } => {
             return Err(place.error("type", "an Anthropic block has no Responses form"))
         }
     })
 }
 
-fn write_reasoning(
-    summary: &[String],
-    content: Option<&[String]>,
-    encrypted: Option<&str>,
-) -> String {
-    let texts = |kind: &str, texts: &[String]| {
-        list(
+fn write_reasoning<'a>(
+    summary: &'a [String],
+    content: Option<&'a [String]>,
+    encrypted: Option<&'a str>,
+) -> JsonTree<'a> {
+    let texts = |kind: &'static str, texts: &'a [String]| {
+        JsonTree::List(
             texts
                 .iter()
-                .map(|t| Obj::typed(kind).str("text", t).finish()),
+                .map(|t| Obj::typed(kind).str("text", t).finish())
+                .collect(),
         )
     };
-    let obj = Obj::typed("reasoning").raw("summary", &texts("summary_text", summary));
+    let obj = Obj::typed("reasoning").field("summary", texts("summary_text", summary));
     let obj = match content {
-        Some(content) => obj.raw("content", &texts("reasoning_text", content)),
+        Some(content) => obj.field("content", texts("reasoning_text", content)),
         None => obj,
     };
     obj.opt_str("encrypted_content", encrypted).finish()
 }
 
-fn write_parts(parts: &[ContentPart], role: Option<Role>) -> String {
+fn write_parts(parts: &[ContentPart], role: Option<Role>) -> JsonTree<'_> {
     let assistant = role == Some(Role::Assistant);
-    list(parts.iter().map(|part| {
-        match part {
-            ContentPart::Text { text } if assistant => Obj::typed("output_text")
-                .str("text", text)
-                .raw("annotations", "[]")
-                .finish(),
-            ContentPart::Text { text } => Obj::typed("input_text").str("text", text).finish(),
-            ContentPart::OutputText {
-                text,
-                annotations,
-                logprobs,
-            } => Obj::typed("output_text")
-                .str("text", text)
-                .opt_json("annotations", annotations.as_ref())
-                .opt_json("logprobs", logprobs.as_ref())
-                .finish(),
-            ContentPart::Refusal { refusal } => {
-                Obj::typed("refusal").str("refusal", refusal).finish()
-            }
-            ContentPart::InputImage {
-                image_url,
-                file_id,
-                detail,
-            } => Obj::typed("input_image")
-                .opt_str("image_url", image_url.as_deref())
-                .opt_str("file_id", file_id.as_deref())
-                .opt_str("detail", detail.as_deref())
-                .finish(),
-            ContentPart::InputFile {
-                file_id,
-                file_data,
-                filename,
-                file_url,
-            } => Obj::typed("input_file")
-                .opt_str("file_id", file_id.as_deref())
-                .opt_str("file_data", file_data.as_deref())
-                .opt_str("filename", filename.as_deref())
-                .opt_str("file_url", file_url.as_deref())
-                .finish(),
-            ContentPart::InputAudio { data, format } => Obj::typed("input_audio")
-                .raw(
-                    "input_audio",
-                    &Obj::empty()
-                        .str("data", data)
-                        .str("format", format)
-                        .finish(),
-                )
-                .finish(),
-            ContentPart::Opaque { json } => json.as_str().to_owned(),
-        }
-    }))
+    JsonTree::List(
+        parts
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text } if assistant => Obj::typed("output_text")
+                    .str("text", text)
+                    .field("annotations", JsonTree::List(Vec::new()))
+                    .finish(),
+                ContentPart::Text { text } => Obj::typed("input_text").str("text", text).finish(),
+                ContentPart::OutputText {
+                    text,
+                    annotations,
+                    logprobs,
+                } => Obj::typed("output_text")
+                    .str("text", text)
+                    .opt_json("annotations", annotations.as_ref())
+                    .opt_json("logprobs", logprobs.as_ref())
+                    .finish(),
+                ContentPart::Refusal { refusal } => {
+                    Obj::typed("refusal").str("refusal", refusal).finish()
+                }
+                ContentPart::InputImage {
+                    image_url,
+                    file_id,
+                    detail,
+                } => Obj::typed("input_image")
+                    .opt_str("image_url", image_url.as_deref())
+                    .opt_str("file_id", file_id.as_deref())
+                    .opt_str("detail", detail.as_deref())
+                    .finish(),
+                ContentPart::InputFile {
+                    file_id,
+                    file_data,
+                    filename,
+                    file_url,
+                } => Obj::typed("input_file")
+                    .opt_str("file_id", file_id.as_deref())
+                    .opt_str("file_data", file_data.as_deref())
+                    .opt_str("filename", filename.as_deref())
+                    .opt_str("file_url", file_url.as_deref())
+                    .finish(),
+                ContentPart::InputAudio { data, format } => Obj::typed("input_audio")
+                    .field(
+                        "input_audio",
+                        Obj::empty()
+                            .str("data", data)
+                            .str("format", format)
+                            .finish(),
+                    )
+                    .finish(),
+                ContentPart::Opaque { json } => JsonTree::Json(json.as_str().into()),
+            })
+            .collect(),
+    )
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::Published;
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
-use crate::format::{self, FIRST_RECORD_OFFSET};
+use crate::format::{self, RecordRef, FIRST_RECORD_OFFSET};
 use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
 use crate::segment::Segment;
 
@@ -180,22 +180,144 @@ impl<'a> Iterator for Iter<'a> {
 
 impl<'a> Iter<'a> {
     fn read(&mut self, seg: &'a Arc<Segment>, end: u64) -> Result<Option<RecordView<'a>>> {
-        let bytes = seg.map.committed_slice(self.offset as usize, end as usize);
-        let corrupt = |kind| seg.corrupt(self.offset, Some(self.seq), kind);
-        let rec = format::read_record(bytes, 0).map_err(corrupt)?;
-        let h = rec.header;
-        let len = rec.len();
-        if h.seq != self.seq {
-            return Err(corrupt(CorruptKind::SeqGap {
-                expected: self.seq,
-                found: h.seq,
-            }));
-        }
-        if h.seq < self.skip_to {
-            self.offset += len as u64;
-            self.seq += 1;
+        let at = RecordPos {
+            seg: self.seg,
+            offset: self.offset,
+            seq: self.seq,
+        };
+        let (rec, bytes) = self.snap.header_at(seg, end, at)?;
+        self.offset += rec.len() as u64;
+        self.seq += 1;
+        if at.seq < self.skip_to {
             return Ok(None);
         }
+        if self.seq >= self.snap.next_seq {
+            self.done = true;
+        }
+        self.snap.check(seg, at, rec, bytes).map(Some)
+    }
+}
+
+/// Where a record sits in a snapshot: its segment's place, its offset in
+/// that segment, and the seq it must carry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordPos {
+    seg: usize,
+    offset: u64,
+    seq: u64,
+}
+
+impl Snapshot {
+    /// Visits the places of the records from the last back to the one at
+    /// `from`, until `visit` returns false. The records are found by their
+    /// headers (magic, bounds and seq order checked, as seeking does), a
+    /// run at a time: the records between two entries of their segment's
+    /// sparse index, so that a walk that stops early reads only the end of
+    /// the log. Each record's CRC and archive are checked when it is read,
+    /// through [`Snapshot::read_at`].
+    pub(crate) fn visit_back(
+        &self,
+        from: u64,
+        mut visit: impl FnMut(RecordPos) -> Result<bool>,
+    ) -> Result<()> {
+        let from = from.max(self.first_seq());
+        let mut next = self.next_seq;
+        for (i, (seg, end)) in self.segs.iter().enumerate().rev() {
+            let seg_next = next;
+            next = seg.header.first_seq;
+            if seg_next <= from {
+                break;
+            }
+            seg.ensure_index()?;
+            // Where runs start: the segment's first record, then each index
+            // entry inside what this snapshot holds.
+            let mut starts = vec![(FIRST_RECORD_OFFSET, seg.header.first_seq)];
+            starts.extend(
+                seg.index
+                    .read()
+                    .iter()
+                    .filter(|e| {
+                        e.offset > FIRST_RECORD_OFFSET && e.offset < *end && e.seq < seg_next
+                    })
+                    .map(|e| (e.offset, e.seq)),
+            );
+            let mut stop = (*end, seg_next);
+            for &(offset, seq) in starts.iter().rev() {
+                if stop.1 <= from {
+                    return Ok(());
+                }
+                let mut at = RecordPos {
+                    seg: i,
+                    offset,
+                    seq,
+                };
+                let mut run = Vec::new();
+                while at.offset < stop.0 {
+                    let (rec, _) = self.header_at(seg, *end, at)?;
+                    if at.seq >= from {
+                        run.push(at);
+                    }
+                    at.offset += rec.len() as u64;
+                    at.seq += 1;
+                }
+                if (at.offset, at.seq) != stop {
+                    let why = format!(
+                        "records from offset {offset} end at offset {} seq {}, not at the \
+                         next index entry's offset {} seq {}",
+                        at.offset, at.seq, stop.0, stop.1
+                    );
+                    return Err(seg.corrupt(offset, Some(seq), CorruptKind::Footer(why)));
+                }
+                for at in run.into_iter().rev() {
+                    if !visit(at)? {
+                        return Ok(());
+                    }
+                }
+                stop = (offset, seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// The record at `at`, checked as every read is.
+    pub(crate) fn read_at(&self, at: RecordPos) -> Result<RecordView<'_>> {
+        let (seg, end) = &self.segs[at.seg];
+        let (rec, bytes) = self.header_at(seg, *end, at)?;
+        self.check(seg, at, rec, bytes)
+    }
+
+    /// The record at `at`, its header read and its seq checked, with the
+    /// committed bytes from it to its segment's end.
+    fn header_at<'s>(
+        &self,
+        seg: &'s Segment,
+        end: u64,
+        at: RecordPos,
+    ) -> Result<(RecordRef<'s>, &'s [u8])> {
+        let bytes = seg.map.committed_slice(at.offset as usize, end as usize);
+        let corrupt = |kind| seg.corrupt(at.offset, Some(at.seq), kind);
+        let rec = format::read_record(bytes, 0).map_err(corrupt)?;
+        if rec.header.seq != at.seq {
+            return Err(corrupt(CorruptKind::SeqGap {
+                expected: at.seq,
+                found: rec.header.seq,
+            }));
+        }
+        Ok((rec, bytes))
+    }
+
+    /// Checks the CRC and the archive of `rec`, read at `at` from `bytes`,
+    /// and finds its hash in what follows it.
+    fn check<'s>(
+        &self,
+        seg: &Segment,
+        at: RecordPos,
+        rec: RecordRef<'s>,
+        bytes: &'s [u8],
+    ) -> Result<RecordView<'s>> {
+        let corrupt = |kind| seg.corrupt(at.offset, Some(at.seq), kind);
+        let h = rec.header;
+        let len = rec.len();
         rec.check_crc().map_err(corrupt)?;
         let entry = LogEntry::access_archive(rec.payload())
             .map_err(|e| corrupt(CorruptKind::InvalidArchive(e)))?;
@@ -207,12 +329,12 @@ impl<'a> Iter<'a> {
         })?;
         let hash = if len < bytes.len() {
             format::prev_hash_of(&bytes[len..]).ok_or_else(|| corrupt(CorruptKind::Truncated))?
-        } else if let Some((next, _)) = self.snap.segs.get(self.seg + 1) {
+        } else if let Some((next, _)) = self.segs.get(at.seg + 1) {
             next.header.start_hash
         } else {
-            self.snap.head
+            self.head
         };
-        let view = RecordView {
+        Ok(RecordView {
             seq: h.seq,
             ts: h.ts,
             kind,
@@ -220,12 +342,6 @@ impl<'a> Iter<'a> {
             prev_hash: h.prev_hash,
             entry,
             payload_len: h.payload_len,
-        };
-        self.offset += len as u64;
-        self.seq += 1;
-        if self.seq >= self.snap.next_seq {
-            self.done = true;
-        }
-        Ok(Some(view))
+        })
     }
 }

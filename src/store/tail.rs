@@ -13,8 +13,6 @@ use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
 pub struct HistoryTail {
     /// The items, in history order.
     pub items: Vec<Item>,
-    /// How many items the whole live history holds.
-    pub len: u64,
     /// The head the items were read at: the one to pass to a save or to
     /// [`Store::remove_last`] that must follow exactly this history.
     pub head: Option<EntryHash>,
@@ -22,12 +20,20 @@ pub struct HistoryTail {
 
 impl Store {
     /// The last `limit` items (all of them for `None`) of the session's live
-    /// history, in order: what [`Store::restore`]'s history ends with. Reads
-    /// the records from the last `SessionStart` (each checked as every read
-    /// is), but builds only the items returned, so the cost of a small
+    /// history, in order: what [`Store::restore`]'s history ends with.
+    ///
+    /// With a limit, the records from the last `SessionStart` are found by
+    /// their headers, and read (each checked as every read is) from the end
+    /// back only as far as the items returned need: the cost of a small
     /// `limit` barely grows with the history.
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
         self.snapshot(id)?.history_tail(limit)
+    }
+
+    /// How many items the session's live history holds: the length of
+    /// [`Store::restore`]'s history, counted without building it.
+    pub fn history_len(&self, id: SessionId) -> Result<u64> {
+        self.snapshot(id)?.history_len()
     }
 
     /// Removes the last `count` items of the live history, if the head is
@@ -48,48 +54,85 @@ impl Store {
 impl Snapshot {
     /// [`Store::history_tail`] over this snapshot.
     pub fn history_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
-        let from = self.last_session_start().unwrap_or(self.first_seq());
-        // Runs of live items: an entry and how many of its first items are
-        // still in the history. Removals shorten runs from the end.
-        let mut runs: Vec<(&ArchivedLogEntry, usize)> = Vec::new();
-        let mut len = 0u64;
-        for rec in self.iter_from(from) {
-            let entry = rec?.entry;
-            if let ArchivedLogEntry::ItemsRemoved { count, .. } = entry {
-                let mut count = count.to_native();
-                len = len.saturating_sub(count);
-                while count > 0 {
-                    let Some((_, n)) = runs.last_mut() else { break };
-                    let cut = (*n as u64).min(count);
-                    *n -= cut as usize;
-                    count -= cut;
-                    if *n == 0 {
-                        runs.pop();
-                    }
+        let from = self.live_from();
+        let mut tail = Taker {
+            want: limit.unwrap_or(usize::MAX),
+            hidden: 0,
+            items: Vec::new(),
+        };
+        match limit {
+            // Everything: one pass forward, then the entries back.
+            None => {
+                let entries = self
+                    .iter_from(from)
+                    .map(|r| r.map(|v| v.entry))
+                    .collect::<Result<Vec<_>>>()?;
+                for entry in entries.into_iter().rev() {
+                    tail.take(entry);
                 }
-                continue;
             }
-            let n = entry.items().len();
-            if n > 0 {
-                runs.push((entry, n));
-                len += n as u64;
-            }
+            Some(0) => {}
+            Some(_) => self.visit_back(from, |at| Ok(tail.take(self.read_at(at)?.entry)))?,
         }
-        let want = limit.map_or(usize::MAX, |l| l.min(len as usize));
-        let mut items = Vec::with_capacity(want.min(len as usize));
-        'runs: for (entry, n) in runs.iter().rev() {
-            for item in entry.items()[..*n].iter().rev() {
-                if items.len() == want {
-                    break 'runs;
-                }
-                items.push(item.to_item());
-            }
-        }
+        let mut items = tail.items;
         items.reverse();
         Ok(HistoryTail {
             items,
-            len,
             head: self.head().map(|(_, h)| h),
         })
+    }
+
+    /// [`Store::history_len`] over this snapshot.
+    pub fn history_len(&self) -> Result<u64> {
+        let mut len = 0u64;
+        for rec in self.iter_from(self.live_from()) {
+            len = match rec?.entry {
+                ArchivedLogEntry::ItemsRemoved { count, .. } => {
+                    len.saturating_sub(count.to_native())
+                }
+                entry => len + entry.items().len() as u64,
+            };
+        }
+        Ok(len)
+    }
+
+    /// Where the live history starts: the last `SessionStart`, or the log's
+    /// first record.
+    fn live_from(&self) -> u64 {
+        self.last_session_start().unwrap_or(self.first_seq())
+    }
+}
+
+/// Takes the items of a live history from its end back.
+struct Taker {
+    want: usize,
+    /// Items still hidden by removals met so far: a removal hides that many
+    /// of the items before it, and one of more items than there were hides
+    /// them all.
+    hidden: u64,
+    /// The items taken, last first.
+    items: Vec<Item>,
+}
+
+impl Taker {
+    /// Takes what `entry`, the one before those already seen, adds; returns
+    /// whether more items are wanted.
+    fn take(&mut self, entry: &ArchivedLogEntry) -> bool {
+        if let ArchivedLogEntry::ItemsRemoved { count, .. } = entry {
+            self.hidden = self.hidden.saturating_add(count.to_native());
+            return self.items.len() < self.want;
+        }
+        let all = entry.items();
+        let shown = all
+            .len()
+            .saturating_sub(usize::try_from(self.hidden).unwrap_or(usize::MAX));
+        self.hidden = self.hidden.saturating_sub(all.len() as u64);
+        for item in all[..shown].iter().rev() {
+            if self.items.len() == self.want {
+                break;
+            }
+            self.items.push(item.to_item());
+        }
+        self.items.len() < self.want
     }
 }
