@@ -25,8 +25,11 @@ from asyncio tasks and threads, and sessions on one directory share one
 ``Store``. On a ``"buffered"`` store a call runs in the event loop's thread:
 a buffered append is a copy into a mapped file (tens of microseconds), less
 than handing it to a worker thread costs (about 150). On a ``"sync"`` store,
-whose appends wait for the disk, each call runs in a worker thread
-(``asyncio.to_thread``) with the GIL released. ``offload`` overrides this.
+whose writes wait for the disk, each write (``add_items``, ``pop_item``,
+``clear_session``) runs in a worker thread (``asyncio.to_thread``) with the
+GIL released; ``get_items`` still runs in the loop's thread, since a read
+waits for no sync. ``offload`` overrides this: ``True`` sends every call to
+a worker thread, ``False`` none.
 """
 
 from __future__ import annotations
@@ -88,8 +91,8 @@ class StoreSession(_Base):  # type: ignore[misc,valid-type]
         durability: ``"buffered"`` or ``"sync"``, when ``root`` is a path
             and the process has not opened that store yet.
         offload: Run each store call in a worker thread (``True``) or in
-            the event loop's thread (``False``); by default, only on a
-            ``"sync"`` store.
+            the event loop's thread (``False``); by default, the writes of
+            a ``"sync"`` store, which wait for the disk.
     """
 
     def __init__(
@@ -108,11 +111,12 @@ class StoreSession(_Base):  # type: ignore[misc,valid-type]
         self.session_settings = session_settings
         self.store = root if isinstance(root, Store) else shared_store(root, durability)
         self._id: Optional[str] = None
-        self._offload = self.store.durability == "sync" if offload is None else offload
+        self._offload_writes = self.store.durability == "sync" if offload is None else offload
+        self._offload_reads = offload is True
 
-    async def _run(self, call: Callable[[], _T]) -> _T:
+    async def _run(self, call: Callable[[], _T], write: bool = True) -> _T:
         """Runs a store call where ``offload`` says."""
-        if self._offload:
+        if self._offload_writes if write else self._offload_reads:
             return await asyncio.to_thread(call)
         return call()
 
@@ -144,7 +148,7 @@ class StoreSession(_Base):  # type: ignore[misc,valid-type]
                 return []
             return self.store.items(session, limit)
 
-        return await self._run(read)
+        return await self._run(read, write=False)
 
     async def add_items(self, items: list[Any]) -> None:
         """Appends ``items`` in one commit."""

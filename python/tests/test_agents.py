@@ -258,3 +258,40 @@ def test_concurrent_sessions(tmp_path, offload):
         mine = [int(t.split(".")[1]) for t in left if t.startswith(f"{k}.")]
         assert mine == sorted(mine)
     assert len(store.list()) == 13
+
+
+@pytest.mark.parametrize(
+    "durability, offload, writes_offloaded, reads_offloaded",
+    [
+        ("sync", None, True, False),
+        ("buffered", None, False, False),
+        ("buffered", True, True, True),
+        ("sync", False, False, False),
+    ],
+)
+def test_which_calls_go_to_a_worker_thread(
+    tmp_path, monkeypatch, durability, offload, writes_offloaded, reads_offloaded
+):
+    # A sync store's writes wait for the disk and leave the loop's thread;
+    # reads wait for no sync and stay, unless `offload=True`.
+    sent = []
+    real = asyncio.to_thread
+
+    async def counting(call, *args, **kwargs):
+        sent.append(call)
+        return await real(call, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    store = session_store.Store(tmp_path / "store", durability=durability)
+    s = StoreSession("threads", store, offload=offload)
+
+    async def scenario():
+        await s.add_items([{"role": "user", "content": "hi"}])
+        writes = len(sent)
+        items = await s.get_items()
+        return writes, len(sent) - writes, items
+
+    writes, reads, items = run(scenario())
+    assert items[0]["content"][0]["text"] == "hi"
+    assert (writes == 1) == writes_offloaded
+    assert (reads == 1) == reads_offloaded
