@@ -31,6 +31,7 @@ use crate::log::{Log, LogOptions, LOCK_FILE};
 use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 
 mod commit;
+mod forks;
 mod names;
 mod session;
 mod shards;
@@ -40,6 +41,7 @@ mod tail;
 mod transfer;
 
 pub use commit::Turn;
+pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
@@ -213,6 +215,7 @@ impl Store {
         let cache = Some(Arc::new(ListCache::open(&root, hook)?));
         let store = Store::with_parts(root, opts, cache);
         store.sweep_staging();
+        store.sweep_retired();
         Ok(store)
     }
 
@@ -500,6 +503,13 @@ fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
         }) => (
             forked_from.as_ref().map(|o| o.get()),
             compacted_from.as_ref().map(|o| o.get()),
+        ),
+        Some(ArchivedLogEntry::ForkedFrom { parent, hash, .. }) => (
+            Some(SessionOrigin {
+                session_id: parent.get(),
+                at_hash: hash.get(),
+            }),
+            None,
         ),
         _ => (None, None),
     }

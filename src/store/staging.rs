@@ -14,6 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::forks::Deletion;
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
@@ -21,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::item::Item;
 use crate::log::{Durability, ExpectHead, FirstSync, Log, LOCK_FILE};
-use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId};
+use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin};
 
 /// The file that marks a session whose creation is not durable yet.
 pub(super) const CREATING_FILE: &str = "CREATING";
@@ -87,7 +88,7 @@ impl Store {
     ) -> Result<(SessionId, EntryHash)> {
         let id = SessionId::new_v7();
         let entry = first_entry(system_prompt, config, history);
-        let head = self.create_with_entries_as(id, &[entry], Some(durability))?;
+        let head = self.create_with_entries_as(id, &[entry], Some(durability), None)?;
         Ok((id, head))
     }
 
@@ -97,27 +98,40 @@ impl Store {
         id: SessionId,
         entries: &[LogEntry],
     ) -> Result<EntryHash> {
-        self.create_with_entries_as(id, entries, None)
+        self.create_with_entries_as(id, entries, None, None)
     }
 
     /// [`Store::create_with_entries`] with the session's own durability.
-    fn create_with_entries_as(
+    pub(super) fn create_with_entries_as(
         &self,
         id: SessionId,
         entries: &[LogEntry],
         durability: Option<Durability>,
+        title: Option<String>,
     ) -> Result<EntryHash> {
         self.writable()?;
-        let Some(LogEntry::SessionStart {
-            history,
-            forked_from,
-            compacted_from,
-            ..
-        }) = entries.first()
-        else {
-            return Err(Error::invalid(
-                "a session must start with a session_start entry",
-            ));
+        let (history, forked_from, compacted_from) = match entries.first() {
+            Some(LogEntry::SessionStart {
+                history,
+                forked_from,
+                compacted_from,
+                ..
+            }) => (history.as_slice(), *forked_from, *compacted_from),
+            // A fork by reference (`Store::fork_at`): its history is its
+            // parent's, and so is its title.
+            Some(LogEntry::ForkedFrom { parent, hash, .. }) => (
+                &[][..],
+                Some(SessionOrigin {
+                    session_id: *parent,
+                    at_hash: *hash,
+                }),
+                None,
+            ),
+            _ => {
+                return Err(Error::invalid(
+                    "a session must start with a session_start entry",
+                ))
+            }
         };
         let dir = self.session_dir(id);
         // The common refusals, before anything is made or locked.
@@ -126,15 +140,17 @@ impl Store {
         {
             return Err(already_exists(id));
         }
-        let title = entries
-            .iter()
-            .flat_map(|e| e.items())
-            .chain(history.iter())
-            .find_map(user_text);
+        let title = title.or_else(|| {
+            entries
+                .iter()
+                .flat_map(|e| e.items())
+                .chain(history.iter())
+                .find_map(user_text)
+        });
         let identity = Identity {
             created_ms: id.created_ms().unwrap_or_else(now_ms),
-            forked_from: *forked_from,
-            compacted_from: *compacted_from,
+            forked_from,
+            compacted_from,
             durability,
         };
         let lock = self.claim(id, &dir)?;
@@ -354,8 +370,8 @@ impl Store {
         }
     }
 
-    /// Deletes a session durably. Forks of it keep working: they carry
-    /// their history.
+    /// Deletes a session durably. Forks of it keep working: a session that
+    /// forks by reference read is retired, not removed (below).
     ///
     /// A refused delete changes nothing: [`Error::Locked`] while a handle of
     /// this store (a [`Subscription`](crate::Subscription), a
@@ -364,7 +380,15 @@ impl Store {
     /// damaged session is deleted like any other. Once the session's
     /// directory is durably in `trash/`, the delete is done and returns
     /// `Ok`; what is left in the trash is removed now or by the next open.
+    ///
+    /// A session whose history forks still read is retired rather than
+    /// removed (see [`Store::delete_session`], which says which happened).
     pub fn delete(&self, id: SessionId) -> Result<()> {
+        self.delete_session(id).map(drop)
+    }
+
+    /// [`Store::delete`], saying whether the session was removed or retired.
+    pub(super) fn delete_or_retire(&self, id: SessionId) -> Result<Deletion> {
         let cache = self.writable()?;
         let dir = self.session_dir(id);
         if !dir.join(CATALOG_FILE).exists() {
@@ -384,6 +408,12 @@ impl Store {
         {
             let _ = catalog.forget();
         }
+        // Held across the rename: no fork of this session is created
+        // meanwhile, and none that exists is left without it.
+        let forks_lock = match self.retire_if_forked(id, &dir)? {
+            Ok(retired) => return Ok(retired),
+            Err(forks_lock) => forks_lock,
+        };
         let trash = self
             .inner
             .root
@@ -392,11 +422,12 @@ impl Store {
         hooked_fs::rename(&dir, &trash, self.hook())?;
         sync_dir(&self.inner.root.join("sessions"), self.hook())?;
         sync_dir(&self.inner.root.join("trash"), self.hook())?;
+        drop(forks_lock);
         // Removed while the lock is still held, so that an open emptying the
         // trash meanwhile leaves this directory alone.
         let _ = hooked_fs::remove_dir_all(&trash, self.hook());
         drop(lock);
-        Ok(())
+        Ok(Deletion::Removed)
     }
 }
 
