@@ -152,6 +152,10 @@ impl Store {
         if !dir.join(CATALOG_FILE).exists() {
             return Err(gone());
         }
+        // The prefix the fork names must survive whatever the fork does: on
+        // a `Buffered` store, what this store appended to the parent is
+        // made durable first (nothing to do when it already is).
+        self.sync(parent)?;
         let fork = SessionId::new_v7();
         let (lock, made) = self.lock_forks(&dir).map_err(|e| match e {
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => gone(),
@@ -205,7 +209,7 @@ impl Store {
         let mut live: Vec<SessionId> = entries
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<SessionId>().ok())
-            .filter(|&f| self.exists(f) || self.retired_dir(f).join(CATALOG_FILE).exists())
+            .filter(|&f| self.exists(f) || self.is_retired(f))
             .collect();
         live.sort();
         live
@@ -213,6 +217,11 @@ impl Store {
 
     fn retired_dir(&self, id: SessionId) -> PathBuf {
         self.inner.root.join(RETIRED_DIR).join(id.to_string())
+    }
+
+    /// Whether `id` is a retired session (deleted, still read by forks).
+    pub(super) fn is_retired(&self, id: SessionId) -> bool {
+        self.retired_dir(id).join(CATALOG_FILE).exists()
     }
 
     /// The forks of a session that read its history (its registered forks
@@ -225,7 +234,7 @@ impl Store {
     /// still read those).
     fn read_session(&self, id: SessionId) -> Result<Log> {
         match self.reader(id) {
-            Err(Error::NotFound { .. }) if self.retired_dir(id).join(CATALOG_FILE).exists() => {
+            Err(Error::NotFound { .. }) if self.is_retired(id) => {
                 Log::open_read_only(self.retired_dir(id))
             }
             r => r,
@@ -417,7 +426,10 @@ impl Store {
             // Tidy the parent's registry, then collect it if it was kept
             // for this fork alone.
             for dir in [self.session_dir(link.parent), self.retired_dir(link.parent)] {
-                let _ = fs::remove_file(dir.join(FORKS_DIR).join(id.to_string()));
+                let registration = dir.join(FORKS_DIR).join(id.to_string());
+                if registration.exists() {
+                    let _ = hooked_fs::remove_file(&registration, self.hook());
+                }
             }
             self.collect_retired(link.parent);
         }

@@ -135,8 +135,11 @@ impl Store {
         };
         let dir = self.session_dir(id);
         // The common refusals, before anything is made or locked.
+        // A retired session's id stays taken until it is collected: its
+        // forks read it by that id.
         if self.is_open_here(id)
             || dir.join(CATALOG_FILE).exists() && !dir.join(CREATING_FILE).exists()
+            || self.is_retired(id)
         {
             return Err(already_exists(id));
         }
