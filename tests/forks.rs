@@ -477,3 +477,34 @@ fn a_registration_whose_fork_never_came_to_be_does_not_keep_a_parent() {
     assert_eq!(store.delete_session(parent).unwrap(), Deletion::Removed);
     assert!(!dir.path().join("retired").join(parent.to_string()).exists());
 }
+
+#[test]
+fn a_fork_on_a_sync_store_reserves_the_smallest_first_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = StoreOptions::default().log(
+        LogOptions::default()
+            .durability(session_store::Durability::Sync)
+            .segment_size(1 << 20),
+    );
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    let (parent, head) = session(&store, 2);
+    let (fork, mut fh) = store.fork_at(parent, head).unwrap();
+    let len = |id: SessionId| -> u64 {
+        store
+            .log(id)
+            .unwrap()
+            .segment_paths()
+            .iter()
+            .map(|p| fs::metadata(p).unwrap().len())
+            .sum()
+    };
+    // A new session reserves the initial 256 KiB; a fork, 8 KiB.
+    assert_eq!(len(parent), 256 << 10);
+    assert_eq!(len(fork), 8 << 10);
+    // And grows like any log.
+    for n in 0..10 {
+        store.save_delta(fork, &mut fh, &turn(n, 2000)).unwrap();
+    }
+    assert!(store.log(fork).unwrap().segment_paths().len() > 1);
+    assert_eq!(store.restore(fork).unwrap().head, Some(fh));
+}

@@ -18,6 +18,9 @@
 //! - Restore of a fork of a fork of a fork (each adding turns) against a
 //!   flat session saved with the same items, both read by a store that has
 //!   neither open (read-only opens of every log on the way), interleaved.
+//! - Append of small items (`Workload::small`) through `save_delta` into a
+//!   session with no forks and into a fork: the append path is the same
+//!   code for both (and unchanged by forks by reference).
 
 use std::path::Path;
 use std::time::Instant;
@@ -210,6 +213,42 @@ fn chain_restore(quick: bool, reps: usize) -> (f64, f64, usize) {
     (median(chain_ms), median(flat_ms), items)
 }
 
+/// Items per second of `save_delta` with small items, turn by turn, into
+/// a session with no forks and into a fork by reference of a session of the
+/// same size: medians over `reps` interleaved rounds.
+fn append_rates(quick: bool, reps: usize) -> (f64, f64) {
+    let w = Workload::small(41, if quick { 2_000 } else { 10_000 });
+    let items = w.items() as f64;
+    let (mut plain, mut forked) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(3) {
+        for into_fork in [false, true] {
+            let tmp = crate::fresh();
+            let store = Store::open_with(tmp.path(), options(Durability::Buffered)).expect("open");
+            let (mut id, mut head) = store
+                .create_session(
+                    Some(common::SYSTEM_PROMPT),
+                    RequestConfig::model(common::MODEL),
+                    &[],
+                )
+                .expect("create");
+            if into_fork {
+                (id, head) = store.fork_at(id, head).expect("fork");
+            }
+            let t = Instant::now();
+            for turn in &w.turns {
+                store.save_delta(id, &mut head, turn).expect("save");
+            }
+            let rate = items / t.elapsed().as_secs_f64();
+            store.close().expect("close");
+            match into_fork {
+                false => plain.push(rate),
+                true => forked.push(rate),
+            }
+        }
+    }
+    (median(plain), median(forked))
+}
+
 /// Prints the forks table and checks issue 18's targets.
 pub fn run(quick: bool, reps: usize) {
     let big_mb = if quick { 10.0 } else { 100.0 };
@@ -271,6 +310,13 @@ pub fn run(quick: bool, reps: usize) {
     println!(
         "Restore of a fork of a fork of a fork: {chain_ms:.2} ms; of a flat session with the same {items} items: {flat_ms:.2} ms ({:.2}×)",
         chain_ms / flat_ms
+    );
+    let (plain, forked) = append_rates(quick, reps);
+    println!(
+        "Append, small items through `save_delta` (Buffered): a session with no forks {:.0} k items/s; a fork by reference {:.0} k items/s ({:.2}×)",
+        plain / 1e3,
+        forked / 1e3,
+        forked / plain
     );
     println!();
     println!("Targets (issue 18):");

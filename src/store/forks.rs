@@ -36,6 +36,11 @@ const FORKS_LOCK: &str = "LOCK";
 /// Under the store's root: sessions deleted while forks still read them.
 pub(super) const RETIRED_DIR: &str = "retired";
 
+/// The first segment of a fork's log, where it is reserved (a log that
+/// syncs; a sparse one takes the blocks it holds): the smallest a log
+/// makes, since a fork starts with one small record.
+pub(super) const FORK_FIRST_SEGMENT_BYTES: u64 = 8 << 10;
+
 /// How long a chain of forks (a fork of a fork of …) may be. A store never
 /// makes a longer one by itself; a chain that loops or passes this is
 /// [`Error::BrokenFork`].
@@ -259,6 +264,18 @@ impl Store {
     /// config and items). Every parent on the way is read from its last
     /// `SessionStart` at or before the seq, and every link is checked.
     fn inherited(&self, fork: SessionId, link: ForkLink) -> Result<RestoredState> {
+        let mut state = RestoredState::default();
+        for level in self.chain(fork, link)?.iter().rev() {
+            state = replay_to_link(level, state)?;
+        }
+        Ok(state)
+    }
+
+    /// The parents to read for a fork's history, from its own parent up to
+    /// the first whose log has a `SessionStart` at or before the seq its
+    /// child names. Each parent must exist and hold that seq; the chain
+    /// must not loop or pass [`MAX_FORK_DEPTH`].
+    fn chain(&self, fork: SessionId, link: ForkLink) -> Result<Vec<Level>> {
         let mut levels: Vec<Level> = Vec::new();
         let mut seen = HashSet::from([fork]);
         let (mut child, mut link) = (fork, link);
@@ -277,13 +294,12 @@ impl Store {
                     "the chain of forks is deeper than {MAX_FORK_DEPTH}"
                 )));
             }
-            let log = match self.read_session(link.parent) {
+            let snap = match self.read_session(link.parent) {
                 Err(Error::NotFound { .. }) => {
                     return Err(broken("the parent session is missing".into()))
                 }
-                r => r?,
+                r => r?.snapshot(),
             };
-            let snap = log.snapshot();
             if link.seq < snap.first_seq() || link.seq >= snap.next_seq() {
                 return Err(broken(format!(
                     "the parent's log ends before it (next seq {})",
@@ -291,7 +307,7 @@ impl Store {
                 )));
             }
             let start = snap.session_start_at_or_before(link.seq)?;
-            let next = match start {
+            let up = match start {
                 Some(_) => None,
                 None => Some(snap.fork_link()?.ok_or_else(|| {
                     broken("the parent's log has no session start before it".into())
@@ -304,16 +320,11 @@ impl Store {
                 child,
                 link,
             });
-            match next {
+            match up {
                 Some(up) => (child, link) = (link.parent, up),
-                None => break,
+                None => return Ok(levels),
             }
         }
-        let mut state = RestoredState::default();
-        for level in levels.iter().rev() {
-            state = replay_to_link(level, state)?;
-        }
-        Ok(state)
     }
 
     /// Checks a session's fork link, and every link up its chain of
@@ -324,37 +335,18 @@ impl Store {
         let Some(first) = self.snapshot(id)?.fork_link()? else {
             return Ok(None);
         };
-        let mut seen = HashSet::from([id]);
-        let (mut child, mut link) = (id, first);
-        loop {
-            let broken = |what: String| Error::BrokenFork {
-                session: child,
-                parent: link.parent,
-                seq: link.seq,
-                what,
-            };
-            if !seen.insert(link.parent) || seen.len() > MAX_FORK_DEPTH + 1 {
-                return Err(broken("the chain of forks loops or is too deep".into()));
-            }
-            let snap = match self.read_session(link.parent) {
-                Err(Error::NotFound { .. }) => {
-                    return Err(broken("the parent session is missing".into()))
-                }
-                r => r?.snapshot(),
-            };
-            check_link_record(&snap, &link, broken)?;
-            if snap.session_start_at_or_before(link.seq)?.is_some() {
-                return Ok(Some(first));
-            }
-            match snap.fork_link()? {
-                Some(up) => (child, link) = (link.parent, up),
-                None => {
-                    return Err(broken(
-                        "the parent's log has no session start before it".into(),
-                    ))
-                }
+        for level in self.chain(id, first)? {
+            let found = level
+                .snap
+                .iter_from(level.link.seq)
+                .next()
+                .ok_or_else(|| no_record(&level))??
+                .hash;
+            if found != level.link.hash {
+                return Err(hash_mismatch(level.child, &level.link, found));
             }
         }
+        Ok(Some(first))
     }
 
     /// Calls `f` with each entry of the session's history as a standalone
@@ -548,37 +540,18 @@ fn replay_to_link(level: &Level, base: RestoredState) -> Result<RestoredState> {
             });
         }
     }
-    Err(Error::BrokenFork {
-        session: *child,
-        parent: link.parent,
-        seq: link.seq,
-        what: "the parent's log has no record there".into(),
-    })
+    Err(no_record(level))
 }
 
-/// Checks that the parent's record at the link's seq has the link's hash.
-fn check_link_record(
-    snap: &Snapshot,
-    link: &ForkLink,
-    broken: impl Fn(String) -> Error,
-) -> Result<()> {
-    if link.seq < snap.first_seq() || link.seq >= snap.next_seq() {
-        return Err(broken(format!(
-            "the parent's log ends before it (next seq {})",
-            snap.next_seq()
-        )));
+/// The parent's log has no record at the seq the link names (its bounds
+/// were checked: a record there is unreadable or the log ends early).
+fn no_record(level: &Level) -> Error {
+    Error::BrokenFork {
+        session: level.child,
+        parent: level.link.parent,
+        seq: level.link.seq,
+        what: "the parent's log has no record there".into(),
     }
-    let rec = snap
-        .iter_from(link.seq)
-        .next()
-        .ok_or_else(|| broken("the parent's log has no record there".into()))??;
-    if rec.hash != link.hash {
-        return Err(broken(format!(
-            "the parent's record has hash {}, the fork recorded {}",
-            rec.hash, link.hash
-        )));
-    }
-    Ok(())
 }
 
 fn hash_mismatch(child: SessionId, link: &ForkLink, found: EntryHash) -> Error {

@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::forks::Deletion;
+use super::forks::{Deletion, FORK_FIRST_SEGMENT_BYTES};
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
@@ -260,6 +260,12 @@ impl Store {
         let mut opts = self.inner.opts.log.clone();
         let durability = identity.durability.unwrap_or(opts.durability);
         opts.durability = durability;
+        // A fork holds one small record: where its first segment is
+        // reserved (a log that syncs), it is the smallest one, and rolls
+        // double from there if the fork grows.
+        if matches!(entries.first(), Some(LogEntry::ForkedFrom { .. })) {
+            opts.initial_segment_size = opts.initial_segment_size.min(FORK_FIRST_SEGMENT_BYTES);
+        }
         let log = Log::create_unsynced(dir, opts, lock)?;
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
