@@ -145,7 +145,11 @@ impl RestoredState {
             LogEntry::ItemsRemoved { count, .. } => self.remove_last(*count),
             // The parent's history is the store's to read (`Store::restore`
             // folds it in before this entry); the log alone knows the link.
-            LogEntry::ForkedFrom { parent, hash, .. } => {
+            LogEntry::ForkedFrom {
+                parent,
+                parent_hash: hash,
+                ..
+            } => {
                 self.forked_from = Some(SessionOrigin {
                     session_id: *parent,
                     at_hash: *hash,
@@ -444,7 +448,10 @@ impl Snapshot {
         };
         Ok(match rec?.entry {
             ArchivedLogEntry::ForkedFrom {
-                parent, seq, hash, ..
+                parent,
+                parent_seq: seq,
+                parent_hash: hash,
+                ..
             } => Some(ForkLink {
                 parent: parent.get(),
                 seq: seq.to_native(),

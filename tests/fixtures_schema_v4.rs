@@ -31,8 +31,8 @@ fn entries() -> Vec<LogEntry> {
     let mut out = vec![LogEntry::ForkedFrom {
         ts,
         parent: PARENT.parse().unwrap(),
-        seq: 3,
-        hash: EntryHash([7; 32]),
+        parent_seq: 3,
+        parent_hash: EntryHash([7; 32]),
     }];
     out.extend(group_delta(
         &[Item::user_text("fork"), Item::assistant_text("own")],

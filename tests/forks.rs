@@ -77,6 +77,13 @@ fn a_fork_holds_one_small_entry_and_restores_the_parents_history() {
     let at = store.snapshot(parent).unwrap().next_seq() - 1;
     let (fork, fork_head) = store.fork_at(parent, head).unwrap();
     assert_eq!(kinds(&store, fork), vec![EntryKind::ForkedFrom]);
+    // Its wire line (what `tail` prints) reads back: no field collides
+    // with the line's own `seq` and `hash`.
+    let snap = store.snapshot(fork).unwrap();
+    let rec = snap.iter().next().unwrap().unwrap();
+    let line = session_store::parse_line(&rec.wire_line(), 1).unwrap();
+    assert_eq!(line.entry, rec.entry.to_entry());
+    assert_eq!((line.seq, line.hash), (Some(0), Some(rec.hash)));
     // Its log holds one record, whatever the parent's size.
     assert!(store.snapshot(fork).unwrap().bytes() < 512);
     let expected = store.restore(parent).unwrap();
@@ -507,4 +514,65 @@ fn a_fork_on_a_sync_store_reserves_the_smallest_first_segment() {
     }
     assert!(store.log(fork).unwrap().segment_paths().len() > 1);
     assert_eq!(store.restore(fork).unwrap().head, Some(fh));
+}
+
+#[test]
+fn the_tail_of_a_fork_and_removals_reach_into_the_inherited_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let (parent, head) = session(&store, 3);
+    let (fork, fh) = store.fork_at(parent, head).unwrap();
+    let fh = store.append(fork, fh, &[Item::user_text("own")]).unwrap();
+    // One own item and two of the parent's go.
+    let fh = store.remove_last(fork, fh, 3).unwrap();
+    let state = store.restore(fork).unwrap();
+    let parent_history = store.restore(parent).unwrap().history;
+    assert_eq!(
+        state.history[..],
+        parent_history[..parent_history.len() - 2]
+    );
+    let tail = store.history_tail(fork, Some(2)).unwrap();
+    assert_eq!(tail.items[..], state.history[state.history.len() - 2..]);
+    assert_eq!(tail.len, state.history.len() as u64);
+    assert_eq!(tail.head, Some(fh));
+    // The log alone refuses, as its restore does.
+    assert!(store.snapshot(fork).unwrap().history_tail(None).is_err());
+}
+
+#[test]
+fn a_forked_from_entry_cannot_be_saved_or_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let (parent, head) = session(&store, 1);
+    let link = session_store::LogEntry::ForkedFrom {
+        ts: 1,
+        parent,
+        parent_seq: 0,
+        parent_hash: head,
+    };
+    let err = store
+        .append_entries(parent, head, &[link.clone()], None)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert_eq!(store.head(parent).unwrap(), Some(head));
+    let mut wire = Vec::new();
+    store.export(parent, &mut wire).unwrap();
+    wire.extend_from_slice(session_store::entry_line(9, &head, None, &link).as_bytes());
+    let line = String::from_utf8(wire).unwrap();
+    // Without seq and hashes, so that only the kind is refused.
+    let lines: Vec<String> = line
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for k in ["seq", "hash", "prev_hash"] {
+                v.as_object_mut().unwrap().remove(k);
+            }
+            v.to_string()
+        })
+        .collect();
+    let err = store.import_from(lines.join("\n").as_bytes()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Wire { message, .. } if message.contains("forked_from")),
+        "{err}"
+    );
 }

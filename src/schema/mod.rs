@@ -190,18 +190,19 @@ pub enum LogEntry {
     },
     /// The first entry of a fork by reference (schema 4): the fork's
     /// history is its parent's, as `restore` finds it after the parent's
-    /// record `seq` (whose hash must be `hash`), then the fork's own
+    /// record `parent_seq` (whose hash must be `parent_hash`), then the fork's own
     /// entries. Nothing of the parent is copied; `Store::restore` reads the
-    /// parent's log, from its last `SessionStart` at or before `seq`.
+    /// parent's log, from its last `SessionStart` at or before that seq.
     ForkedFrom {
         /// Timestamp, ms.
         ts: u64,
         /// The parent session.
         parent: SessionId,
-        /// The seq of the parent's last entry the fork includes.
-        seq: u64,
+        /// The seq of the parent's last entry the fork includes (named
+        /// apart from a wire line's own `seq`).
+        parent_seq: u64,
         /// That entry's hash, checked at every restore.
-        hash: crate::chain::EntryHash,
+        parent_hash: crate::chain::EntryHash,
     },
 }
 

@@ -183,8 +183,8 @@ impl Store {
         let entry = LogEntry::ForkedFrom {
             ts: now_ms(),
             parent,
-            seq,
-            hash,
+            parent_seq: seq,
+            parent_hash: hash,
         };
         let created = self.create_with_entries_as(fork, &[entry], None, title);
         if created.is_err() {

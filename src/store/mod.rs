@@ -504,7 +504,11 @@ fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
             forked_from.as_ref().map(|o| o.get()),
             compacted_from.as_ref().map(|o| o.get()),
         ),
-        Some(ArchivedLogEntry::ForkedFrom { parent, hash, .. }) => (
+        Some(ArchivedLogEntry::ForkedFrom {
+            parent,
+            parent_hash: hash,
+            ..
+        }) => (
             Some(SessionOrigin {
                 session_id: parent.get(),
                 at_hash: hash.get(),

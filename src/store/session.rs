@@ -48,6 +48,7 @@ impl Store {
         entries: &[LogEntry],
         durability: Option<Durability>,
     ) -> Result<()> {
+        refuse_fork_links(entries)?;
         // A SessionStart in the middle of the log (a compaction in place)
         // changes where the live history comes from.
         let origins = entries.iter().rev().find_map(|e| match e {
@@ -283,6 +284,8 @@ impl Store {
                 "the first entry must be a session_start".into(),
             ));
         }
+        refuse_fork_links(lines.iter().map(|(_, w)| &w.entry))
+            .map_err(|e| wire(*first_line, e.to_string()))?;
         let mut prev = EntryHash::genesis();
         let mut prev_shown: Option<EntryHash> = None;
         for (i, (line, w)) in lines.iter().enumerate() {
@@ -371,6 +374,22 @@ fn update_catalog(
         s.catalog.set_origins(forked_from, compacted_from)?;
     }
     Ok(())
+}
+
+/// Refuses a `forked_from` entry: only `fork_at` writes one, as a fork's
+/// first entry, where it means that the history starts in the parent's log.
+/// Saved into a session or imported, it would name a parent the session
+/// does not read.
+fn refuse_fork_links<'a>(entries: impl IntoIterator<Item = &'a LogEntry>) -> Result<()> {
+    match entries
+        .into_iter()
+        .any(|e| matches!(e, LogEntry::ForkedFrom { .. }))
+    {
+        true => Err(Error::invalid(
+            "a forked_from entry is written by a fork only, as its first entry; an export carries a fork as a session_start",
+        )),
+        false => Ok(()),
+    }
 }
 
 /// A session's fork and compaction origins.

@@ -119,7 +119,11 @@ impl Store {
             }) => (history.as_slice(), *forked_from, *compacted_from),
             // A fork by reference (`Store::fork_at`): its history is its
             // parent's, and so is its title.
-            Some(LogEntry::ForkedFrom { parent, hash, .. }) => (
+            Some(LogEntry::ForkedFrom {
+                parent,
+                parent_hash: hash,
+                ..
+            }) => (
                 &[][..],
                 Some(SessionOrigin {
                     session_id: *parent,

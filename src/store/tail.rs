@@ -26,8 +26,22 @@ impl Store {
     /// the records from the last `SessionStart` (each checked as every read
     /// is), but builds only the items returned, so the cost of a small
     /// `limit` barely grows with the history.
+    ///
+    /// A fork by reference whose history still starts in its parent's log
+    /// is restored whole (through the parent) and its last items taken.
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
-        self.snapshot(id)?.history_tail(limit)
+        let snap = self.snapshot(id)?;
+        if snap.restore_link()?.is_none() {
+            return snap.history_tail(limit);
+        }
+        let mut state = self.restore(id)?;
+        let len = state.history.len();
+        let keep = limit.map_or(len, |l| l.min(len));
+        Ok(HistoryTail {
+            items: state.history.split_off(len - keep),
+            len: len as u64,
+            head: state.head,
+        })
     }
 
     /// Removes the last `count` items of the live history, if the head is
@@ -46,8 +60,16 @@ impl Store {
 }
 
 impl Snapshot {
-    /// [`Store::history_tail`] over this snapshot.
+    /// [`Store::history_tail`] over this snapshot. The log of a fork by
+    /// reference whose history starts in its parent's is refused, as by
+    /// [`Snapshot::restore`].
     pub fn history_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
+        if let Some(link) = self.restore_link()? {
+            return Err(crate::error::Error::invalid(format!(
+                "this log is a fork of session {} at seq {}: its history starts in the parent's log; read it through the store",
+                link.parent, link.seq
+            )));
+        }
         let from = self.last_session_start().unwrap_or(self.first_seq());
         // Runs of live items: an entry and how many of its first items are
         // still in the history. Removals shorten runs from the end.

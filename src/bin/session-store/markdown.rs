@@ -175,7 +175,10 @@ fn write_entry(
             // Exports carry a fork's inherited history in its first
             // `session_start` instead; a log that still shows the link says so.
             LogEntry::ForkedFrom {
-                parent, seq, hash, ..
+                parent,
+                parent_seq: seq,
+                parent_hash: hash,
+                ..
             } => {
                 writeln!(out)?;
                 writeln!(
