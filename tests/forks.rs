@@ -551,7 +551,7 @@ fn a_forked_from_entry_cannot_be_saved_or_imported() {
         parent_hash: head,
     };
     let err = store
-        .append_entries(parent, head, &[link.clone()], None)
+        .append_entries(parent, head, std::slice::from_ref(&link), None)
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     assert_eq!(store.head(parent).unwrap(), Some(head));
