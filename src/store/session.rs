@@ -284,8 +284,9 @@ impl Store {
                 "the first entry must be a session_start".into(),
             ));
         }
-        refuse_fork_links(lines.iter().map(|(_, w)| &w.entry))
-            .map_err(|e| wire(*first_line, e.to_string()))?;
+        for (line, w) in lines {
+            refuse_fork_links([&w.entry]).map_err(|e| wire(*line, e.to_string()))?;
+        }
         let mut prev = EntryHash::genesis();
         let mut prev_shown: Option<EntryHash> = None;
         for (i, (line, w)) in lines.iter().enumerate() {
