@@ -576,3 +576,47 @@ fn a_forked_from_entry_cannot_be_saved_or_imported() {
         "{err}"
     );
 }
+
+#[test]
+fn a_fork_whose_registration_a_crash_lost_before_its_first_sync_is_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (parent, fork) = {
+        let store = open(dir.path());
+        let (parent, head) = session(&store, 1);
+        store.sync(parent).unwrap();
+        let (fork, _) = store.fork_at(parent, head).unwrap();
+        // What a power loss before the fork's first sync may leave: the
+        // fork's files and marker, without the registration.
+        let fork_dir = dir.path().join("sessions").join(fork.to_string());
+        let kept = tempfile::tempdir().unwrap();
+        for e in fs::read_dir(&fork_dir).unwrap() {
+            let e = e.unwrap();
+            fs::copy(e.path(), kept.path().join(e.file_name())).unwrap();
+        }
+        drop(store);
+        fs::remove_dir_all(&fork_dir).unwrap();
+        fs::create_dir(&fork_dir).unwrap();
+        for e in fs::read_dir(kept.path()).unwrap() {
+            let e = e.unwrap();
+            fs::copy(e.path(), fork_dir.join(e.file_name())).unwrap();
+        }
+        assert!(fork_dir.join("CREATING").exists());
+        (parent, fork)
+    };
+    let registration = dir
+        .path()
+        .join("sessions")
+        .join(parent.to_string())
+        .join("forks")
+        .join(fork.to_string());
+    fs::remove_file(&registration).unwrap();
+    let store = open(dir.path());
+    assert!(!store.exists(fork));
+    assert!(store.info(fork).unwrap().is_none());
+    assert!(store.list().unwrap().iter().all(|s| s.id != fork));
+    // So the parent's delete removes it, and the id is free again.
+    assert_eq!(store.delete_session(parent).unwrap(), Deletion::Removed);
+    store
+        .create_session_with_id(fork, None, RequestConfig::default(), &[])
+        .unwrap();
+}

@@ -171,12 +171,14 @@ impl Store {
         if !dir.join(CATALOG_FILE).exists() {
             return Err(gone());
         }
-        // The registration is durable before the fork exists, so that no
-        // crash leaves a fork its parent does not know of.
+        // The registration goes first. It is made durable by the fork's
+        // first sync, before the fork's `CREATING` marker goes; until then
+        // a marked fork whose registration a crash lost is no session
+        // (`holds_entries`), so no crash leaves a fork its parent does not
+        // know of. A new registry's own name is made durable now.
         let forks = dir.join(FORKS_DIR);
         let registration = forks.join(fork.to_string());
         HookedFile::create(&registration, self.hook())?;
-        sync_dir(&forks, self.hook())?;
         if made {
             sync_dir(&dir, self.hook())?;
         }
@@ -222,6 +224,15 @@ impl Store {
 
     fn retired_dir(&self, id: SessionId) -> PathBuf {
         self.inner.root.join(RETIRED_DIR).join(id.to_string())
+    }
+
+    /// Where the registry of `parent`'s forks may be: in `sessions/`, or in
+    /// `retired/` once the parent is deleted.
+    pub(super) fn registry_dirs(&self, parent: SessionId) -> [PathBuf; 2] {
+        [
+            self.session_dir(parent).join(FORKS_DIR),
+            self.retired_dir(parent).join(FORKS_DIR),
+        ]
     }
 
     /// Whether `id` is a retired session (deleted, still read by forks).
@@ -511,6 +522,41 @@ impl Store {
             self.collect_retired(id);
         }
     }
+}
+
+/// Makes a fork's registration durable: `fsync` of its parent's registry,
+/// wherever the parent is (a retire may move it meanwhile: the other place
+/// is tried when the first is gone).
+pub(super) fn sync_registry(registries: &[PathBuf; 2], hook: &crate::fs::Hook) -> Result<()> {
+    let (first, other) = match registries[0].exists() {
+        true => (&registries[0], &registries[1]),
+        false => (&registries[1], &registries[0]),
+    };
+    match sync_dir(first, hook) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            sync_dir(other, hook)
+        }
+        r => r,
+    }
+}
+
+/// Whether the log in the session directory `dir`, if it is a fork's, is
+/// registered in its parent (in `sessions/` or `retired/` of the same
+/// store). A log that is no fork, or whose first record does not read, is.
+pub(super) fn fork_is_registered(dir: &Path, log: &Log) -> bool {
+    let Ok(Some(link)) = log.snapshot().fork_link() else {
+        return true;
+    };
+    let (Some(name), Some(root)) = (dir.file_name(), dir.parent().and_then(Path::parent)) else {
+        return true;
+    };
+    ["sessions", RETIRED_DIR].iter().any(|place| {
+        root.join(place)
+            .join(link.parent.to_string())
+            .join(FORKS_DIR)
+            .join(name)
+            .exists()
+    })
 }
 
 /// Replays `level`'s parent from `level.from` through the link's seq onto

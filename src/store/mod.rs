@@ -396,7 +396,9 @@ impl Store {
         let log = Log::open_read_only(&dir);
         let pending = dir.join(staging::CREATING_FILE).exists();
         // A creation that a crash tore before it was durable is no session.
-        if pending && log.as_ref().map_or(true, |l| l.head().is_none()) {
+        // So is a fork whose registration in its parent a crash lost.
+        let torn = |l: &Log| l.head().is_none() || !forks::fork_is_registered(&dir, l);
+        if pending && log.as_ref().map_or(true, torn) {
             return Ok(None);
         }
         let log = log?;

@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::forks::{Deletion, FORK_FIRST_SEGMENT_BYTES};
+use super::forks::{fork_is_registered, sync_registry, Deletion, FORK_FIRST_SEGMENT_BYTES};
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
@@ -280,7 +280,11 @@ impl Store {
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
         handle.write_head(true, None)?;
-        handle.log.on_first_sync(self.first_sync(dir));
+        let parent = match entries.first() {
+            Some(LogEntry::ForkedFrom { parent, .. }) => Some(*parent),
+            _ => None,
+        };
+        handle.log.on_first_sync(self.first_sync(dir, parent));
         if durability == Durability::Sync {
             handle.log.sync()?;
         }
@@ -293,12 +297,22 @@ impl Store {
     /// session's own name) are synced. The marker goes only after
     /// everything it guards is durable; a crash before the directory syncs
     /// leaves it, or leaves a session whose every part is durable.
-    pub(super) fn first_sync(&self, dir: &Path) -> FirstSync {
+    ///
+    /// A fork's first sync also makes its registration in its parent
+    /// durable (`fsync` of the parent's `forks/`, wherever the parent is
+    /// now), before the marker goes: until then a crash may keep the fork's
+    /// records but not its registration, and a marked fork whose parent
+    /// does not know it is no session (`holds_entries`).
+    pub(super) fn first_sync(&self, dir: &Path, parent: Option<SessionId>) -> FirstSync {
         let dir = dir.to_path_buf();
         let sessions = self.inner.root.join("sessions");
+        let registries = parent.map(|p| self.registry_dirs(p));
         let hook = self.hook().clone();
         Box::new(move || {
             HookedFile::open(&dir.join(CATALOG_FILE), false, &hook)?.sync()?;
+            if let Some(registries) = &registries {
+                sync_registry(registries, &hook)?;
+            }
             hooked_fs::remove_file(&dir.join(CREATING_FILE), &hook)?;
             sync_dir(&dir, &hook)?;
             sync_dir(&sessions, &hook)
@@ -329,7 +343,7 @@ impl Store {
         };
         match log {
             Some(log) if !pending => Ok(log),
-            Some(log) if log.head().is_some() => {
+            Some(log) if log.head().is_some() && fork_is_registered(dir, &log) => {
                 // Its catalog, which no sync covered, may be lost: written
                 // again from the log, before the first sync makes it durable.
                 let path = dir.join(CATALOG_FILE);
@@ -337,7 +351,8 @@ impl Store {
                     let identity = super::rebuilt_identity(id, &log);
                     catalog::create(&path, &identity, None, self.hook())?;
                 }
-                log.on_first_sync(self.first_sync(dir));
+                let parent = log.snapshot().fork_link().ok().flatten();
+                log.on_first_sync(self.first_sync(dir, parent.map(|l| l.parent)));
                 Ok(log)
             }
             _ => Err(Error::not_found(format!(
@@ -459,8 +474,12 @@ fn found(dir: &Path) -> Found {
 /// Whether the log in `dir` reads (read-only, as `list` reads it) and holds
 /// an entry: a creation writes its entries before its catalog, so a
 /// pending creation whose log holds none was torn by a crash.
+///
+/// A fork's creation also registers it in its parent, durably only at the
+/// fork's first sync: a marked fork that its parent does not know is what
+/// a crash left of a creation, too.
 pub(super) fn holds_entries(dir: &Path) -> bool {
-    Log::open_read_only(dir).is_ok_and(|l| l.head().is_some())
+    Log::open_read_only(dir).is_ok_and(|l| l.head().is_some() && fork_is_registered(dir, &l))
 }
 
 fn already_exists(id: SessionId) -> Error {
