@@ -13,6 +13,10 @@
 //! one at a time and 64 at once, `Buffered` and `Sync`, against a file per
 //! session, and checks issue 17's targets.
 //!
+//! The forks table (`compare/forks.rs`) forks a 100 MB session 100 times
+//! by reference, against the copy-fork it replaces, and restores a fork of
+//! a fork of a fork against a flat session; it checks issue 18's targets.
+//!
 //! The last table is the more favourable path: one log written through
 //! `Log::append_batch`, with the raw limit (memcpy into a prefaulted map plus
 //! BLAKE3 and CRC32), durable appends, replay and verify.
@@ -21,8 +25,9 @@
 //! cargo bench --bench compare               # full: the issue's sizes, 5 repetitions
 //! cargo bench --bench compare -- --quick    # CI-sized, 3 repetitions: A 50 × 40, B 1,000 × 5,
 //!                                           # single log 2k turns
-//! cargo bench --bench compare -- --headline # the headline and creation tables only (with --quick too)
+//! cargo bench --bench compare -- --headline # the headline, creation and forks tables only (with --quick too)
 //! cargo bench --bench compare -- --create   # the creation table only (with --quick too)
+//! cargo bench --bench compare -- --forks    # the forks table only (with --quick too)
 //! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
 //!                                           # restore 1 GB vs 10 MB
@@ -59,6 +64,8 @@ mod common;
 // A file of its own, next to this one (a bench target is a crate root).
 #[path = "compare/creation.rs"]
 mod creation;
+#[path = "compare/forks.rs"]
+mod forks;
 #[path = "compare/sessions.rs"]
 mod sessions;
 use common::Workload;
@@ -624,6 +631,7 @@ fn main() {
         || std::env::var_os("BENCH_LARGE").is_some_and(|v| v == "1");
     let headline_only = args.iter().any(|a| a == "--headline");
     let create_only = args.iter().any(|a| a == "--create");
+    let forks_only = args.iter().any(|a| a == "--forks");
     let reps = args.iter().position(|a| a == "--reps").map(|i| {
         args.get(i + 1)
             .and_then(|n| n.parse().ok())
@@ -638,13 +646,19 @@ fn main() {
     };
     let started = Instant::now();
     print_cpu_features();
-    if create_only {
-        creation::run(quick, cfg.reps);
+    if create_only || forks_only {
+        if create_only {
+            creation::run(quick, cfg.reps);
+        }
+        if forks_only {
+            forks::run(quick, cfg.reps);
+        }
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;
     }
     sessions::run(quick, cfg.reps);
     creation::run(quick, cfg.reps);
+    forks::run(quick, cfg.reps);
     if headline_only {
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;

@@ -16,8 +16,8 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::item::Item;
 use crate::schema::{RequestConfig, SessionId};
-use crate::state::RestoredState;
-use crate::store::{ListFilter, SessionInfo, Store, SubscribedEntry, Turn};
+use crate::state::{ForkLink, RestoredState};
+use crate::store::{Deletion, ListFilter, SessionInfo, Store, SubscribedEntry, Turn};
 
 /// Entries a subscription's thread may read ahead of its stream's consumer.
 const STREAM_BUFFER: usize = 64;
@@ -145,6 +145,16 @@ impl AsyncStore {
         self.blocking(move |s| s.fork_at(id, at)).await
     }
 
+    /// [`Store::fork_at_seq`].
+    pub async fn fork_at_seq(&self, id: SessionId, seq: u64) -> Result<(SessionId, EntryHash)> {
+        self.blocking(move |s| s.fork_at_seq(id, seq)).await
+    }
+
+    /// [`Store::verify_fork_link`].
+    pub async fn verify_fork_link(&self, id: SessionId) -> Result<Option<ForkLink>> {
+        self.blocking(move |s| s.verify_fork_link(id)).await
+    }
+
     /// [`Store::export`] into `out` (written from the blocking pool, so a
     /// file or a `Vec<u8>`, not an async writer); returns the lines written
     /// and `out`.
@@ -178,6 +188,12 @@ impl AsyncStore {
     /// [`Store::delete`].
     pub async fn delete(&self, id: SessionId) -> Result<()> {
         self.blocking(move |s| s.delete(id)).await
+    }
+
+    /// [`Store::delete_session`]: whether the session was removed, or
+    /// retired because forks still read it.
+    pub async fn delete_session(&self, id: SessionId) -> Result<Deletion> {
+        self.blocking(move |s| s.delete_session(id)).await
     }
 
     /// [`Store::close`].

@@ -123,6 +123,23 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A fork's link to its parent does not hold: the parent (or an
+    /// ancestor) is missing, has no record at the seq the fork names, or
+    /// that record's hash is not the one the fork recorded; or the chain of
+    /// parents loops or is deeper than a store makes. The fork's history
+    /// cannot be read as it was forked: this is damage, never a silently
+    /// different history.
+    #[error("broken fork link of session {session}: parent {parent} at seq {seq}: {what}")]
+    BrokenFork {
+        /// The fork whose link was followed.
+        session: crate::schema::SessionId,
+        /// The parent it names.
+        parent: crate::schema::SessionId,
+        /// The parent's seq it names.
+        seq: u64,
+        /// What does not hold.
+        what: String,
+    },
     /// A foreign transcript (a history reader's input) could not be read
     /// past a line: an I/O error or a broken compressed stream.
     #[error("reading {} at line {line}: {source}", path.display())]

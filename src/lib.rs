@@ -117,9 +117,10 @@ pub use schema::{
     WorkerResult, MAX_JSON_DEPTH,
 };
 pub use state::{
-    check_history, collect_state, ExtensionRecord, Problem, RestoredState, UsageRecord,
+    check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
 };
 pub use store::{
-    HistoryTail, ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry,
-    Subscription, Turn, DEFAULT_POLL_INTERVAL, MAX_NAME_BYTES, NAME_DOMAIN,
+    Deletion, ExportedEntry, HistoryTail, ListFilter, SessionHandle, SessionInfo, Store,
+    StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_POLL_INTERVAL, MAX_FORK_DEPTH,
+    MAX_NAME_BYTES, NAME_DOMAIN,
 };

@@ -7,10 +7,12 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::chain::EntryHash;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::item::{CallLink, Item};
 use crate::log::{Log, Snapshot, TornTail};
-use crate::schema::{ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionOrigin};
+use crate::schema::{
+    ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionId, SessionOrigin,
+};
 
 /// Token usage of one model call, as logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -141,6 +143,19 @@ impl RestoredState {
                 payload: payload.clone(),
             }),
             LogEntry::ItemsRemoved { count, .. } => self.remove_last(*count),
+            // The parent's history is the store's to read (`Store::restore`
+            // folds it in before this entry); the log alone knows the link.
+            LogEntry::ForkedFrom {
+                parent,
+                parent_hash: hash,
+                ..
+            } => {
+                self.forked_from = Some(SessionOrigin {
+                    session_id: *parent,
+                    at_hash: *hash,
+                });
+                self.compacted_from = None;
+            }
         }
     }
 
@@ -346,6 +361,18 @@ impl Log {
         Ok(state)
     }
 
+    /// [`Log::restore`] of `snap` (this log's) onto `base`, the history a
+    /// fork's parent left at the fork point.
+    pub(crate) fn restore_onto(
+        &self,
+        snap: &Snapshot,
+        base: RestoredState,
+    ) -> Result<RestoredState> {
+        let mut state = snap.restore_onto(base)?;
+        state.salvaged = self.salvage_cut()?;
+        Ok(state)
+    }
+
     /// The salvage cut that dropped records from this log, by this open's
     /// recovery or as a writer recorded it ([`Log::last_recovery`]).
     fn salvage_cut(&self) -> Result<Option<TornTail>> {
@@ -357,10 +384,50 @@ impl Log {
     }
 }
 
+/// Where a fork by reference starts: its parent, and the parent's last
+/// entry it includes (seq and hash). A fork's log holds this in its first
+/// entry, [`LogEntry::ForkedFrom`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ForkLink {
+    /// The parent session.
+    pub parent: SessionId,
+    /// The seq of the parent's last entry the fork includes.
+    pub seq: u64,
+    /// That entry's hash.
+    pub hash: EntryHash,
+}
+
+impl ForkLink {
+    /// The link as an origin (`forked_from`).
+    pub fn origin(&self) -> SessionOrigin {
+        SessionOrigin {
+            session_id: self.parent,
+            at_hash: self.hash,
+        }
+    }
+}
+
 impl Snapshot {
     /// Replays from the last `SessionStart` into a [`RestoredState`].
+    ///
+    /// The log of a fork by reference whose live history still starts in
+    /// its parent ([`Snapshot::restore_link`]) does not hold that history:
+    /// it is [`Error::InvalidInput`] here; `Store::restore` reads the
+    /// parent.
     pub fn restore(&self) -> Result<RestoredState> {
-        let mut state = RestoredState::default();
+        if let Some(link) = self.restore_link()? {
+            return Err(Error::invalid(format!(
+                "this log is a fork of session {} at seq {}: its history starts in the parent's log; restore it through the store",
+                link.parent, link.seq
+            )));
+        }
+        self.restore_onto(RestoredState::default())
+    }
+
+    /// Replays from the last `SessionStart` (or, with none, from the first
+    /// entry) onto `state`: for a fork, the history its parent left at the
+    /// fork point.
+    pub(crate) fn restore_onto(&self, mut state: RestoredState) -> Result<RestoredState> {
         let from = self.last_session_start().unwrap_or(self.first_seq());
         for rec in self.iter_from(from) {
             let rec = rec?;
@@ -370,5 +437,36 @@ impl Snapshot {
         }
         state.entries = self.next_seq() - self.first_seq();
         Ok(state)
+    }
+
+    /// The fork link of a log whose first entry is a
+    /// [`LogEntry::ForkedFrom`], whether or not a compaction has since
+    /// restarted its history.
+    pub fn fork_link(&self) -> Result<Option<ForkLink>> {
+        let Some(rec) = self.iter().next() else {
+            return Ok(None);
+        };
+        Ok(match rec?.entry {
+            ArchivedLogEntry::ForkedFrom {
+                parent,
+                parent_seq: seq,
+                parent_hash: hash,
+                ..
+            } => Some(ForkLink {
+                parent: parent.get(),
+                seq: seq.to_native(),
+                hash: hash.get(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// The fork link a restore must follow: [`Snapshot::fork_link`] when
+    /// no `SessionStart` came after it.
+    pub fn restore_link(&self) -> Result<Option<ForkLink>> {
+        if self.last_session_start().is_some() {
+            return Ok(None);
+        }
+        self.fork_link()
     }
 }

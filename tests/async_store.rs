@@ -110,6 +110,16 @@ async fn sixty_four_sessions(root: &std::path::Path, durability: Durability) {
     assert_eq!(store.list().await.unwrap().len(), SESSIONS + 1);
     let (_, h) = (id0, head0);
     assert_eq!(store.restore(id0).await.unwrap().head, Some(h));
+    // A fork by reference: its link checks, and deleting its parent
+    // retires the parent, which the fork still reads.
+    let link = store.verify_fork_link(fork).await.unwrap().unwrap();
+    assert_eq!(link.parent, parent);
+    let (by_seq, _) = store.fork_at_seq(parent, link.seq).await.unwrap();
+    assert!(matches!(
+        store.delete_session(parent).await.unwrap(),
+        session_store::Deletion::Retired { forks } if forks.len() == 2
+    ));
+    assert_eq!(store.restore(by_seq).await.unwrap().history, parent_items);
 }
 
 #[test]

@@ -814,6 +814,58 @@ fn fork_at_a_seq_or_a_hash_prints_the_new_id() {
 }
 
 #[test]
+fn forks_are_listed_with_their_parent_and_rm_of_a_parent_says_what_happens() {
+    let (_tmp, root) = store_dir();
+    let (parent, _) = build_session(&root, &["before the fork", "after the fork"]);
+    let parent = parent.to_string();
+    let fork = printed_id(&ok(&root, &["fork", &parent, "--at", "3"]));
+    let ls = ok(&root, &["ls"]);
+    let row = ls.lines().find(|l| l.starts_with(&fork)).unwrap();
+    assert!(row.contains(&format!("[fork of {parent}]")), "{ls}");
+    let verified = ok(&root, &["verify", &fork]);
+    assert!(verified.contains("link checked"), "{verified}");
+
+    // rm of the parent: removed from the listing, kept for the fork, said on stderr.
+    let r = run(&root, &["rm", &parent]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert!(
+        r.stderr.contains(&fork) && r.stderr.contains("kept"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(ls_ids(&root), vec![fork.clone()]);
+    let shown = ok(&root, &["show", &fork]);
+    assert!(shown.contains("before the fork"), "{shown}");
+    assert!(!shown.contains("after the fork"), "{shown}");
+    // Its export imports into an empty store, standalone.
+    let export = ok(&root, &["export", &fork]);
+    let (_other_tmp, other) = store_dir();
+    let file = _other_tmp.path().join("fork.jsonl");
+    std::fs::write(&file, &export).unwrap();
+    let imported = printed_id(&ok(&other, &["import", file.to_str().unwrap()]));
+    assert_eq!(ok(&other, &["show", &imported]), shown);
+    // The last fork's rm collects the parent.
+    assert_eq!(ok(&root, &["rm", &fork]), "");
+    assert_eq!(std::fs::read_dir(root.join("retired")).unwrap().count(), 0);
+}
+
+#[test]
+fn verify_reports_a_fork_whose_parent_is_gone_as_damaged() {
+    let (_tmp, root) = store_dir();
+    let (parent, _) = build_session(&root, &["one"]);
+    let fork = printed_id(&ok(&root, &["fork", &parent.to_string(), "--at", "1"]));
+    std::fs::remove_dir_all(root.join("sessions").join(parent.to_string())).unwrap();
+    let r = run(&root, &["verify", &fork]);
+    assert_eq!(r.code, Some(1), "{} {}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("DAMAGED") && r.stdout.contains("parent session is missing"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
 fn rm_deletes_a_session_and_only_that_one() {
     let (_tmp, root) = store_dir();
     let (gone, _) = build_session(&root, &["delete me"]);

@@ -469,7 +469,8 @@ fn a_fork_keeps_state_and_then_goes_its_own_way() {
     };
     assert_eq!(state.forked_from, Some(origin));
     assert_eq!(state.head, Some(fork_head));
-    assert_eq!(kinds(&store, fork), vec![EntryKind::SessionStart]);
+    // A fork by reference: one small entry naming the parent, no copy.
+    assert_eq!(kinds(&store, fork), vec![EntryKind::ForkedFrom]);
 
     // The two go separate ways.
     store
@@ -808,8 +809,10 @@ fn restore_starts_at_the_last_session_start_without_reading_older_segments() {
     let store = open(dir.path());
     let state = store.restore(id).unwrap();
     assert_eq!(state.history, expected);
-    // The damage is real: replaying from the start does hit it.
-    let err = store.fork_at_seq(id, 1).unwrap_err();
+    // The damage is real: replaying from the start does hit it, as a fork
+    // at seq 1 must (its parent has no later SessionStart before seq 1).
+    let (fork, _) = store.fork_at_seq(id, 1).unwrap();
+    let err = store.restore(fork).unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
 }
 

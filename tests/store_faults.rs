@@ -2,7 +2,9 @@
 //! back a deleted one, or leaves a store that does not open, list or restore:
 //! the power-loss simulation of `power_loss.rs`, over a whole store, through
 //! session creation (staging, the rename into place, directory syncs),
-//! catalog and list-cache writes, saves, forks and deletion.
+//! catalog and list-cache writes, saves, forks by reference (the
+//! registration in the parent) and deletion (a parent with forks retired,
+//! then collected with its last fork).
 //!
 //! Every operation of the store goes through the `IoHook` seam and is
 //! recorded against the inode it names. A crash at event `k` rebuilds the
@@ -670,9 +672,11 @@ fn check_image(
         );
         assert_eq!(info.error, None, "{ctx}: {} is listed as damaged", m.id);
     }
-    // What a crash lost leaves its id free.
+    // What a crash lost leaves its id free (a deleted parent that forks
+    // still read keeps it, retired, until they are gone).
     for m in &resolved {
-        if m.id != SessionId([0; 16]) && !store.exists(m.id) {
+        let retired = root.join("retired").join(m.id.to_string()).exists();
+        if m.id != SessionId([0; 16]) && !store.exists(m.id) && !retired {
             store
                 .create_session_with_id(m.id, None, RequestConfig::default(), &[])
                 .unwrap_or_else(|e| panic!("{ctx}: {} cannot be created again: {e}", m.id));
@@ -698,6 +702,10 @@ fn check_image(
     for s in store.list().unwrap() {
         let report = store.log(s.id).unwrap().verify();
         assert_eq!(report.damage, None, "{ctx}: {} does not verify", s.id);
+        // A fork's parent (retired or not) outlives it, whatever the crash.
+        store
+            .verify_fork_link(s.id)
+            .unwrap_or_else(|e| panic!("{ctx}: {} lost its parent: {e}", s.id));
     }
     listed_ids.len()
 }

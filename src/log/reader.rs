@@ -126,6 +126,56 @@ impl Snapshot {
         }
     }
 
+    /// Seq of the last `SessionStart` at or before `seq`: where a replay
+    /// that ends at `seq` starts (a fork's parent is read this way). The
+    /// tip and the sealed segments' footers say it at once; only the
+    /// segment that holds `seq` (and, in a log without footers, the ones
+    /// before it) is walked, by record headers alone. A header whose kind
+    /// byte is damaged can only make the answer earlier, never wrong: the
+    /// replay from there meets the real `SessionStart`, which resets the
+    /// history, and checks every record's CRC on the way.
+    pub(crate) fn session_start_at_or_before(&self, seq: u64) -> Result<Option<u64>> {
+        if let Some(s) = self.last_session_start.filter(|&s| s <= seq) {
+            return Ok(Some(s));
+        }
+        if self.segs.is_empty() {
+            return Ok(None);
+        }
+        let at = self
+            .segs
+            .partition_point(|(s, _)| s.header.first_seq <= seq)
+            .saturating_sub(1);
+        // The last segment before `at` with a footer says what came before it.
+        let mut walk_from = 0;
+        let mut found = None;
+        for j in (0..at).rev() {
+            if let Some(f) = *self.segs[j].0.footer.lock() {
+                found = f.last_session_start;
+                walk_from = j + 1;
+                break;
+            }
+        }
+        for (seg, end) in &self.segs[walk_from..=at] {
+            let bytes = seg
+                .map
+                .committed_slice(FIRST_RECORD_OFFSET as usize, *end as usize);
+            let mut off = 0;
+            loop {
+                let rec = format::next_record(bytes, off)
+                    .map_err(|kind| seg.corrupt(FIRST_RECORD_OFFSET + off as u64, None, kind))?;
+                let Some(rec) = rec else { break };
+                if rec.header.seq > seq {
+                    return Ok(found);
+                }
+                if rec.header.kind == EntryKind::SessionStart as u8 {
+                    found = Some(rec.header.seq);
+                }
+                off += rec.len();
+            }
+        }
+        Ok(found)
+    }
+
     /// Owned entries from `seq` on.
     pub fn entries_from(
         &self,

@@ -188,6 +188,22 @@ pub enum LogEntry {
         /// How many items, from the end.
         count: u64,
     },
+    /// The first entry of a fork by reference (schema 4): the fork's
+    /// history is its parent's, as `restore` finds it after the parent's
+    /// record `parent_seq` (whose hash must be `parent_hash`), then the fork's own
+    /// entries. Nothing of the parent is copied; `Store::restore` reads the
+    /// parent's log, from its last `SessionStart` at or before that seq.
+    ForkedFrom {
+        /// Timestamp, ms.
+        ts: u64,
+        /// The parent session.
+        parent: SessionId,
+        /// The seq of the parent's last entry the fork includes (named
+        /// apart from a wire line's own `seq`).
+        parent_seq: u64,
+        /// That entry's hash, checked at every restore.
+        parent_hash: crate::chain::EntryHash,
+    },
 }
 
 /// The kind of an entry, as stored in each record header so that readers can
@@ -219,6 +235,8 @@ pub enum EntryKind {
     Extension = 11,
     /// [`LogEntry::ItemsRemoved`].
     ItemsRemoved = 12,
+    /// [`LogEntry::ForkedFrom`].
+    ForkedFrom = 13,
 }
 
 impl EntryKind {
@@ -238,6 +256,7 @@ impl EntryKind {
             10 => LlmUsage,
             11 => Extension,
             12 => ItemsRemoved,
+            13 => ForkedFrom,
             _ => return None,
         })
     }
@@ -258,6 +277,7 @@ impl EntryKind {
             LlmUsage => "llm_usage",
             Extension => "extension",
             ItemsRemoved => "items_removed",
+            ForkedFrom => "forked_from",
         }
     }
 }
@@ -278,6 +298,7 @@ impl LogEntry {
             LogEntry::LlmUsage { .. } => EntryKind::LlmUsage,
             LogEntry::Extension { .. } => EntryKind::Extension,
             LogEntry::ItemsRemoved { .. } => EntryKind::ItemsRemoved,
+            LogEntry::ForkedFrom { .. } => EntryKind::ForkedFrom,
         }
     }
 
@@ -295,7 +316,8 @@ impl LogEntry {
             | LogEntry::ConfigChanged { ts, .. }
             | LogEntry::LlmUsage { ts, .. }
             | LogEntry::Extension { ts, .. }
-            | LogEntry::ItemsRemoved { ts, .. } => *ts,
+            | LogEntry::ItemsRemoved { ts, .. }
+            | LogEntry::ForkedFrom { ts, .. } => *ts,
         }
     }
 

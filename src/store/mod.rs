@@ -31,6 +31,7 @@ use crate::log::{Log, LogOptions, LOCK_FILE};
 use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 
 mod commit;
+mod forks;
 mod names;
 mod session;
 mod shards;
@@ -40,6 +41,7 @@ mod tail;
 mod transfer;
 
 pub use commit::Turn;
+pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
@@ -213,6 +215,7 @@ impl Store {
         let cache = Some(Arc::new(ListCache::open(&root, hook)?));
         let store = Store::with_parts(root, opts, cache);
         store.sweep_staging();
+        store.sweep_retired();
         Ok(store)
     }
 
@@ -393,7 +396,9 @@ impl Store {
         let log = Log::open_read_only(&dir);
         let pending = dir.join(staging::CREATING_FILE).exists();
         // A creation that a crash tore before it was durable is no session.
-        if pending && log.as_ref().map_or(true, |l| l.head().is_none()) {
+        // So is a fork whose registration in its parent a crash lost.
+        let torn = |l: &Log| l.head().is_none() || !forks::fork_is_registered(&dir, l);
+        if pending && log.as_ref().map_or(true, torn) {
             return Ok(None);
         }
         let log = log?;
@@ -500,6 +505,17 @@ fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
         }) => (
             forked_from.as_ref().map(|o| o.get()),
             compacted_from.as_ref().map(|o| o.get()),
+        ),
+        Some(ArchivedLogEntry::ForkedFrom {
+            parent,
+            parent_hash: hash,
+            ..
+        }) => (
+            Some(SessionOrigin {
+                session_id: parent.get(),
+                at_hash: hash.get(),
+            }),
+            None,
         ),
         _ => (None, None),
     }

@@ -10,8 +10,8 @@ use crate::export::WireLine;
 use crate::item::Item;
 use crate::log::{entry_hash, Durability, ExpectHead, Log, RecoveryReport, Snapshot};
 use crate::schema::{
-    group_delta_borrowed, Archivable, JsonText, LogEntry, LoggedItem, RequestConfig, SessionId,
-    SessionOrigin, WorkerResult,
+    group_delta_borrowed, Archivable, JsonText, LogEntry, RequestConfig, SessionId, SessionOrigin,
+    WorkerResult,
 };
 use crate::state::RestoredState;
 
@@ -48,6 +48,7 @@ impl Store {
         entries: &[LogEntry],
         durability: Option<Durability>,
     ) -> Result<()> {
+        refuse_fork_links(entries)?;
         // A SessionStart in the middle of the log (a compaction in place)
         // changes where the live history comes from.
         let origins = entries.iter().rev().find_map(|e| match e {
@@ -236,8 +237,14 @@ impl Store {
     }
 
     /// Replays the session from its last `SessionStart`.
+    ///
+    /// A fork by reference whose history still starts in its parent reads
+    /// the parent's log (from its last `SessionStart` at or before the fork
+    /// point, following forks of forks), checks that the parent's record
+    /// there has the hash the fork recorded ([`Error::BrokenFork`] if not),
+    /// then replays its own entries.
     pub fn restore(&self, id: SessionId) -> Result<RestoredState> {
-        self.reader(id)?.restore()
+        self.restore_session(id)
     }
 
     /// The session's current head.
@@ -259,77 +266,6 @@ impl Store {
         }
     }
 
-    /// Starts a new session holding the source's history up to the entry
-    /// whose hash is `at_hash`.
-    pub fn fork_at(&self, id: SessionId, at_hash: EntryHash) -> Result<(SessionId, EntryHash)> {
-        let snap = self.snapshot(id)?;
-        let mut seq = None;
-        for rec in snap.iter() {
-            let rec = rec?;
-            if rec.hash == at_hash {
-                seq = Some(rec.seq);
-                break;
-            }
-        }
-        let seq =
-            seq.ok_or_else(|| Error::not_found(format!("entry {at_hash} in session {id}")))?;
-        self.fork_snapshot(id, &snap, seq)
-    }
-
-    /// Like [`Store::fork_at`], by seq.
-    pub fn fork_at_seq(&self, id: SessionId, seq: u64) -> Result<(SessionId, EntryHash)> {
-        let snap = self.snapshot(id)?;
-        if seq >= snap.next_seq() {
-            return Err(Error::not_found(format!("seq {seq} in session {id}")));
-        }
-        self.fork_snapshot(id, &snap, seq)
-    }
-
-    fn fork_snapshot(
-        &self,
-        id: SessionId,
-        snap: &Snapshot,
-        seq: u64,
-    ) -> Result<(SessionId, EntryHash)> {
-        let mut state = RestoredState::default();
-        let mut at_hash = None;
-        for rec in snap.iter() {
-            let rec = rec?;
-            if rec.seq > seq {
-                break;
-            }
-            state.apply_archived(rec.entry);
-            at_hash = Some(rec.hash);
-        }
-        let at_hash =
-            at_hash.ok_or_else(|| Error::not_found(format!("seq {seq} in session {id}")))?;
-        let origin = SessionOrigin {
-            session_id: id,
-            at_hash,
-        };
-        self.start_from_state(&state, Some(origin), None)
-    }
-
-    /// Creates a session whose `SessionStart` carries `state`'s history.
-    fn start_from_state(
-        &self,
-        state: &RestoredState,
-        forked_from: Option<SessionOrigin>,
-        compacted_from: Option<SessionOrigin>,
-    ) -> Result<(SessionId, EntryHash)> {
-        let new_id = SessionId::new_v7();
-        let entry = LogEntry::SessionStart {
-            ts: now_ms(),
-            system_prompt: state.system_prompt.clone(),
-            config: state.config.clone(),
-            history: state.history.iter().map(LoggedItem::from).collect(),
-            forked_from,
-            compacted_from,
-        };
-        let head = self.create_with_entries(new_id, &[entry])?;
-        Ok((new_id, head))
-    }
-
     /// Creates a new session from wire-form lines, checking any `seq`, `hash`
     /// and `prev_hash` they carry against what the chain computes. Nothing is
     /// written unless every line checks out.
@@ -347,6 +283,9 @@ impl Store {
                 *first_line,
                 "the first entry must be a session_start".into(),
             ));
+        }
+        for (line, w) in lines {
+            refuse_fork_links([&w.entry]).map_err(|e| wire(*line, e.to_string()))?;
         }
         let mut prev = EntryHash::genesis();
         let mut prev_shown: Option<EntryHash> = None;
@@ -436,6 +375,22 @@ fn update_catalog(
         s.catalog.set_origins(forked_from, compacted_from)?;
     }
     Ok(())
+}
+
+/// Refuses a `forked_from` entry: only `fork_at` writes one, as a fork's
+/// first entry, where it means that the history starts in the parent's log.
+/// Saved into a session or imported, it would name a parent the session
+/// does not read.
+fn refuse_fork_links<'a>(entries: impl IntoIterator<Item = &'a LogEntry>) -> Result<()> {
+    match entries
+        .into_iter()
+        .any(|e| matches!(e, LogEntry::ForkedFrom { .. }))
+    {
+        true => Err(Error::invalid(
+            "a forked_from entry is written by a fork only, as its first entry; an export carries a fork as a session_start",
+        )),
+        false => Ok(()),
+    }
 }
 
 /// A session's fork and compaction origins.

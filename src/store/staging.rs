@@ -14,6 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::forks::{fork_is_registered, sync_registry, Deletion, FORK_FIRST_SEGMENT_BYTES};
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
@@ -21,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::item::Item;
 use crate::log::{Durability, ExpectHead, FirstSync, Log, LOCK_FILE};
-use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId};
+use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin};
 
 /// The file that marks a session whose creation is not durable yet.
 pub(super) const CREATING_FILE: &str = "CREATING";
@@ -87,7 +88,7 @@ impl Store {
     ) -> Result<(SessionId, EntryHash)> {
         let id = SessionId::new_v7();
         let entry = first_entry(system_prompt, config, history);
-        let head = self.create_with_entries_as(id, &[entry], Some(durability))?;
+        let head = self.create_with_entries_as(id, &[entry], Some(durability), None)?;
         Ok((id, head))
     }
 
@@ -97,44 +98,66 @@ impl Store {
         id: SessionId,
         entries: &[LogEntry],
     ) -> Result<EntryHash> {
-        self.create_with_entries_as(id, entries, None)
+        self.create_with_entries_as(id, entries, None, None)
     }
 
     /// [`Store::create_with_entries`] with the session's own durability.
-    fn create_with_entries_as(
+    pub(super) fn create_with_entries_as(
         &self,
         id: SessionId,
         entries: &[LogEntry],
         durability: Option<Durability>,
+        title: Option<String>,
     ) -> Result<EntryHash> {
         self.writable()?;
-        let Some(LogEntry::SessionStart {
-            history,
-            forked_from,
-            compacted_from,
-            ..
-        }) = entries.first()
-        else {
-            return Err(Error::invalid(
-                "a session must start with a session_start entry",
-            ));
+        let (history, forked_from, compacted_from) = match entries.first() {
+            Some(LogEntry::SessionStart {
+                history,
+                forked_from,
+                compacted_from,
+                ..
+            }) => (history.as_slice(), *forked_from, *compacted_from),
+            // A fork by reference (`Store::fork_at`): its history is its
+            // parent's, and so is its title.
+            Some(LogEntry::ForkedFrom {
+                parent,
+                parent_hash: hash,
+                ..
+            }) => (
+                &[][..],
+                Some(SessionOrigin {
+                    session_id: *parent,
+                    at_hash: *hash,
+                }),
+                None,
+            ),
+            _ => {
+                return Err(Error::invalid(
+                    "a session must start with a session_start entry",
+                ))
+            }
         };
         let dir = self.session_dir(id);
         // The common refusals, before anything is made or locked.
+        // A retired session's id stays taken until it is collected: its
+        // forks read it by that id.
         if self.is_open_here(id)
             || dir.join(CATALOG_FILE).exists() && !dir.join(CREATING_FILE).exists()
+            || self.is_retired(id)
         {
             return Err(already_exists(id));
         }
-        let title = entries
-            .iter()
-            .flat_map(|e| e.items())
-            .chain(history.iter())
-            .find_map(user_text);
+        let title = title.or_else(|| {
+            entries
+                .iter()
+                .flat_map(|e| e.items())
+                .chain(history.iter())
+                .find_map(user_text)
+        });
         let identity = Identity {
             created_ms: id.created_ms().unwrap_or_else(now_ms),
-            forked_from: *forked_from,
-            compacted_from: *compacted_from,
+            forked_from,
+            compacted_from,
             durability,
         };
         let lock = self.claim(id, &dir)?;
@@ -241,6 +264,12 @@ impl Store {
         let mut opts = self.inner.opts.log.clone();
         let durability = identity.durability.unwrap_or(opts.durability);
         opts.durability = durability;
+        // A fork holds one small record: where its first segment is
+        // reserved (a log that syncs), it is the smallest one, and rolls
+        // double from there if the fork grows.
+        if matches!(entries.first(), Some(LogEntry::ForkedFrom { .. })) {
+            opts.initial_segment_size = opts.initial_segment_size.min(FORK_FIRST_SEGMENT_BYTES);
+        }
         let log = Log::create_unsynced(dir, opts, lock)?;
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
@@ -251,7 +280,11 @@ impl Store {
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
         handle.write_head(true, None)?;
-        handle.log.on_first_sync(self.first_sync(dir));
+        let parent = match entries.first() {
+            Some(LogEntry::ForkedFrom { parent, .. }) => Some(*parent),
+            _ => None,
+        };
+        handle.log.on_first_sync(self.first_sync(dir, parent));
         if durability == Durability::Sync {
             handle.log.sync()?;
         }
@@ -264,12 +297,22 @@ impl Store {
     /// session's own name) are synced. The marker goes only after
     /// everything it guards is durable; a crash before the directory syncs
     /// leaves it, or leaves a session whose every part is durable.
-    pub(super) fn first_sync(&self, dir: &Path) -> FirstSync {
+    ///
+    /// A fork's first sync also makes its registration in its parent
+    /// durable (`fsync` of the parent's `forks/`, wherever the parent is
+    /// now), before the marker goes: until then a crash may keep the fork's
+    /// records but not its registration, and a marked fork whose parent
+    /// does not know it is no session (`holds_entries`).
+    pub(super) fn first_sync(&self, dir: &Path, parent: Option<SessionId>) -> FirstSync {
         let dir = dir.to_path_buf();
         let sessions = self.inner.root.join("sessions");
+        let registries = parent.map(|p| self.registry_dirs(p));
         let hook = self.hook().clone();
         Box::new(move || {
             HookedFile::open(&dir.join(CATALOG_FILE), false, &hook)?.sync()?;
+            if let Some(registries) = &registries {
+                sync_registry(registries, &hook)?;
+            }
             hooked_fs::remove_file(&dir.join(CREATING_FILE), &hook)?;
             sync_dir(&dir, &hook)?;
             sync_dir(&sessions, &hook)
@@ -300,7 +343,7 @@ impl Store {
         };
         match log {
             Some(log) if !pending => Ok(log),
-            Some(log) if log.head().is_some() => {
+            Some(log) if log.head().is_some() && fork_is_registered(dir, &log) => {
                 // Its catalog, which no sync covered, may be lost: written
                 // again from the log, before the first sync makes it durable.
                 let path = dir.join(CATALOG_FILE);
@@ -308,7 +351,8 @@ impl Store {
                     let identity = super::rebuilt_identity(id, &log);
                     catalog::create(&path, &identity, None, self.hook())?;
                 }
-                log.on_first_sync(self.first_sync(dir));
+                let parent = log.snapshot().fork_link().ok().flatten();
+                log.on_first_sync(self.first_sync(dir, parent.map(|l| l.parent)));
                 Ok(log)
             }
             _ => Err(Error::not_found(format!(
@@ -354,8 +398,8 @@ impl Store {
         }
     }
 
-    /// Deletes a session durably. Forks of it keep working: they carry
-    /// their history.
+    /// Deletes a session durably. Forks of it keep working: a session that
+    /// forks by reference read is retired, not removed (below).
     ///
     /// A refused delete changes nothing: [`Error::Locked`] while a handle of
     /// this store (a [`Subscription`](crate::Subscription), a
@@ -364,7 +408,15 @@ impl Store {
     /// damaged session is deleted like any other. Once the session's
     /// directory is durably in `trash/`, the delete is done and returns
     /// `Ok`; what is left in the trash is removed now or by the next open.
+    ///
+    /// A session whose history forks still read is retired rather than
+    /// removed (see [`Store::delete_session`], which says which happened).
     pub fn delete(&self, id: SessionId) -> Result<()> {
+        self.delete_session(id).map(drop)
+    }
+
+    /// [`Store::delete`], saying whether the session was removed or retired.
+    pub(super) fn delete_or_retire(&self, id: SessionId) -> Result<Deletion> {
         let cache = self.writable()?;
         let dir = self.session_dir(id);
         if !dir.join(CATALOG_FILE).exists() {
@@ -384,6 +436,12 @@ impl Store {
         {
             let _ = catalog.forget();
         }
+        // Held across the rename: no fork of this session is created
+        // meanwhile, and none that exists is left without it.
+        let forks_lock = match self.retire_if_forked(id, &dir)? {
+            Ok(retired) => return Ok(retired),
+            Err(forks_lock) => forks_lock,
+        };
         let trash = self
             .inner
             .root
@@ -392,11 +450,12 @@ impl Store {
         hooked_fs::rename(&dir, &trash, self.hook())?;
         sync_dir(&self.inner.root.join("sessions"), self.hook())?;
         sync_dir(&self.inner.root.join("trash"), self.hook())?;
+        drop(forks_lock);
         // Removed while the lock is still held, so that an open emptying the
         // trash meanwhile leaves this directory alone.
         let _ = hooked_fs::remove_dir_all(&trash, self.hook());
         drop(lock);
-        Ok(())
+        Ok(Deletion::Removed)
     }
 }
 
@@ -415,8 +474,12 @@ fn found(dir: &Path) -> Found {
 /// Whether the log in `dir` reads (read-only, as `list` reads it) and holds
 /// an entry: a creation writes its entries before its catalog, so a
 /// pending creation whose log holds none was torn by a crash.
+///
+/// A fork's creation also registers it in its parent, durably only at the
+/// fork's first sync: a marked fork that its parent does not know is what
+/// a crash left of a creation, too.
 pub(super) fn holds_entries(dir: &Path) -> bool {
-    Log::open_read_only(dir).is_ok_and(|l| l.head().is_some())
+    Log::open_read_only(dir).is_ok_and(|l| l.head().is_some() && fork_is_registered(dir, &l))
 }
 
 fn already_exists(id: SessionId) -> Error {

@@ -26,14 +26,33 @@ impl Store {
     /// their headers, and read (each checked as every read is) from the end
     /// back only as far as the items returned need: the cost of a small
     /// `limit` barely grows with the history.
+    ///
+    /// A fork by reference whose history still starts in its parent's log
+    /// is restored whole (through the parent) and its last items taken.
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
-        self.snapshot(id)?.history_tail(limit)
+        let snap = self.snapshot(id)?;
+        if snap.restore_link()?.is_none() {
+            return snap.history_tail(limit);
+        }
+        let mut state = self.restore(id)?;
+        let len = state.history.len();
+        let keep = limit.map_or(len, |l| l.min(len));
+        Ok(HistoryTail {
+            items: state.history.split_off(len - keep),
+            head: state.head,
+        })
     }
 
     /// How many items the session's live history holds: the length of
-    /// [`Store::restore`]'s history, counted without building it.
+    /// [`Store::restore`]'s history, counted without building it (but for
+    /// a fork by reference whose history still starts in its parent's log,
+    /// which is restored).
     pub fn history_len(&self, id: SessionId) -> Result<u64> {
-        self.snapshot(id)?.history_len()
+        let snap = self.snapshot(id)?;
+        if snap.restore_link()?.is_none() {
+            return snap.history_len();
+        }
+        Ok(self.restore(id)?.history.len() as u64)
     }
 
     /// Removes the last `count` items of the live history, if the head is
@@ -52,8 +71,11 @@ impl Store {
 }
 
 impl Snapshot {
-    /// [`Store::history_tail`] over this snapshot.
+    /// [`Store::history_tail`] over this snapshot. The log of a fork by
+    /// reference whose history starts in its parent's is refused, as by
+    /// [`Snapshot::restore`].
     pub fn history_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
+        self.refuse_fork()?;
         let from = self.live_from();
         let mut tail = Taker {
             want: limit.unwrap_or(usize::MAX),
@@ -82,8 +104,10 @@ impl Snapshot {
         })
     }
 
-    /// [`Store::history_len`] over this snapshot.
+    /// [`Store::history_len`] over this snapshot; refused for a fork by
+    /// reference, as [`Snapshot::history_tail`] is.
     pub fn history_len(&self) -> Result<u64> {
+        self.refuse_fork()?;
         let mut len = 0u64;
         for rec in self.iter_from(self.live_from()) {
             len = match rec?.entry {
@@ -94,6 +118,19 @@ impl Snapshot {
             };
         }
         Ok(len)
+    }
+
+    /// Refuses the log of a fork by reference whose history starts in its
+    /// parent's, as [`Snapshot::restore`] does.
+    fn refuse_fork(&self) -> Result<()> {
+        match self.restore_link()? {
+            Some(link) => Err(crate::error::Error::invalid(format!(
+                "this log is a fork of session {} at seq {}: its history starts in the \
+                 parent's log; read it through the store",
+                link.parent, link.seq
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Where the live history starts: the last `SessionStart`, or the log's

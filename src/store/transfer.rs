@@ -17,24 +17,26 @@ impl Store {
     /// writer lock). `out` is not flushed; wrap it in a `BufWriter` for
     /// speed.
     ///
+    /// The export is self-contained: a fork by reference is written as a
+    /// standalone session, its first line a `session_start` carrying the
+    /// history it inherits (`forked_from` names the parent), its chain
+    /// computed from genesis ([`Store::export_entries`]); it imports
+    /// without the parent.
+    ///
     /// An export of a live session stops at the head it had when the call
     /// began. A failed write is [`Error::Io`] with op `"write export"`.
     pub fn export(&self, id: SessionId, mut out: impl Write) -> Result<u64> {
-        let snap = self.snapshot(id)?;
-        let mut lines = 0u64;
-        for rec in snap.iter() {
-            let mut line = rec?.wire_line();
+        self.export_entries(id, |e| {
+            let mut line = e.wire_line();
             line.push('\n');
-            out.write_all(line.as_bytes()).map_err(|e| {
+            out.write_all(line.as_bytes()).map_err(|err| {
                 Error::io(
                     "write export",
                     PathBuf::from(format!("<export of session {id}>")),
-                    e,
+                    err,
                 )
-            })?;
-            lines += 1;
-        }
-        Ok(lines)
+            })
+        })
     }
 
     /// Creates a new session from wire lines read from `input` (what

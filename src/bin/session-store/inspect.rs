@@ -107,10 +107,15 @@ pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
                 fmt_time(s.updated_ms),
                 s.entries,
                 human_bytes(s.bytes),
-                match &s.error {
+                match (&s.error, s.forked_from) {
                     // A session that could not be read is listed, marked.
-                    Some(e) => format!("DAMAGED: {e}"),
-                    None => s.title.clone().unwrap_or_default(),
+                    (Some(e), _) => format!("DAMAGED: {e}"),
+                    (None, Some(parent)) => format!(
+                        "[fork of {}] {}",
+                        parent.session_id,
+                        s.title.as_deref().unwrap_or_default()
+                    ),
+                    (None, None) => s.title.clone().unwrap_or_default(),
                 }
             )?;
         }
@@ -129,7 +134,10 @@ fn cut(text: &str, full: bool) -> String {
 
 pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
     let store = open_store_to_read(root)?;
-    let state = open_reader(&store, resolve_session(&store, &a.id)?)?.restore()?;
+    let id = resolve_session(&store, &a.id)?;
+    open_reader(&store, id)?;
+    // Through the store: a fork's history starts in its parent's log.
+    let state = store.restore(id)?;
     let color = std::io::stdout().is_terminal();
     let paint = |code: &str, s: &str| {
         if color {

@@ -8,8 +8,11 @@ use std::io::Write;
 use anyhow::Result;
 
 use crate::inspect::json_type;
+use std::path::PathBuf;
+
 use session_store::{
-    ContentPart, EntryHash, Item, LogEntry, Role, SessionId, SessionOrigin, Store, ToolOutput,
+    ContentPart, EntryHash, Error, Item, LogEntry, Role, SessionId, SessionOrigin, Store,
+    ToolOutput,
 };
 
 /// A result longer than this many lines (or bytes) is folded.
@@ -17,19 +20,43 @@ const FOLD_LINES: usize = 12;
 const FOLD_BYTES: usize = 1500;
 
 /// Writes the session's transcript; returns the entries rendered.
+///
+/// A fork by reference is rendered as its export is written: its first
+/// entry carries the history it inherits from its parent.
 pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Result<u64> {
-    let snap = store.snapshot(id)?;
     let title = store.info(id).ok().flatten().and_then(|i| i.title);
     writeln!(out, "# {}", title.as_deref().unwrap_or("Session"))?;
     writeln!(out)?;
     writeln!(out, "Session `{id}`.")?;
-    let mut turn = 0u64;
-    let mut starts = 0u64;
-    let mut entries = 0u64;
-    for rec in snap.entries_from(snap.first_seq()) {
-        let (seq, _, entry) = rec?;
-        entries += 1;
-        match &entry {
+    let mut place = Place::default();
+    let entries = store.export_entries(id, |e| {
+        write_entry(out, &mut place, id, e.seq, e.entry).map_err(|source| Error::Io {
+            op: "write markdown",
+            path: PathBuf::from(format!("<markdown of session {id}>")),
+            source,
+        })
+    })?;
+    Ok(entries)
+}
+
+/// Where the transcript is: turns and history starts seen so far.
+#[derive(Default)]
+struct Place {
+    turn: u64,
+    starts: u64,
+}
+
+/// Renders one entry.
+fn write_entry(
+    out: &mut dyn Write,
+    place: &mut Place,
+    id: SessionId,
+    seq: u64,
+    entry: &LogEntry,
+) -> std::io::Result<()> {
+    let Place { turn, starts } = place;
+    {
+        match entry {
             LogEntry::SessionStart {
                 system_prompt,
                 config,
@@ -38,7 +65,7 @@ pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Resu
                 compacted_from,
                 ..
             } => {
-                starts += 1;
+                *starts += 1;
                 writeln!(out)?;
                 if let Some(origin) = compacted_from {
                     writeln!(out, "---")?;
@@ -50,12 +77,12 @@ pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Resu
                         "> The history restarts here with a summary{}. The entries above stay in the log.",
                         origin_note(origin, id)
                     )?;
-                } else if starts > 1 {
+                } else if *starts > 1 {
                     writeln!(out, "---")?;
                     writeln!(out)?;
                     writeln!(out, "## History restarted (entry {seq})")?;
                 }
-                if let (Some(origin), true) = (forked_from, starts == 1) {
+                if let (Some(origin), true) = (forked_from, *starts == 1) {
                     writeln!(
                         out,
                         "> Forked from session `{}` at entry `{}`.",
@@ -63,7 +90,7 @@ pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Resu
                         short(&origin.at_hash)
                     )?;
                 }
-                if starts == 1 || compacted_from.is_none() {
+                if *starts == 1 || compacted_from.is_none() {
                     if let Some(model) = &config.model {
                         writeln!(out)?;
                         writeln!(out, "Model: `{model}`.")?;
@@ -89,7 +116,7 @@ pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Resu
                 }
             }
             LogEntry::UserInput { item, .. } => {
-                turn += 1;
+                *turn += 1;
                 writeln!(out)?;
                 writeln!(out, "## Turn {turn}")?;
                 write_item(out, &item.clone().into_item())?;
@@ -145,9 +172,24 @@ pub fn write_markdown(store: &Store, id: SessionId, out: &mut dyn Write) -> Resu
                     "_The last {count} item(s) were removed from the history._"
                 )?;
             }
+            // Exports carry a fork's inherited history in its first
+            // `session_start` instead; a log that still shows the link says so.
+            LogEntry::ForkedFrom {
+                parent,
+                parent_seq: seq,
+                parent_hash: hash,
+                ..
+            } => {
+                writeln!(out)?;
+                writeln!(
+                    out,
+                    "> Forked from session `{parent}` at entry {seq} (`{}`).",
+                    short(hash)
+                )?;
+            }
         }
     }
-    Ok(entries)
+    Ok(())
 }
 
 fn origin_note(origin: &SessionOrigin, id: SessionId) -> String {

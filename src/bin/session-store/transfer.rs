@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use session_store::{
-    parse_line, responses, EntryHash, Item, LineReader, RequestConfig, SessionId, Store,
+    parse_line, responses, Deletion, EntryHash, Item, LineReader, RequestConfig, SessionId, Store,
 };
 
 use crate::{open_reader, open_store, open_store_to_read, progress};
@@ -184,12 +184,12 @@ pub(crate) fn write_session(
     format: ExportFormat,
     out: &mut dyn Write,
 ) -> Result<u64> {
-    let reader = open_reader(store, id)?;
+    open_reader(store, id)?;
     let lines = match format {
         ExportFormat::Wire => return Ok(store.export(id, out)?),
         ExportFormat::Markdown => return crate::markdown::write_markdown(store, id, out),
-        ExportFormat::Responses => responses::history_to_items(&reader.restore()?.history)?,
-        ExportFormat::Anthropic => Item::to_anthropic_messages(&reader.restore()?.history)?,
+        ExportFormat::Responses => responses::history_to_items(&store.restore(id)?.history)?,
+        ExportFormat::Anthropic => Item::to_anthropic_messages(&store.restore(id)?.history)?,
     };
     for line in &lines {
         writeln!(out, "{line}")?;
@@ -314,7 +314,21 @@ pub fn fork(root: &Option<PathBuf>, a: ForkArgs) -> Result<ExitCode> {
 
 pub fn rm(root: &Option<PathBuf>, a: RmArgs) -> Result<ExitCode> {
     let store = open_store(root)?;
-    store.delete(a.id)?;
+    match store.delete_session(a.id)? {
+        Deletion::Removed => {}
+        // Said on stderr: stdout stays empty for scripts, as for a removal.
+        Deletion::Retired { forks } => {
+            let n = forks.len();
+            let list: Vec<String> = forks.iter().map(|f| f.to_string()).collect();
+            eprintln!(
+                "{}: removed from the listing; {n} fork{} still read{} its history ({}), so its log is kept, hidden, until the last of them is removed",
+                a.id,
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "s" } else { "" },
+                list.join(", ")
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

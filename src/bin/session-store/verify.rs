@@ -53,11 +53,24 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                         t.offset,
                         t.reason
                     ),
-                    (None, None) => format!(
-                        "{id}: ok, {}, {}",
-                        count(r.records, "record"),
-                        human_bytes(r.bytes)
-                    ),
+                    (None, None) => match store.verify_fork_link(id) {
+                        // The log is whole; a fork's link to its parent
+                        // must hold too.
+                        Err(e) => {
+                            damaged += 1;
+                            format!("{id}: DAMAGED: {e}")
+                        }
+                        Ok(link) => format!(
+                            "{id}: ok, {}, {}{}",
+                            count(r.records, "record"),
+                            human_bytes(r.bytes),
+                            link.map(|l| format!(
+                                "; fork of {} at seq {}, link checked",
+                                l.parent, l.seq
+                            ))
+                            .unwrap_or_default()
+                        ),
+                    },
                 }
             }
             Err(Error::Corrupt {
