@@ -23,6 +23,25 @@ fn opts() -> StoreOptions {
     StoreOptions::default().log(LogOptions::default().segment_size(16 << 10))
 }
 
+/// A store whose sealed segments `archiver` uploads.
+fn archived_store(root: &std::path::Path, archiver: &Archiver) -> Store {
+    let log = LogOptions::default()
+        .segment_size(16 << 10)
+        .on_seal(archiver.observer());
+    Store::open_with(root, StoreOptions::default().log(log)).unwrap()
+}
+
+/// A server, an archive on it, and a session of `turns` turns pushed there.
+fn pushed(turns: usize) -> (S3Server, Archive, tempfile::TempDir, Store, SessionId) {
+    let server = S3Server::start();
+    let a = archive(&server, "s");
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let id = session(&store, turns);
+    a.push(&store, id).unwrap();
+    (server, a, here, store, id)
+}
+
 fn archive(server: &S3Server, prefix: &str) -> Archive {
     Archive::open_with(&server.url(prefix), server.options()).unwrap()
 }
@@ -171,12 +190,7 @@ fn push_then_pull_restores_the_session_on_another_store() {
 
 #[test]
 fn point_in_time_restore_stops_at_a_seq_or_a_hash() {
-    let server = S3Server::start();
-    let a = archive(&server, "s");
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = session(&store, 50);
-    a.push(&store, id).unwrap();
+    let (_server, a, _here, store, id) = pushed(50);
     let manifest = a.manifest(id).unwrap().unwrap();
     let entries: Vec<_> = store
         .snapshot(id)
@@ -250,15 +264,7 @@ fn continuous_archival_uploads_each_segment_as_it_seals() {
     let a = archive(&server, "s");
     let archiver = Archiver::start(a.clone()).unwrap();
     let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        here.path(),
-        StoreOptions::default().log(
-            LogOptions::default()
-                .segment_size(16 << 10)
-                .on_seal(archiver.observer()),
-        ),
-    )
-    .unwrap();
+    let store = archived_store(here.path(), &archiver);
     let id = session(&store, 80);
     assert!(archiver.wait_idle(Duration::from_secs(60)));
     let sealed = sealed_count(&store, id);
@@ -316,15 +322,7 @@ fn continuous_archival_reports_an_upload_that_keeps_failing() {
     )
     .unwrap();
     let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(
-        here.path(),
-        StoreOptions::default().log(
-            LogOptions::default()
-                .segment_size(16 << 10)
-                .on_seal(archiver.observer()),
-        ),
-    )
-    .unwrap();
+    let store = archived_store(here.path(), &archiver);
     let id = session(&store, 20);
     assert!(archiver.wait_idle(Duration::from_secs(120)));
     let sealed = sealed_count(&store, id);
@@ -343,12 +341,7 @@ fn continuous_archival_reports_an_upload_that_keeps_failing() {
 
 #[test]
 fn a_killed_push_is_completed_by_the_next_without_overwriting() {
-    let server = S3Server::start();
-    let a = archive(&server, "s");
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = session(&store, 60);
-    a.push(&store, id).unwrap();
+    let (server, a, _here, store, id) = pushed(60);
     let names = object_names(&a, id, "segments");
     // What a push killed after its second upload leaves: two segments, no
     // tail, no manifest.
@@ -418,12 +411,7 @@ fn a_killed_push_is_completed_by_the_next_without_overwriting() {
 
 #[test]
 fn a_damaged_or_missing_object_is_refused_by_name() {
-    let server = S3Server::start();
-    let a = archive(&server, "s");
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = session(&store, 60);
-    a.push(&store, id).unwrap();
+    let (server, a, _here, store, id) = pushed(60);
     let names = object_names(&a, id, "segments");
     let dir = tempfile::tempdir().unwrap();
     let other = Store::open(dir.path()).unwrap();
