@@ -232,6 +232,10 @@ fn point_in_time_restore_stops_at_a_seq_or_a_hash() {
             .save_delta(id, &mut head, &[Item::user_text("a new branch")])
             .unwrap();
         assert!(other.log(id).unwrap().verify().damage.is_none());
+        // Its new branch is another history: pushing it over the archive's
+        // is refused.
+        let err = a.push(&other, id).unwrap_err();
+        assert!(matches!(err, Error::Archive { .. }), "point {k}: {err}");
         other.close().unwrap();
     }
     // A point past the archive is NotFound, and nothing is left behind.
@@ -287,6 +291,10 @@ fn continuous_archival_uploads_each_segment_as_it_seals() {
     assert_eq!(report.uploaded_segments, 0);
     assert_eq!(report.skipped_segments, sealed);
     assert!(report.uploaded_tail);
+    // Dropped before the store that holds its observer: it stops all the same.
+    drop(archiver);
+    let mut head = store.head(id).unwrap().unwrap();
+    add_turns(&store, id, &mut head, 80, 20);
 }
 
 #[test]
@@ -341,7 +349,7 @@ fn continuous_archival_reports_an_upload_that_keeps_failing() {
 
 #[test]
 fn a_killed_push_is_completed_by_the_next_without_overwriting() {
-    let (server, a, _here, store, id) = pushed(60);
+    let (_server, a, _here, store, id) = pushed(60);
     let names = object_names(&a, id, "segments");
     // What a push killed after its second upload leaves: two segments, no
     // tail, no manifest.

@@ -51,6 +51,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     idle: Condvar,
+    /// Set when the archiver is dropped: the worker finishes the queue and
+    /// stops, even while stores still hold observers (and so the channel).
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Continuous archival: install [`Archiver::observer`] as
@@ -100,14 +103,18 @@ impl Archiver {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             idle: Condvar::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let worker = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("session-store-archiver".into())
-                .spawn(move || {
-                    for seg in rx {
-                        upload_with_retries(&archive, &seg, retry, &shared);
+                .spawn(move || loop {
+                    match rx.recv_timeout(Duration::from_millis(50)) {
+                        Ok(seg) => upload_with_retries(&archive, &seg, retry, &shared),
+                        Err(mpsc::RecvTimeoutError::Timeout)
+                            if !shared.stopping.load(std::sync::atomic::Ordering::Acquire) => {}
+                        Err(_) => break,
                     }
                 })
                 .map_err(|e| Error::io("spawn the archiver thread", archive_dir(), e))?
@@ -125,7 +132,8 @@ impl Archiver {
         let shared = self.shared.clone();
         Arc::new(move |seg: &SealedSegment| {
             shared.state.lock().status.pending += 1;
-            let sent = tx.as_ref().is_some_and(|tx| tx.send(seg.clone()).is_ok());
+            let stopped = shared.stopping.load(std::sync::atomic::Ordering::Acquire);
+            let sent = !stopped && tx.as_ref().is_some_and(|tx| tx.send(seg.clone()).is_ok());
             if !sent {
                 fail(&shared, seg, 0, "the archiver has stopped".into());
             }
@@ -159,6 +167,9 @@ impl Archiver {
 impl Drop for Archiver {
     fn drop(&mut self) {
         self.tx.lock().take();
+        self.shared
+            .stopping
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(w) = self.worker.lock().take() {
             let _ = w.join();
         }

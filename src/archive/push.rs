@@ -88,6 +88,37 @@ impl Archive {
                     ));
                 }
             }
+            if let Some(m) = &existing {
+                // The archive must hold a prefix of this log: a session
+                // restored to a point and appended to since is another
+                // history under the same id.
+                let differs = m.segments.iter().find(|s| {
+                    !local.sealed.iter().any(|l| {
+                        (l.first_seq, l.last_seq, l.last_hash) == (s.first_seq, s.last_seq, s.last_hash)
+                    })
+                });
+                let local_next = local
+                    .tail
+                    .as_ref()
+                    .map(|t| t.next_seq)
+                    .or(local.sealed.last().map(|s| s.last_seq + 1))
+                    .unwrap_or(0);
+                if let Some(s) = differs {
+                    return Err(Error::Archive {
+                        object: s.object.clone(),
+                        reason: "is not a segment of the local log: the archive holds another history of this session".into(),
+                    });
+                }
+                if m.next_seq() > local_next {
+                    return Err(archive_err(
+                        &self.manifest_path(id),
+                        format!(
+                            "names records up to seq {}, the local log ends before seq {local_next}: the archive holds more of this session than this store",
+                            m.next_seq()
+                        ),
+                    ));
+                }
+            }
             let there: std::collections::HashMap<String, u64> = self
                 .list_objects(id)
                 .await?

@@ -24,7 +24,6 @@ mod writer;
 #[cfg(feature = "archive")]
 pub(crate) use opening::continues;
 pub use reader::{Iter, RecordView, Snapshot};
-
 pub use verify::{Damage, VerifyReport};
 pub(crate) use writer::entry_hash;
 
