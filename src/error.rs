@@ -140,6 +140,17 @@ pub enum Error {
         /// What does not hold.
         what: String,
     },
+    /// An object of an archive (feature `archive`) is missing, failed its
+    /// check, or does not continue the objects before it; or the object
+    /// store refused a request. Nothing was written locally by the call
+    /// that reports it (a restore checks every object first).
+    #[error("archive object {object}: {reason}")]
+    Archive {
+        /// The object's name in the object store (`prefix/id/segments/…`).
+        object: String,
+        /// What is wrong with it, or what the object store said.
+        reason: String,
+    },
     /// A foreign transcript (a history reader's input) could not be read
     /// past a line: an I/O error or a broken compressed stream.
     #[error("reading {} at line {line}: {source}", path.display())]

@@ -55,10 +55,15 @@
 //!   `agy`, `claude`, `codex`), with a bundled SQLite and zstd.
 //! - `tokio`: `AsyncStore`, the store's calls as futures that never block
 //!   a runtime worker, and subscriptions as streams.
+//! - `archive`: `Archive`, sealed segments to object storage (`object_store`:
+//!   S3, a local directory, memory) and restore from it; `Archiver`,
+//!   continuous archival of each segment as it seals.
 //!
 //! With `default-features = false` the crate is the bare library.
 #![deny(unsafe_code)]
 
+#[cfg(feature = "archive")]
+mod archive;
 #[cfg(feature = "tokio")]
 mod async_store;
 mod catalog;
@@ -86,6 +91,11 @@ pub mod format;
 #[allow(dead_code)]
 mod format;
 
+#[cfg(feature = "archive")]
+pub use archive::{
+    Archive, ArchiveFailure, ArchiveStatus, ArchivedSegment, ArchivedSession, ArchivedTail,
+    Archiver, Manifest, PullReport, PushReport, RestorePoint, RetryPolicy, Transfer,
+};
 #[cfg(feature = "tokio")]
 pub use async_store::{AsyncStore, EntryStream};
 pub use chain::{EntryHash, ParseHashError};
@@ -104,8 +114,8 @@ pub use item::{
 };
 pub use log::{
     Damage, Durability, ExpectHead, Iter, LastRecovery, Log, LogOptions, RecordView, RecoveryMode,
-    RecoveryReport, Snapshot, TornTail, VerifyReport, DEFAULT_INITIAL_SEGMENT_SIZE,
-    DEFAULT_SEGMENT_SIZE, LAST_RECOVERY_FILE,
+    RecoveryReport, SealObserver, SealedSegment, Snapshot, TornTail, VerifyReport,
+    DEFAULT_INITIAL_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE, LAST_RECOVERY_FILE,
 };
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]

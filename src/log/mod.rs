@@ -21,6 +21,8 @@ mod recovery;
 mod verify;
 mod writer;
 
+#[cfg(feature = "archive")]
+pub(crate) use opening::continues;
 pub use reader::{Iter, RecordView, Snapshot};
 pub use verify::{Damage, VerifyReport};
 pub(crate) use writer::entry_hash;
@@ -102,6 +104,30 @@ pub struct LogOptions {
     pub prepare_ahead: bool,
     /// The fault seam, for tests.
     pub hook: Option<Arc<dyn IoHook>>,
+    /// Told of every segment the writer seals (at a roll), on the appending
+    /// thread with the writer lock held: it must only queue work (continuous
+    /// archival does, see `Archive`).
+    pub on_seal: Option<SealObserver>,
+}
+
+/// What [`LogOptions::on_seal`] is called with.
+pub type SealObserver = Arc<dyn Fn(&SealedSegment) + Send + Sync>;
+
+/// A sealed segment: immutable from its seal on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedSegment {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Seq of its first record.
+    pub first_seq: u64,
+    /// Seq of its last record.
+    pub last_seq: u64,
+    /// The hash its first record chains from.
+    pub start_hash: EntryHash,
+    /// Hash of its last record.
+    pub last_hash: EntryHash,
+    /// File length.
+    pub len_bytes: u64,
 }
 
 impl Default for LogOptions {
@@ -113,6 +139,7 @@ impl Default for LogOptions {
             recovery: RecoveryMode::Strict,
             prepare_ahead: true,
             hook: None,
+            on_seal: None,
         }
     }
 }
@@ -125,6 +152,7 @@ impl std::fmt::Debug for LogOptions {
             .field("recovery", &self.recovery)
             .field("prepare_ahead", &self.prepare_ahead)
             .field("hook", &self.hook.is_some())
+            .field("on_seal", &self.on_seal.is_some())
             .finish()
     }
 }
@@ -151,6 +179,12 @@ impl LogOptions {
     /// Installs an I/O hook (the test seam).
     pub fn hook(mut self, hook: Arc<dyn IoHook>) -> Self {
         self.hook = Some(hook);
+        self
+    }
+
+    /// Installs an observer of seals ([`LogOptions::on_seal`]).
+    pub fn on_seal(mut self, observer: SealObserver) -> Self {
+        self.on_seal = Some(observer);
         self
     }
 

@@ -384,7 +384,7 @@ pub(super) fn mark_to_start_at(
 /// `expect` (next seq, last hash), `None` meaning it is the first: it must name
 /// the log's id, and continue the seq and the chain (a log starts at seq 0 and
 /// never drops its head, so a later first seq means deleted segments).
-pub(super) fn continues(
+pub(crate) fn continues(
     h: &SegmentHeader,
     log_id: &[u8; 16],
     expect: Option<(u64, EntryHash)>,

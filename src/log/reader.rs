@@ -186,6 +186,85 @@ impl Snapshot {
     }
 }
 
+// Only the archive reads these.
+#[cfg_attr(not(feature = "archive"), allow(dead_code))]
+/// What of a snapshot can be archived: its sealed segments, and the synced
+/// prefix of its active segment.
+pub(crate) struct Archivable {
+    pub(crate) sealed: Vec<super::SealedSegment>,
+    pub(crate) tail: Option<TailPoint>,
+}
+
+#[cfg_attr(not(feature = "archive"), allow(dead_code))]
+/// The synced prefix of the active segment: the records below `end`.
+#[derive(Debug, Clone)]
+pub(crate) struct TailPoint {
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) first_seq: u64,
+    pub(crate) end: u64,
+    pub(crate) next_seq: u64,
+    pub(crate) hash: EntryHash,
+}
+
+#[cfg_attr(not(feature = "archive"), allow(dead_code))]
+impl Snapshot {
+    /// The log's id, from its first segment.
+    pub(crate) fn log_id(&self) -> Option<[u8; 16]> {
+        self.segs.first().map(|(s, _)| s.header.log_id)
+    }
+
+    /// The sealed segments (whole, as their footers describe them), and the
+    /// active segment up to its durable mark or the snapshot's end, whichever
+    /// is lower: bytes a power loss cannot take back (no tail when the
+    /// active segment holds no synced record).
+    pub(crate) fn archivable(&self) -> Archivable {
+        let mut sealed = Vec::new();
+        let mut tail = None;
+        for (seg, end) in &self.segs {
+            let h = seg.header;
+            match *seg.footer.lock() {
+                Some(f) if f.data_end == *end && f.record_count > 0 => {
+                    sealed.push(super::SealedSegment {
+                        path: seg.path.clone(),
+                        first_seq: h.first_seq,
+                        last_seq: h.first_seq + f.record_count - 1,
+                        start_hash: h.start_hash,
+                        last_hash: f.last_hash,
+                        len_bytes: seg.len(),
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+            // The durable point: what this process's last sync covered (the
+            // mark on disk lags it by one sync), or the mark.
+            let synced = *seg.synced.lock();
+            let durable = seg
+                .read_mark()
+                .map(|m| (m.end, m.next_seq, m.hash))
+                .into_iter()
+                .chain(synced.map(|p| (p.end, p.next_seq, p.hash)))
+                .max_by_key(|p| p.0);
+            let Some(durable) = durable else { continue };
+            let (end, next_seq, hash) = if durable.0 <= *end {
+                durable
+            } else {
+                (*end, self.next_seq, self.head)
+            };
+            if next_seq > h.first_seq {
+                tail = Some(TailPoint {
+                    path: seg.path.clone(),
+                    first_seq: h.first_seq,
+                    end,
+                    next_seq,
+                    hash,
+                });
+            }
+        }
+        Archivable { sealed, tail }
+    }
+}
+
 /// Iterator over a [`Snapshot`]'s records.
 pub struct Iter<'a> {
     snap: &'a Snapshot,

@@ -384,6 +384,16 @@ impl Log {
                 index_crc: 0,
             })?;
             *active.footer.lock() = Some(footer);
+            if let Some(on_seal) = &inner.opts.on_seal {
+                on_seal(&super::SealedSegment {
+                    path: active.path.clone(),
+                    first_seq: active.header.first_seq,
+                    last_seq: w.tip.next_seq - 1,
+                    start_hash: active.header.start_hash,
+                    last_hash: w.tip.hash,
+                    len_bytes: active.len(),
+                });
+            }
             sealed = Some(active.clone());
         }
         let needed = (SEGMENT_HEADER_LEN + FOOTER_LEN + 2 * INDEX_ENTRY_LEN) as u64 + rec_len;

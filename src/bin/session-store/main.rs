@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success; 1 an error, or damage found by `verify`; 2 a usage error.
 
+mod archive;
 mod demo;
 mod grep;
 mod history;
@@ -65,9 +66,11 @@ enum Command {
     Grep(grep::Args),
     /// Read other agents' transcripts
     History(history::Args),
+    /// Push sessions to object storage, pull them back, list an archive
+    Archive(archive::Args),
 }
 
-fn default_root() -> PathBuf {
+pub(crate) fn default_root() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("session-store");
     }
@@ -135,6 +138,7 @@ fn main() -> ExitCode {
         }
         Command::Grep(a) => grep::run(&cli.root, a),
         Command::History(a) => history::run(&cli.root, a),
+        Command::Archive(a) => archive::run(&cli.root, a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,261 @@
+//! Archive throughput against a real S3-compatible server (`s3s-fs`, in
+//! process on a loopback port), each figure beside its baseline from the
+//! same run:
+//!
+//! - `Archive::push` of one session vs plain `object_store` puts of the same
+//!   bytes (its segment files, as objects of the same sizes, as many at once);
+//! - `Archive::pull` (download, full check, staging, catalog, rename) vs
+//!   plain gets of the same objects into memory;
+//! - `Buffered` appends through `Store` with continuous archival on
+//!   (`Archiver` as `on_seal`) vs without.
+//!
+//! `ARCHIVE_BENCH_MB` sets the session's size (default 1024: 1 GB);
+//! `ARCHIVE_BENCH_RUNS` the runs per figure (default 3). Medians are printed.
+//!
+//! ```text
+//! cargo bench --features archive --bench archive
+//! ARCHIVE_BENCH_MB=64 cargo bench --features archive --bench archive
+//! ```
+#![allow(missing_docs)]
+
+#[path = "../tests/s3/mod.rs"]
+mod s3;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
+use session_store::{
+    Archive, Archiver, Item, LogOptions, RequestConfig, RestorePoint, SessionId, Store,
+    StoreOptions,
+};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+/// One turn of a coding agent: a question, a tool call and its output, an answer.
+fn turn(n: usize) -> Vec<Item> {
+    let call_id = format!("call_{n}");
+    vec![
+        Item::user_text(format!("step {n}: look at the next file")),
+        Item::ToolCall {
+            id: None,
+            call_id: call_id.clone(),
+            name: "read_file".into(),
+            arguments: format!(r#"{{"path":"src/module_{n}.rs"}}"#),
+            status: None,
+        },
+        Item::ToolResult {
+            id: None,
+            call_id,
+            summary: String::new(),
+            content: Some(format!("fn item_{n}() -> u64 {{ {n} }}\n").repeat(120)),
+        },
+        Item::assistant_text(format!("Module {n} defines one function. ").repeat(8)),
+    ]
+}
+
+/// Appends turns until the session holds `bytes`; returns the bytes.
+fn fill(store: &Store, id: SessionId, bytes: u64) -> u64 {
+    let mut head = store.head(id).unwrap().unwrap();
+    let mut n = 0;
+    loop {
+        store.save_delta(id, &mut head, &turn(n)).unwrap();
+        n += 1;
+        if n % 64 == 0 {
+            let b = store.info(id).unwrap().unwrap().bytes;
+            if b >= bytes {
+                return b;
+            }
+        }
+    }
+}
+
+fn main() {
+    let mb = env_u64("ARCHIVE_BENCH_MB", 1024);
+    let runs = env_u64("ARCHIVE_BENCH_RUNS", 3) as usize;
+    let server = s3::S3Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, _) = store
+        .create_session(
+            Some("You are a coding agent."),
+            RequestConfig::model("gpt-5"),
+            &[],
+        )
+        .unwrap();
+    let t = Instant::now();
+    let data = fill(&store, id, mb << 20);
+    store.sync(id).unwrap();
+    eprintln!(
+        "archive: built a {} MB session in {:.1?}",
+        data >> 20,
+        t.elapsed()
+    );
+
+    let plain = Archive::open_with(&server.url("plain"), server.options()).unwrap();
+    let os: Arc<dyn ObjectStore> = plain.object_store().clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The bytes a push moves, for the baseline: the objects of a first push,
+    // read back into memory.
+    let probe = Archive::open_with(&server.url("probe"), server.options()).unwrap();
+    probe.push(&store, id).unwrap();
+    let objects: Vec<bytes::Bytes> = rt.block_on(async {
+        let prefix = ObjectPath::from(format!("probe/{id}"));
+        let mut metas: Vec<_> = os.list(Some(&prefix)).try_collect().await.unwrap();
+        metas.retain(|m| m.location.as_ref().ends_with(".seg"));
+        metas.sort_by(|a, b| a.location.cmp(&b.location));
+        let mut out = Vec::new();
+        for m in metas {
+            out.push(os.get(&m.location).await.unwrap().bytes().await.unwrap());
+        }
+        out
+    });
+    let total: u64 = objects.iter().map(|o| o.len() as u64).sum();
+
+    let (mut put_base, mut put_ours, mut get_base, mut get_ours) = (vec![], vec![], vec![], vec![]);
+    for run in 0..runs {
+        // Baseline put: the same objects, four at once, created.
+        let prefix = format!("plain/{run}");
+        let t = Instant::now();
+        rt.block_on(
+            futures_util::stream::iter(objects.iter().enumerate())
+                .map(|(i, b)| {
+                    let os = os.clone();
+                    let path = ObjectPath::from(format!("{prefix}/{i:020}.seg"));
+                    let b = b.clone();
+                    async move {
+                        os.put_opts(
+                            &path,
+                            PutPayload::from_bytes(b),
+                            PutOptions::from(PutMode::Create),
+                        )
+                        .await
+                    }
+                })
+                .buffer_unordered(4)
+                .try_collect::<Vec<_>>(),
+        )
+        .unwrap();
+        put_base.push(t.elapsed());
+
+        let a = Archive::open_with(&server.url(&format!("ours/{run}")), server.options()).unwrap();
+        let t = Instant::now();
+        a.push(&store, id).unwrap();
+        put_ours.push(t.elapsed());
+
+        let t = Instant::now();
+        let got: Vec<bytes::Bytes> = rt
+            .block_on(
+                futures_util::stream::iter(0..objects.len())
+                    .map(|i| {
+                        let os = os.clone();
+                        let path = ObjectPath::from(format!("{prefix}/{i:020}.seg"));
+                        async move { os.get(&path).await?.bytes().await }
+                    })
+                    .buffered(4)
+                    .try_collect(),
+            )
+            .unwrap();
+        get_base.push(t.elapsed());
+        assert_eq!(got.iter().map(|b| b.len() as u64).sum::<u64>(), total);
+        drop(got);
+
+        let to = tempfile::tempdir().unwrap();
+        let other = Store::open(to.path()).unwrap();
+        let t = Instant::now();
+        a.pull(&other, id, RestorePoint::Latest).unwrap();
+        get_ours.push(t.elapsed());
+    }
+
+    // Continuous archival: Buffered appends with and without it.
+    let append_mb = env_u64("ARCHIVE_BENCH_APPEND_MB", (mb / 4).clamp(16, 256));
+    let archive = Archive::open_with(&server.url("continuous"), server.options()).unwrap();
+    let (mut plain_app, mut with_app) = (vec![], vec![]);
+    let mut uploaded = 0;
+    for _ in 0..runs.max(3) {
+        for on in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let archiver = Archiver::start(archive.clone()).unwrap();
+            let mut log = LogOptions::default().segment_size(8 << 20);
+            if on {
+                log = log.on_seal(archiver.observer());
+            }
+            let s = Store::open_with(d.path(), StoreOptions::default().log(log)).unwrap();
+            let (id, _) = s
+                .create_session(None, RequestConfig::model("gpt-5"), &[])
+                .unwrap();
+            let t = Instant::now();
+            let bytes = fill(&s, id, append_mb << 20);
+            let el = t.elapsed();
+            if on {
+                with_app.push((el, bytes));
+                assert!(archiver.wait_idle(Duration::from_secs(600)));
+                assert_eq!(archiver.status().failed, 0);
+                uploaded = archiver.status().uploaded;
+            } else {
+                plain_app.push((el, bytes));
+            }
+        }
+    }
+    let rate = |v: &Vec<(Duration, u64)>| {
+        let mut r: Vec<f64> = v.iter().map(|(d, b)| mbps(*b, *d)).collect();
+        r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        r[r.len() / 2]
+    };
+
+    let row = |name: &str, ours: Duration, base: Duration| {
+        let (o, b) = (mbps(total, ours), mbps(total, base));
+        println!(
+            "{name:<6} {:>10.1} {:>14.1} {:>7.2}   {:>8.2?} {:>8.2?}",
+            o,
+            b,
+            o / b,
+            ours,
+            base
+        );
+    };
+    println!();
+    println!(
+        "archive of one {} MB session ({} objects, {} bytes), s3s-fs on 127.0.0.1, median of {runs}",
+        data >> 20,
+        objects.len(),
+        total
+    );
+    println!(
+        "{:<6} {:>10} {:>14} {:>7}   {:>8} {:>8}",
+        "", "ours MB/s", "object_store", "ratio", "ours", "plain"
+    );
+    row("push", median(put_ours), median(put_base));
+    row("pull", median(get_ours), median(get_base));
+    let (p, w) = (rate(&plain_app), rate(&with_app));
+    println!();
+    println!(
+        "Buffered appends, {append_mb} MB per run, 8 MiB segments, median of {}",
+        plain_app.len()
+    );
+    println!("without archival {p:>8.1} MB/s");
+    println!(
+        "with continuous  {w:>8.1} MB/s  ({:+.1}%, {uploaded} segments uploaded in the last run)",
+        (w / p - 1.0) * 100.0
+    );
+}

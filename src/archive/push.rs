@@ -1,0 +1,270 @@
+//! Push: a session's sealed segments and synced tail up, then its manifest.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::check::clear_marks;
+use super::{
+    archive_err, hex, Archive, ArchivedSegment, ArchivedTail, Manifest, ObjectKind,
+    CONCURRENT_TRANSFERS, MANIFEST_VERSION,
+};
+use crate::catalog::{self, CATALOG_FILE};
+use crate::error::{Error, Result};
+use crate::format::SEGMENT_HEADER_LEN;
+use crate::log::SealedSegment;
+use crate::schema::SessionId;
+use crate::store::{now_ms, Store};
+
+/// What a push did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PushReport {
+    /// Segment objects this push created.
+    pub uploaded_segments: usize,
+    /// Sealed segments the archive held already.
+    pub skipped_segments: usize,
+    /// Whether a tail object was created.
+    pub uploaded_tail: bool,
+    /// Bytes uploaded (segments and tail).
+    pub uploaded_bytes: u64,
+    /// Seq after the last archived record.
+    pub next_seq: u64,
+}
+
+/// Progress of a transfer, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    /// Bytes moved so far.
+    pub done_bytes: u64,
+    /// Bytes this call will move.
+    pub total_bytes: u64,
+}
+
+/// Reads `len` bytes of a file from its start (holes read as zeros).
+pub(super) fn read_prefix(path: &Path, len: u64) -> Result<Vec<u8>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, 0)
+        .map_err(|e| Error::io("read", path, e))?;
+    Ok(buf)
+}
+
+impl Archive {
+    /// Pushes a session: every sealed segment the archive does not hold yet
+    /// (each created once, never overwritten), the synced prefix of the
+    /// active segment as a tail object (after syncing the session, when the
+    /// store is writable), then the manifest. A later push uploads only what
+    /// is new.
+    pub fn push(&self, store: &Store, id: SessionId) -> Result<PushReport> {
+        self.push_with(store, id, |_| {})
+    }
+
+    /// [`Archive::push`], telling `progress` as bytes go up.
+    pub fn push_with(
+        &self,
+        store: &Store,
+        id: SessionId,
+        progress: impl Fn(Transfer) + Send + Sync,
+    ) -> Result<PushReport> {
+        if !store.is_read_only() {
+            store.sync(id)?;
+        }
+        let snap = store.snapshot(id)?;
+        let local = snap.archivable();
+        let cat = catalog::read(&store.session_dir(id).join(CATALOG_FILE)).ok();
+        let log_id = snap.log_id().map(|id| hex(&id));
+        self.block_on(async {
+            let existing = self.get_manifest(id).await?;
+            if let (Some(m), Some(ours)) = (&existing, &log_id) {
+                if m.log_id != *ours {
+                    return Err(archive_err(
+                        &self.manifest_path(id),
+                        format!(
+                            "names log {}, but the local session's log is {ours}: another log under the same id",
+                            m.log_id
+                        ),
+                    ));
+                }
+            }
+            if let Some(m) = &existing {
+                // The archive must hold a prefix of this log: a session
+                // restored to a point and appended to since is another
+                // history under the same id.
+                let differs = m.segments.iter().find(|s| {
+                    !local.sealed.iter().any(|l| {
+                        (l.first_seq, l.last_seq, l.last_hash) == (s.first_seq, s.last_seq, s.last_hash)
+                    })
+                });
+                let local_next = local
+                    .tail
+                    .as_ref()
+                    .map(|t| t.next_seq)
+                    .or(local.sealed.last().map(|s| s.last_seq + 1))
+                    .unwrap_or(0);
+                if let Some(s) = differs {
+                    return Err(Error::Archive {
+                        object: s.object.clone(),
+                        reason: "is not a segment of the local log: the archive holds another history of this session".into(),
+                    });
+                }
+                if m.next_seq() > local_next {
+                    return Err(archive_err(
+                        &self.manifest_path(id),
+                        format!(
+                            "names records up to seq {}, the local log ends before seq {local_next}: the archive holds more of this session than this store",
+                            m.next_seq()
+                        ),
+                    ));
+                }
+            }
+            let there: std::collections::HashMap<String, u64> = self
+                .list_objects(id)
+                .await?
+                .into_iter()
+                .map(|(p, _, n)| (p.to_string(), n))
+                .collect();
+            let mut report = PushReport::default();
+            let mut todo = Vec::new();
+            let mut segments = Vec::new();
+            for s in &local.sealed {
+                let path = self.segment_path(id, s.first_seq, s.last_seq);
+                segments.push(archived_segment(&path, s));
+                match there.get(path.as_ref()) {
+                    Some(&n) if n == s.len_bytes => report.skipped_segments += 1,
+                    Some(_) => {
+                        return Err(archive_err(
+                            &path,
+                            "already exists with another length; an archived object is never overwritten",
+                        ))
+                    }
+                    None => todo.push((path, s.path.clone(), s.len_bytes, false)),
+                }
+            }
+            let mut tail = None;
+            if let Some(t) = &local.tail {
+                let path = self.tail_path(id, t.first_seq, t.next_seq);
+                tail = Some(ArchivedTail {
+                    object: path.to_string(),
+                    first_seq: t.first_seq,
+                    next_seq: t.next_seq,
+                    last_hash: t.hash,
+                    len_bytes: t.end,
+                });
+                if !there.contains_key(path.as_ref()) {
+                    todo.push((path, t.path.clone(), t.end, true));
+                }
+            }
+            let total_bytes = todo.iter().map(|(_, _, n, _)| n).sum();
+            let done = AtomicU64::new(0);
+            let progress = &progress;
+            progress(Transfer {
+                done_bytes: 0,
+                total_bytes,
+            });
+            let created: Vec<(bool, u64, bool)> = futures_util::stream::iter(todo)
+                .map(|(object, file, len, is_tail)| {
+                    let done = &done;
+                    async move {
+                        let mut bytes = read_prefix(&file, len)?;
+                        if is_tail {
+                            clear_marks(&mut bytes[..SEGMENT_HEADER_LEN]);
+                        }
+                        let created = self.put_immutable(&object, bytes.into()).await?;
+                        let done_bytes = done.fetch_add(len, Ordering::Relaxed) + len;
+                        progress(Transfer {
+                            done_bytes,
+                            total_bytes,
+                        });
+                        Ok::<_, Error>((created, len, is_tail))
+                    }
+                })
+                .buffer_unordered(CONCURRENT_TRANSFERS)
+                .try_collect()
+                .await?;
+            for (was_created, len, is_tail) in created {
+                match (is_tail, was_created) {
+                    (true, c) => report.uploaded_tail = c,
+                    (false, true) => report.uploaded_segments += 1,
+                    (false, false) => report.skipped_segments += 1,
+                }
+                if was_created {
+                    report.uploaded_bytes += len;
+                }
+            }
+            let Some(log_id) = log_id else {
+                // An empty log has no segment with records: nothing to name.
+                return Ok(report);
+            };
+            let mut manifest = manifest_for_catalog(id, log_id, cat.as_ref());
+            manifest.segments = segments;
+            manifest.tail = tail;
+            if cat.as_ref().is_none_or(|c| c.identity.is_none()) {
+                // A damaged catalog: what the store lists of the session.
+                if let Ok(Some(info)) = store.info(id) {
+                    manifest.created_ms = info.created_ms;
+                    manifest.title = manifest.title.or(info.title);
+                    manifest.forked_from = info.forked_from;
+                    manifest.compacted_from = info.compacted_from;
+                }
+            }
+            report.next_seq = manifest.next_seq();
+            self.put_manifest(&manifest).await?;
+            Ok(report)
+        })
+    }
+
+    /// Pushes every session of the store, in id order, returning each
+    /// session's report.
+    pub fn push_all(&self, store: &Store) -> Result<Vec<(SessionId, PushReport)>> {
+        let mut out = Vec::new();
+        for info in store.list()? {
+            out.push((info.id, self.push(store, info.id)?));
+        }
+        Ok(out)
+    }
+}
+
+pub(super) fn archived_segment(
+    path: &object_store::path::Path,
+    s: &SealedSegment,
+) -> ArchivedSegment {
+    ArchivedSegment {
+        object: path.to_string(),
+        first_seq: s.first_seq,
+        last_seq: s.last_seq,
+        start_hash: s.start_hash,
+        last_hash: s.last_hash,
+        len_bytes: s.len_bytes,
+    }
+}
+
+/// A manifest with the catalog's identity and title.
+pub(super) fn manifest_for_catalog(
+    id: SessionId,
+    log_id: String,
+    cat: Option<&catalog::CatalogRecord>,
+) -> Manifest {
+    let identity = cat.and_then(|c| c.identity.clone());
+    Manifest {
+        version: MANIFEST_VERSION,
+        session: id,
+        log_id,
+        segments: Vec::new(),
+        tail: None,
+        title: cat.and_then(|c| c.title.clone()),
+        created_ms: identity.as_ref().map_or(0, |i| i.created_ms),
+        forked_from: identity.as_ref().and_then(|i| i.forked_from),
+        compacted_from: identity.as_ref().and_then(|i| i.compacted_from),
+        durability: identity.as_ref().and_then(|i| i.durability),
+        written_ms: now_ms(),
+    }
+}
+
+impl ObjectKind {
+    /// Whether the kind is a tail.
+    pub(super) fn is_tail(self) -> bool {
+        matches!(self, ObjectKind::Tail { .. })
+    }
+}

@@ -1,0 +1,208 @@
+//! `archive push`, `archive pull`, `archive ls`: sessions to and from object
+//! storage (`s3://bucket/prefix`, `file:///path`, `memory://`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args as ClapArgs, Subcommand};
+use session_store::{Archive, RestorePoint, SessionId, Store, Transfer};
+
+/// `archive`.
+#[derive(ClapArgs)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Upload sessions: sealed segments not archived yet, the synced tail of the active segment, then the manifest
+    Push {
+        /// Where: s3://bucket/prefix (AWS_* variables: AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, …), file:///path, memory://
+        #[arg(long)]
+        to: String,
+        /// Session ids or names
+        ids: Vec<String>,
+        /// Every session of the store
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
+    /// Restore sessions from an archive into the store (--root); each is checked in full first
+    Pull {
+        /// Where from (as for push)
+        #[arg(long)]
+        from: String,
+        /// Session ids
+        ids: Vec<String>,
+        /// Every session of the archive
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+        /// Restore up to this seq (one session only)
+        #[arg(long, conflicts_with = "hash")]
+        seq: Option<u64>,
+        /// Restore up to the entry with this hash (one session only)
+        #[arg(long)]
+        hash: Option<String>,
+    },
+    /// List an archive's sessions: segments, bytes, what is archived and what only local
+    Ls {
+        /// The archive
+        #[arg(long)]
+        from: String,
+    },
+}
+
+pub fn run(root: &Option<PathBuf>, args: Args) -> Result<ExitCode> {
+    match args.command {
+        Command::Push { to, ids, all } => push(root, &to, ids, all),
+        Command::Pull {
+            from,
+            ids,
+            all,
+            seq,
+            hash,
+        } => {
+            let point = match (seq, hash) {
+                (Some(s), _) => RestorePoint::Seq(s),
+                (_, Some(h)) => RestorePoint::Hash(h.parse().context("--hash")?),
+                _ => RestorePoint::Latest,
+            };
+            pull(root, &from, ids, all, point)
+        }
+        Command::Ls { from } => ls(root, &from),
+    }
+}
+
+fn open(url: &str) -> Result<Archive> {
+    Archive::open(url).with_context(|| format!("opening archive {url}"))
+}
+
+/// A progress callback drawing a byte bar (on a terminal only).
+fn bar(what: &str) -> (indicatif::ProgressBar, impl Fn(Transfer) + Send + Sync) {
+    let bar = crate::progress(0, what);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    let b = bar.clone();
+    (bar, move |t: Transfer| {
+        b.set_length(t.total_bytes);
+        b.set_position(t.done_bytes);
+    })
+}
+
+fn push(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Result<ExitCode> {
+    let store = crate::open_store(root)?;
+    let archive = open(url)?;
+    let ids: Vec<SessionId> = if all {
+        store.list()?.into_iter().map(|i| i.id).collect()
+    } else if ids.is_empty() {
+        bail!("name sessions to push, or --all");
+    } else {
+        ids.iter()
+            .map(|t| crate::resolve_session(&store, t))
+            .collect::<Result<_>>()?
+    };
+    for id in ids {
+        let (bar, progress) = bar("push");
+        let r = archive
+            .push_with(&store, id, progress)
+            .with_context(|| format!("pushing session {id}"))?;
+        bar.finish_and_clear();
+        println!(
+            "{id}  {} segment(s) uploaded, {} already archived, tail {}, {} bytes, through seq {}",
+            r.uploaded_segments,
+            r.skipped_segments,
+            if r.uploaded_tail {
+                "uploaded"
+            } else {
+                "unchanged"
+            },
+            r.uploaded_bytes,
+            r.next_seq.saturating_sub(1),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn pull(
+    root: &Option<PathBuf>,
+    url: &str,
+    ids: Vec<String>,
+    all: bool,
+    point: RestorePoint,
+) -> Result<ExitCode> {
+    let store = crate::open_store(root)?;
+    let archive = open(url)?;
+    let ids: Vec<SessionId> = if all {
+        archive.sessions()?.into_iter().map(|s| s.id).collect()
+    } else if ids.is_empty() {
+        bail!("name sessions to pull, or --all");
+    } else {
+        ids.iter()
+            .map(|t| {
+                t.parse()
+                    .with_context(|| format!("not a session id: {t:?}"))
+            })
+            .collect::<Result<_>>()?
+    };
+    if point != RestorePoint::Latest && ids.len() != 1 {
+        bail!("--seq and --hash restore one session");
+    }
+    for id in ids {
+        let (bar, progress) = bar("pull");
+        let r = archive
+            .pull_with(&store, id, point, progress)
+            .with_context(|| format!("pulling session {id}"))?;
+        bar.finish_and_clear();
+        println!(
+            "{id}  restored {} object(s), {} bytes, head seq {} {}",
+            r.objects, r.downloaded_bytes, r.head.0, r.head.1
+        );
+    }
+    store.close()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ls(root: &Option<PathBuf>, url: &str) -> Result<ExitCode> {
+    let archive = open(url)?;
+    // The local store, if there is one, to say what is only local.
+    let local = root
+        .clone()
+        .or_else(|| Some(crate::default_root()))
+        .and_then(|r| Store::open_read_only(r).ok());
+    println!(
+        "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  title",
+        "id", "segments", "tail", "bytes", "archived", "local"
+    );
+    for s in archive.sessions()? {
+        let archived = s.manifest.as_ref().map(|m| m.next_seq());
+        let local_entries = local
+            .as_ref()
+            .and_then(|st| st.info(s.id).ok().flatten())
+            .map(|i| i.entries);
+        let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+        println!(
+            "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {}",
+            s.id,
+            s.segment_objects,
+            s.tail_objects,
+            s.bytes,
+            show(archived),
+            show(local_entries),
+            s.manifest
+                .as_ref()
+                .and_then(|m| m.title.clone())
+                .unwrap_or_else(|| if s.manifest.is_none() {
+                    "(no manifest)".into()
+                } else {
+                    String::new()
+                }),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
