@@ -149,3 +149,51 @@ fn the_tail_walks_back_through_the_sparse_index() {
         store.close().unwrap();
     }
 }
+
+/// A short tail checks the records it reads and no others: a record damaged
+/// before the tail leaves `history_tail(Some(1))` exact, and a tail that
+/// reaches it fails with the damage named, never with other items.
+#[test]
+fn a_tail_that_reaches_a_damaged_record_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    for i in 0..20 {
+        head = store
+            .append(id, head, &[Item::user_text(format!("item {i}"))])
+            .unwrap();
+    }
+    store.close().unwrap();
+    let seg = dir
+        .path()
+        .join("sessions")
+        .join(id.to_string())
+        .join("00000000000000000000.seg");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    // Walk the records (64-byte header, payload padded to 16) to seq 10,
+    // the entry that holds "item 9", and flip a byte of its payload.
+    let mut at = 256;
+    for _ in 0..10 {
+        let len = u32::from_le_bytes(bytes[at + 40..at + 44].try_into().unwrap()) as usize;
+        at += 64 + len.div_ceil(16) * 16;
+    }
+    assert_eq!(
+        u64::from_le_bytes(bytes[at + 48..at + 56].try_into().unwrap()),
+        10
+    );
+    bytes[at + 64] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let store = Store::open_read_only(dir.path()).unwrap();
+    let tail = store.history_tail(id, Some(1)).unwrap();
+    assert_eq!(tail.items, vec![Item::user_text("item 19")]);
+    for limit in [Some(15), None] {
+        let err = store.history_tail(id, limit).unwrap_err();
+        assert!(
+            matches!(err, session_store::Error::Corrupt { .. }),
+            "limit {limit:?}: {err}"
+        );
+    }
+}

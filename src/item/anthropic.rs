@@ -40,7 +40,7 @@
 use serde_json::value::RawValue;
 
 use super::fields::{as_string, history_list, one_line, Fields, Obj, Place};
-use super::tree::{list_json, JsonTree};
+use super::tree::JsonTree;
 use super::{ContentPart, Item, Role, ToolOutput};
 use crate::error::Result;
 use crate::schema::JsonText;
@@ -105,12 +105,9 @@ pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
 
 /// Writes a history as a JSON list of messages, ready to send as `messages`.
 pub fn history_to_json(items: &[Item]) -> Result<String> {
-    let messages = Item::to_anthropic_messages(items)?;
-    Ok(list_json(
-        &messages
-            .iter()
-            .map(|m| JsonTree::Json(m.as_str().into()))
-            .collect::<Vec<_>>(),
+    Ok(format!(
+        "[{}]",
+        Item::to_anthropic_messages(items)?.join(",")
     ))
 }
 

@@ -36,16 +36,7 @@ impl JsonTree<'_> {
             JsonTree::Str(s) => write_quoted(s, out),
             JsonTree::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             JsonTree::Json(text) => out.push_str(text),
-            JsonTree::List(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    item.write_json(out);
-                }
-                out.push(']');
-            }
+            JsonTree::List(items) => write_list(items, out),
             JsonTree::Obj(fields) => {
                 out.push('{');
                 for (i, (key, value)) in fields.iter().enumerate() {
@@ -65,15 +56,19 @@ impl JsonTree<'_> {
 /// A JSON list of values, as text.
 pub(crate) fn list_json(items: &[JsonTree<'_>]) -> String {
     let mut out = String::new();
+    write_list(items, &mut out);
+    out
+}
+
+fn write_list(items: &[JsonTree<'_>], out: &mut String) {
     out.push('[');
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        item.write_json(&mut out);
+        item.write_json(out);
     }
     out.push(']');
-    out
 }
 
 fn write_quoted(s: &str, out: &mut String) {

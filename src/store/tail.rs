@@ -32,7 +32,7 @@ impl Store {
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
         let snap = self.snapshot(id)?;
         if snap.restore_link()?.is_none() {
-            return snap.history_tail(limit);
+            return snap.own_tail(limit);
         }
         let mut state = self.restore(id)?;
         let len = state.history.len();
@@ -50,7 +50,7 @@ impl Store {
     pub fn history_len(&self, id: SessionId) -> Result<u64> {
         let snap = self.snapshot(id)?;
         if snap.restore_link()?.is_none() {
-            return snap.history_len();
+            return snap.own_len();
         }
         Ok(self.restore(id)?.history.len() as u64)
     }
@@ -76,6 +76,11 @@ impl Snapshot {
     /// [`Snapshot::restore`].
     pub fn history_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
         self.refuse_fork()?;
+        self.own_tail(limit)
+    }
+
+    /// [`Snapshot::history_tail`] of a log whose live history is its own.
+    fn own_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
         let from = self.live_from();
         let mut tail = Taker {
             want: limit.unwrap_or(usize::MAX),
@@ -108,6 +113,11 @@ impl Snapshot {
     /// reference, as [`Snapshot::history_tail`] is.
     pub fn history_len(&self) -> Result<u64> {
         self.refuse_fork()?;
+        self.own_len()
+    }
+
+    /// [`Snapshot::history_len`] of a log whose live history is its own.
+    fn own_len(&self) -> Result<u64> {
         let mut len = 0u64;
         for rec in self.iter_from(self.live_from()) {
             len = match rec?.entry {
