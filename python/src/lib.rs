@@ -4,7 +4,6 @@
 //! the crate's Responses tree, with no JSON step; every call that touches
 //! the disk runs with the GIL released.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use pyo3::create_exception;
@@ -132,15 +131,25 @@ fn parse_hash(py: Python<'_>, text: &str) -> PyResult<EntryHash> {
     })
 }
 
+/// `module.name`, looked up once into `cell`.
+fn cached<'py>(
+    py: Python<'py>,
+    cell: &'static GILOnceCell<Py<PyAny>>,
+    module: &str,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyAny>> {
+    let f = cell.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import(module)?.getattr(name)?.unbind())
+    })?;
+    Ok(f.bind(py))
+}
+
 /// Python's `json.dumps` and `json.loads`, looked up once.
 fn json_fn<'py>(py: Python<'py>, name: &'static str) -> PyResult<&'py Bound<'py, PyAny>> {
     static DUMPS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
     static LOADS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
     let cell = if name == "dumps" { &DUMPS } else { &LOADS };
-    let f = cell.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py.import("json")?.getattr(name)?.unbind())
-    })?;
-    Ok(f.bind(py))
+    cached(py, cell, "json", name)
 }
 
 /// A list (any sequence) of Responses items as JSON text.
@@ -166,31 +175,36 @@ fn loads(py: Python<'_>, json: &str) -> PyResult<PyObject> {
 /// type for, stored annotations) goes through `json.loads`.
 struct TreeBuilder<'py> {
     py: Python<'py>,
-    /// Field names, made once per build: a tree's keys are `&'static str`s,
-    /// so their addresses tell them apart.
-    keys: HashMap<usize, Bound<'py, PyString>>,
+    /// Field names and tags (`"type"`, `"message"`, `"user"`), one Python
+    /// string each per build, shared by every dict that holds them. They are
+    /// `&'static str`s, so their addresses and lengths tell them apart; a build meets a
+    /// few dozen at most, so a list is quicker to search than a map.
+    words: Vec<((usize, usize), Bound<'py, PyString>)>,
 }
 
 impl<'py> TreeBuilder<'py> {
     fn new(py: Python<'py>) -> Self {
         TreeBuilder {
             py,
-            keys: HashMap::new(),
+            words: Vec::with_capacity(32),
         }
     }
 
-    fn key(&mut self, key: &'static str) -> Bound<'py, PyString> {
-        let py = self.py;
-        self.keys
-            .entry(key.as_ptr() as usize)
-            .or_insert_with(|| PyString::intern(py, key))
-            .clone()
+    fn word(&mut self, word: &'static str) -> Bound<'py, PyString> {
+        let at = (word.as_ptr() as usize, word.len());
+        if let Some((_, s)) = self.words.iter().find(|(p, _)| *p == at) {
+            return s.clone();
+        }
+        let s = PyString::intern(self.py, word);
+        self.words.push((at, s.clone()));
+        s
     }
 
     fn build(&mut self, tree: &JsonTree<'_>) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         Ok(match tree {
             JsonTree::Str(s) => PyString::new(py, s).into_any(),
+            JsonTree::Tag(s) => self.word(s).into_any(),
             JsonTree::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
             JsonTree::List(items) => {
                 let list = PyList::empty(py);
@@ -202,7 +216,7 @@ impl<'py> TreeBuilder<'py> {
             JsonTree::Obj(fields) => {
                 let dict = PyDict::new(py);
                 for (key, value) in fields {
-                    dict.set_item(self.key(key), self.build(value)?)?;
+                    dict.set_item(self.word(key), self.build(value)?)?;
                 }
                 dict.into_any()
             }
@@ -215,26 +229,34 @@ impl<'py> TreeBuilder<'py> {
 /// containers that cannot form a cycle (each pass would walk every object
 /// made so far); resumed on drop, if it was running.
 struct GcPause<'py> {
-    gc: Option<Bound<'py, PyModule>>,
+    enable: Option<&'py Bound<'py, PyAny>>,
 }
 
 impl<'py> GcPause<'py> {
     fn new(py: Python<'py>) -> PyResult<Self> {
-        let gc = py.import("gc")?;
-        if gc.call_method0("isenabled")?.is_truthy()? {
-            gc.call_method0("disable")?;
-            Ok(GcPause { gc: Some(gc) })
+        static ISENABLED: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+        static DISABLE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+        static ENABLE: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+        if cached(py, &ISENABLED, "gc", "isenabled")?
+            .call0()?
+            .is_truthy()?
+        {
+            let enable = cached(py, &ENABLE, "gc", "enable")?;
+            cached(py, &DISABLE, "gc", "disable")?.call0()?;
+            Ok(GcPause {
+                enable: Some(enable),
+            })
         } else {
-            Ok(GcPause { gc: None })
+            Ok(GcPause { enable: None })
         }
     }
 }
 
 impl Drop for GcPause<'_> {
     fn drop(&mut self) {
-        if let Some(gc) = &self.gc {
+        if let Some(enable) = self.enable {
             // `gc.enable()` has no failure path for a caller.
-            let _ = gc.call_method0("enable");
+            let _ = enable.call0();
         }
     }
 }

@@ -85,7 +85,7 @@ impl Item {
                     "assistant"
                 };
                 Obj::empty()
-                    .str("role", role)
+                    .tag("role", role)
                     .field("content", JsonTree::List(blocks))
                     .finish()
                     .to_json()

@@ -163,7 +163,7 @@ pub(crate) struct Obj<'a>(Vec<(&'static str, JsonTree<'a>)>);
 impl<'a> Obj<'a> {
     /// An object whose first field is `"type": kind`.
     pub fn typed(kind: &'static str) -> Obj<'a> {
-        Obj::empty().str("type", kind)
+        Obj::empty().tag("type", kind)
     }
 
     /// An object with no fields yet.
@@ -180,6 +180,11 @@ impl<'a> Obj<'a> {
     /// A string field.
     pub fn str(self, key: &'static str, value: &'a str) -> Obj<'a> {
         self.field(key, JsonTree::Str(value))
+    }
+
+    /// A field whose value comes from a fixed vocabulary (a type, a role).
+    pub fn tag(self, key: &'static str, value: &'static str) -> Obj<'a> {
+        self.field(key, JsonTree::Tag(value))
     }
 
     /// A string field, if there is a value.

@@ -331,7 +331,7 @@ fn write_item(item: &Item, place: Place) -> Result<JsonTree<'_>> {
                 Role::Developer => "developer",
             };
             Obj::typed("message")
-                .str("role", role_name)
+                .tag("role", role_name)
                 .field("content", write_parts(content, Some(*role)))
                 .finish()
         }

@@ -10,6 +10,10 @@ use std::borrow::Cow;
 pub enum JsonTree<'a> {
     /// A string.
     Str(&'a str),
+    /// A string from a fixed vocabulary: an object's `type` or a message's
+    /// `role`. It renders as `Str` does; a binding may make one host object
+    /// for each and share it.
+    Tag(&'static str),
     /// A boolean.
     Bool(bool),
     /// A list.
@@ -33,7 +37,7 @@ impl JsonTree<'_> {
     /// Appends the value as JSON text to `out`.
     pub fn write_json(&self, out: &mut String) {
         match self {
-            JsonTree::Str(s) => write_quoted(s, out),
+            JsonTree::Str(s) | JsonTree::Tag(s) => write_quoted(s, out),
             JsonTree::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             JsonTree::Json(text) => out.push_str(text),
             JsonTree::List(items) => write_list(items, out),
@@ -85,6 +89,7 @@ mod tests {
         let tree = JsonTree::Obj(vec![
             ("type", JsonTree::Str("a \"b\"\n")),
             ("ok", JsonTree::Bool(false)),
+            ("role", JsonTree::Tag("user")),
             (
                 "list",
                 JsonTree::List(vec![JsonTree::Bool(true), JsonTree::List(vec![])]),
@@ -94,7 +99,7 @@ mod tests {
         ]);
         assert_eq!(
             tree.to_json(),
-            r#"{"type":"a \"b\"\n","ok":false,"list":[true,[]],"raw":{"x":[1,2]},"empty":{}}"#
+            r#"{"type":"a \"b\"\n","ok":false,"role":"user","list":[true,[]],"raw":{"x":[1,2]},"empty":{}}"#
         );
     }
 }
