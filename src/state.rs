@@ -435,7 +435,7 @@ impl Snapshot {
             state.head = Some(rec.hash);
             state.head_seq = Some(rec.seq);
         }
-        state.entries = self.next_seq() - self.first_seq();
+        state.entries = self.next_seq() - self.log_start();
         Ok(state)
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::evict::content_hash;
 use super::push::{archived_segment, manifest_for_catalog, read_prefix};
 use super::{hex, Archive};
 use crate::catalog::{self, CATALOG_FILE};
@@ -255,6 +256,7 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
         })?
         .log_id;
     let object = archive.segment_path(id, seg.first_seq, seg.last_seq);
+    let hash = content_hash(&bytes);
     archive.block_on(async {
         archive.put_immutable(&object, bytes.into()).await?;
         let cat = catalog::read(&dir.join(CATALOG_FILE)).ok();
@@ -262,7 +264,7 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
             Some(m) => m,
             None => manifest_for_catalog(id, hex(&log_id), cat.as_ref()),
         };
-        let entry = archived_segment(&object, seg);
+        let entry = archived_segment(&object, seg, Some(hash));
         m.segments.retain(|s| s.first_seq != entry.first_seq);
         m.segments.push(entry);
         m.segments.sort_by_key(|s| s.first_seq);

@@ -26,10 +26,12 @@ use crate::schema::{SessionId, SessionOrigin};
 
 mod check;
 mod continuous;
+mod evict;
 mod push;
 mod restore;
 
 pub use continuous::{ArchiveFailure, ArchiveStatus, Archiver, RetryPolicy};
+pub use evict::{EvictReport, FetchReport};
 pub use push::{PushReport, Transfer};
 pub use restore::{PullReport, RestorePoint};
 
@@ -50,6 +52,8 @@ struct Inner {
     prefix: ObjectPath,
     url: String,
     runtime: tokio::runtime::Runtime,
+    /// One eviction or fetch-back at a time through this archive.
+    evicting: parking_lot::Mutex<()>,
 }
 
 impl std::fmt::Debug for Archive {
@@ -124,6 +128,10 @@ pub struct ArchivedSegment {
     pub last_hash: EntryHash,
     /// Object length.
     pub len_bytes: u64,
+    /// BLAKE3 of the object's bytes, hex (manifests written before it was
+    /// recorded have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
 }
 
 /// The archived synced prefix of a session's active segment.
@@ -263,6 +271,7 @@ impl Archive {
                 prefix: ObjectPath::from(prefix.trim_matches('/')),
                 url: url.to_string(),
                 runtime,
+                evicting: parking_lot::Mutex::new(()),
             }),
         })
     }

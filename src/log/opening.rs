@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::evicted::prefix_below;
 use super::recovery::Opened;
 use super::verify::mark_disagrees;
 use super::{RecoveryMode, RecoveryReport, Tip, TornTail};
@@ -18,13 +19,16 @@ use crate::schema::EntryKind;
 use crate::segment::{Scan, ScanMode, Segment};
 
 /// What the sealed segments of a log say about the log up to their end.
-struct SealedPrefix {
-    segments: Vec<Arc<Segment>>,
+pub(super) struct SealedPrefix {
+    pub(super) segments: Vec<Arc<Segment>>,
     log_id: Option<[u8; 16]>,
     /// Seq and hash the next segment must start with (`None`: none sealed).
-    expect: Option<(u64, EntryHash)>,
+    pub(super) expect: Option<(u64, EntryHash)>,
     last_session_start: Option<u64>,
     records: u64,
+    /// Seq and hash the first local segment continues, when the log's
+    /// prefix below it is evicted (see `evicted`).
+    pub(super) evicted: Option<(u64, EntryHash)>,
 }
 
 /// Opens the segments `paths` (in seq order, at least one): every one but
@@ -73,13 +77,27 @@ fn open_in_order(
 
 /// Opens the sealed segments by their footers, without reading records. A
 /// reader defers their indexes to their first use.
-fn open_sealed(paths: &[(u64, PathBuf)], writable: bool, hook: &Hook) -> Result<SealedPrefix> {
+pub(super) fn open_sealed(
+    paths: &[(u64, PathBuf)],
+    writable: bool,
+    hook: &Hook,
+) -> Result<SealedPrefix> {
+    // A prefix recorded as evicted is expected to be missing: the first
+    // local segment continues the record instead of the log's start.
+    let evicted = match paths.first() {
+        Some((first, path)) => {
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            prefix_below(dir, *first)?
+        }
+        None => None,
+    };
     let mut prefix = SealedPrefix {
         segments: Vec::with_capacity(paths.len() + 1),
-        log_id: None,
-        expect: None,
+        log_id: evicted.map(|e| e.log_id),
+        expect: evicted.map(|e| (e.next_seq, e.last_hash)),
         last_session_start: None,
-        records: 0,
+        records: evicted.map_or(0, |e| e.next_seq),
+        evicted: evicted.map(|e| (e.next_seq, e.last_hash)),
     };
     for named in paths {
         let seg = open_in_order(named, &mut prefix, writable, hook)?;
@@ -156,6 +174,7 @@ fn open_last(
             active_sealed: true,
             report,
             log_id: prefix.log_id,
+            evicted: prefix.evicted,
         });
     }
     report.torn_tail = torn_tail(&seg, mark, &scan, mode)?;
@@ -180,6 +199,7 @@ fn open_last(
         active_sealed: false,
         report,
         log_id: prefix.log_id,
+        evicted: prefix.evicted,
     })
 }
 

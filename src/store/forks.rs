@@ -371,6 +371,7 @@ impl Store {
         id: SessionId,
         mut f: impl FnMut(ExportedEntry<'_>) -> Result<()>,
     ) -> Result<u64> {
+        self.fetch_if_evicted(id, 0)?;
         let snap = self.snapshot(id)?;
         let Some(link) = snap.fork_link()? else {
             let mut n = 0;
