@@ -203,6 +203,33 @@ fn memory_archive_evicts_and_fetches_back() {
     let fetched = a.fetch_back(&store, id).unwrap();
     assert!(fetched.fetched_segments >= 2);
     assert_eq!(export(&store, id), exported);
+
+    // Everything but the active segment evicted: the log opens from it alone.
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    add_turns(&store, id, &mut head, 0, 40);
+    head = store
+        .compact(id, head, &[Item::assistant_text("summary")])
+        .unwrap();
+    a.push(&store, id).unwrap();
+    let exported = export(&store, id);
+    let state = store.restore(id).unwrap();
+    a.evict(&store, id).unwrap();
+    assert_eq!(segment_files(&store, id).len(), 1);
+    store.close().unwrap();
+    drop(store);
+    let store = Store::open_read_only(here.path()).unwrap();
+    assert_eq!(store.restore(id).unwrap(), state);
+    drop(store);
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    assert_eq!(store.restore(id).unwrap(), state);
+    add_turns(&store, id, &mut head, 40, 1);
+    store.attach_archive(&a);
+    let mut lines = export(&store, id);
+    assert!(lines.len() > exported.len());
+    lines.truncate(exported.len());
+    assert_eq!(lines, exported);
 }
 
 #[test]

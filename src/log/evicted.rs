@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::opening::{continues, open_sealed};
+use super::opening::{continues, evicted_below, open_sealed};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, Hook};
@@ -206,7 +206,8 @@ impl super::Log {
         if below.is_empty() {
             return Ok(());
         }
-        let prefix = open_sealed(&below, w.is_some(), &inner.opts.hook)?;
+        let evicted = evicted_below(&below[0])?;
+        let prefix = open_sealed(&below, evicted, w.is_some(), &inner.opts.hook)?;
         continues(&first.header, &inner.log_id, prefix.expect)
             .map_err(|kind| first.corrupt(0, None, kind))?;
         let evicted = prefix.evicted;

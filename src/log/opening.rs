@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::evicted::prefix_below;
+use super::evicted::{prefix_below, EvictedPrefix};
 use super::recovery::Opened;
 use super::verify::mark_disagrees;
 use super::{RecoveryMode, RecoveryReport, Tip, TornTail};
@@ -46,7 +46,8 @@ pub(super) fn open_segments(
     let (last, sealed) = paths
         .split_last()
         .expect("open_segments is called with at least one path");
-    let prefix = open_sealed(sealed, writable, hook)?;
+    let evicted = evicted_below(&paths[0])?;
+    let prefix = open_sealed(sealed, evicted, writable, hook)?;
     open_last(last, prefix, writable, keeps_lagging_mark, mode, hook)
 }
 
@@ -75,22 +76,23 @@ fn open_in_order(
     Ok(seg)
 }
 
+/// The evicted prefix below the log's first local segment `first`, as its
+/// directory's record tells it.
+pub(super) fn evicted_below((seq, path): &(u64, PathBuf)) -> Result<Option<EvictedPrefix>> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    prefix_below(dir, *seq)
+}
+
 /// Opens the sealed segments by their footers, without reading records. A
-/// reader defers their indexes to their first use.
+/// reader defers their indexes to their first use. A prefix recorded as
+/// `evicted` is expected to be missing: the first segment continues the
+/// record instead of the log's start.
 pub(super) fn open_sealed(
     paths: &[(u64, PathBuf)],
+    evicted: Option<EvictedPrefix>,
     writable: bool,
     hook: &Hook,
 ) -> Result<SealedPrefix> {
-    // A prefix recorded as evicted is expected to be missing: the first
-    // local segment continues the record instead of the log's start.
-    let evicted = match paths.first() {
-        Some((first, path)) => {
-            let dir = path.parent().unwrap_or(std::path::Path::new("."));
-            prefix_below(dir, *first)?
-        }
-        None => None,
-    };
     let mut prefix = SealedPrefix {
         segments: Vec::with_capacity(paths.len() + 1),
         log_id: evicted.map(|e| e.log_id),
