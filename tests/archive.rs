@@ -499,3 +499,21 @@ fn memory_and_file_urls_hold_an_archive() {
         assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_push_checks_archived_segments_by_content_not_only_name_and_length() {
+    let (_server, a, _here, store, id) = pushed(40);
+    let manifest = a.manifest(id).unwrap().unwrap();
+    assert!(manifest.segments.iter().all(|s| s.content_hash.is_some()));
+    // The same name, length, seqs and last hash, other bytes: a local
+    // segment changed under an archived name.
+    let seg = store.log(id).unwrap().segment_paths()[0].clone();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[300] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let err = a.push(&store, id).unwrap_err();
+    assert_eq!(archive_object(err), manifest.segments[0].object);
+    bytes[300] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    assert_eq!(a.push(&store, id).unwrap().uploaded_segments, 0);
+}

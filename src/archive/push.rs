@@ -161,16 +161,35 @@ impl Archive {
                     .as_ref()
                     .and_then(|m| m.segments.iter().find(|a| a.object == path.as_ref()))
                     .and_then(|a| a.content_hash.clone());
-                segments.push(archived_segment(&path, s, known));
-                match there.get(path.as_ref()) {
-                    Some(&n) if n == s.len_bytes => report.skipped_segments += 1,
-                    Some(_) => {
+                segments.push(archived_segment(&path, s, known.clone()));
+                match (there.get(path.as_ref()), known) {
+                    // Archived, with the content hash the manifest names:
+                    // the local file must have it too.
+                    (Some(&n), Some(hash)) if n == s.len_bytes => {
+                        let local = content_hash(&read_prefix(&s.path, s.len_bytes)?);
+                        if local != hash {
+                            return Err(archive_err(
+                                &path,
+                                format!(
+                                    "is archived with BLAKE3 {hash}, the local segment's is {local}: another history under the same name"
+                                ),
+                            ));
+                        }
+                        report.skipped_segments += 1;
+                    }
+                    // Listed without a hash (an older manifest, or an
+                    // upload a cut-off push left unnamed): the create finds
+                    // it and compares the bytes, and the hash is recorded.
+                    (Some(&n), None) if n == s.len_bytes => {
+                        todo.push((path, s.path.clone(), s.len_bytes, false))
+                    }
+                    (Some(_), _) => {
                         return Err(archive_err(
                             &path,
                             "already exists with another length; an archived object is never overwritten",
                         ))
                     }
-                    None => todo.push((path, s.path.clone(), s.len_bytes, false)),
+                    (None, _) => todo.push((path, s.path.clone(), s.len_bytes, false)),
                 }
             }
             let mut tail = None;
