@@ -387,7 +387,7 @@ impl Log {
 /// Where a fork by reference starts: its parent, and the parent's last
 /// entry it includes (seq and hash). A fork's log holds this in its first
 /// entry, [`LogEntry::ForkedFrom`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ForkLink {
     /// The parent session.
     pub parent: SessionId,

@@ -262,7 +262,14 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
         let cat = catalog::read(&dir.join(CATALOG_FILE)).ok();
         let mut m = match archive.get_manifest(id).await? {
             Some(m) => m,
-            None => manifest_for_catalog(id, hex(&log_id), cat.as_ref()),
+            None => {
+                let mut m = manifest_for_catalog(id, hex(&log_id), cat.as_ref());
+                // A fork's first record names its parent.
+                m.fork_link = crate::log::Log::open_read_only(dir)
+                    .ok()
+                    .and_then(|log| log.snapshot().fork_link().ok().flatten());
+                m
+            }
         };
         let entry = archived_segment(&object, seg, Some(hash));
         m.segments.retain(|s| s.first_seq != entry.first_seq);

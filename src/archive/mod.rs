@@ -23,6 +23,7 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::log::Durability;
 use crate::schema::{SessionId, SessionOrigin};
+use crate::state::ForkLink;
 
 mod check;
 mod continuous;
@@ -89,6 +90,10 @@ pub struct Manifest {
     /// The catalog's compaction origin.
     #[serde(default)]
     pub compacted_from: Option<SessionOrigin>,
+    /// For a fork by reference, its parent (session, seq, hash): a pull of
+    /// the fork brings the parent too, or fails before anything is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_link: Option<ForkLink>,
     /// The session's own durability, if it chose one.
     #[serde(default)]
     pub durability: Option<Durability>,

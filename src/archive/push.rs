@@ -254,6 +254,13 @@ impl Archive {
             let mut manifest = manifest_for_catalog(id, log_id, cat.as_ref());
             manifest.segments = segments;
             manifest.tail = tail;
+            // A fork's first record names its parent (an evicted one's is
+            // read from the manifest it already has).
+            manifest.fork_link = snap
+                .fork_link()
+                .ok()
+                .flatten()
+                .or(existing.as_ref().and_then(|m| m.fork_link));
             if cat.as_ref().is_none_or(|c| c.identity.is_none()) {
                 // A damaged catalog: what the store lists of the session.
                 if let Ok(Some(info)) = store.info(id) {
@@ -311,6 +318,7 @@ pub(super) fn manifest_for_catalog(
         tail: None,
         title: cat.and_then(|c| c.title.clone()),
         created_ms: identity.as_ref().map_or(0, |i| i.created_ms),
+        fork_link: None,
         forked_from: identity.as_ref().and_then(|i| i.forked_from),
         compacted_from: identity.as_ref().and_then(|i| i.compacted_from),
         durability: identity.as_ref().and_then(|i| i.durability),

@@ -207,6 +207,11 @@ fn pull(
         bail!("--seq and --hash restore one session");
     }
     for id in ids {
+        if all && store.exists(id) {
+            // Pulled already, as the parent of a fork pulled before it.
+            println!("{id}  already in the store");
+            continue;
+        }
         let (bar, progress) = bar("pull");
         let r = archive
             .pull_with(&store, id, point, progress)
