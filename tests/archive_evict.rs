@@ -49,6 +49,34 @@ fn compacted_session(store: &Store) -> SessionId {
     id
 }
 
+/// A compacted session pushed to an in-memory archive.
+fn pushed_to_memory() -> (Archive, tempfile::TempDir, Store, SessionId) {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let id = compacted_session(&store);
+    a.push(&store, id).unwrap();
+    (a, here, store, id)
+}
+
+/// A compacted session pushed to an archive on a fresh S3 server.
+fn pushed_to_s3() -> (S3Server, Archive, tempfile::TempDir, Store, SessionId) {
+    let server = S3Server::start();
+    let a = s3_archive(&server);
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let id = compacted_session(&store);
+    a.push(&store, id).unwrap();
+    (server, a, here, store, id)
+}
+
+/// The store closed and opened again on the same root.
+fn reopen(store: Store, root: &Path, options: StoreOptions) -> Store {
+    store.close().unwrap();
+    drop(store);
+    Store::open_with(root, options).unwrap()
+}
+
 fn export(store: &Store, id: SessionId) -> Vec<u8> {
     let mut out = Vec::new();
     store.export(id, &mut out).unwrap();
@@ -93,12 +121,7 @@ fn s3_archive(server: &S3Server) -> Archive {
 
 #[test]
 fn an_evicted_session_restores_and_appends_with_no_archive_reachable() {
-    let server = S3Server::start();
-    let a = s3_archive(&server);
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = compacted_session(&store);
-    a.push(&store, id).unwrap();
+    let (server, a, here, store, id) = pushed_to_s3();
     let state = store.restore(id).unwrap();
     let entries = store.info(id).unwrap().unwrap().entries;
     let before = segment_files(&store, id);
@@ -116,9 +139,7 @@ fn an_evicted_session_restores_and_appends_with_no_archive_reachable() {
 
     // The server gone, the store reopened: restore needs nothing remote.
     drop(server);
-    store.close().unwrap();
-    drop(store);
-    let store = Store::open_with(here.path(), opts()).unwrap();
+    let store = reopen(store, here.path(), opts());
     assert_eq!(store.restore(id).unwrap(), state);
     assert_eq!(store.info(id).unwrap().unwrap().entries, entries);
     let mut head = state.head.unwrap();
@@ -149,21 +170,14 @@ fn an_evicted_session_restores_and_appends_with_no_archive_reachable() {
 
 #[test]
 fn verify_and_export_fetch_back_the_same_bytes() {
-    let server = S3Server::start();
-    let a = s3_archive(&server);
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = compacted_session(&store);
-    a.push(&store, id).unwrap();
+    let (_server, a, here, store, id) = pushed_to_s3();
     let exported = export(&store, id);
     let files = segment_files(&store, id);
     let report = a.evict(&store, id).unwrap();
     assert!(report.evicted_segments >= 2);
 
     // A second store on the same root (the first closed): verify fetches.
-    store.close().unwrap();
-    drop(store);
-    let store = Store::open_with(here.path(), opts()).unwrap();
+    let store = reopen(store, here.path(), opts());
     store.attach_archive(&a);
     let v = store.verify(id).unwrap();
     assert!(v.damage.is_none() && v.evicted.is_none(), "{v:?}");
@@ -193,11 +207,7 @@ fn verify_and_export_fetch_back_the_same_bytes() {
 
 #[test]
 fn memory_archive_evicts_and_fetches_back() {
-    let a = Archive::open("memory://arch").unwrap();
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = compacted_session(&store);
-    a.push(&store, id).unwrap();
+    let (a, here, store, id) = pushed_to_memory();
     let exported = export(&store, id);
     assert!(a.evict(&store, id).unwrap().evicted_segments >= 2);
     let fetched = a.fetch_back(&store, id).unwrap();
@@ -234,12 +244,7 @@ fn memory_archive_evicts_and_fetches_back() {
 
 #[test]
 fn a_tampered_object_is_refused_at_fetch_back_and_nothing_is_placed() {
-    let server = S3Server::start();
-    let a = s3_archive(&server);
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = compacted_session(&store);
-    a.push(&store, id).unwrap();
+    let (server, a, _here, store, id) = pushed_to_s3();
     a.evict(&store, id).unwrap();
     let record = store.evicted_segments(id).unwrap();
     let victim = &record[1];
@@ -365,11 +370,8 @@ fn a_failure_between_the_record_and_the_removal_leaves_a_session_that_verifies()
         store.session_dir(id).join(EVICTED_FILE).exists(),
         "the record came first"
     );
-    store.close().unwrap();
-    drop(store);
-
     // Every listed segment is still present: simply local.
-    let store = Store::open_with(here.path(), options).unwrap();
+    let store = reopen(store, here.path(), options);
     let v = store.verify(id).unwrap();
     assert!(v.damage.is_none() && v.evicted.is_none(), "{v:?}");
     assert_eq!(export(&store, id), exported);
@@ -395,10 +397,7 @@ fn a_failure_during_fetch_back_leaves_a_session_that_opens_and_verifies() {
     hook.armed.store(true, Ordering::SeqCst);
     let err = a.fetch_back(&store, id).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
-    store.close().unwrap();
-    drop(store);
-
-    let store = Store::open_with(here.path(), options).unwrap();
+    let store = reopen(store, here.path(), options);
     assert_eq!(store.restore(id).unwrap(), state);
     let local = store.log(id).unwrap().verify();
     assert!(local.damage.is_none(), "{:?}", local.damage);
@@ -417,11 +416,7 @@ fn a_failure_during_fetch_back_leaves_a_session_that_opens_and_verifies() {
 fn a_placed_segment_and_the_rest_evicted_open_as_a_contiguous_suffix() {
     // A crash after the highest evicted segment was placed again, before
     // the others: the record still lists them all.
-    let a = Archive::open("memory://arch").unwrap();
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = compacted_session(&store);
-    a.push(&store, id).unwrap();
+    let (a, here, store, id) = pushed_to_memory();
     let files = segment_files(&store, id);
     let dir = store.session_dir(id);
     let saved: Vec<(String, Vec<u8>)> = files
@@ -449,11 +444,7 @@ fn a_placed_segment_and_the_rest_evicted_open_as_a_contiguous_suffix() {
 
 #[test]
 fn read_only_inspection_of_an_evicted_session_writes_nothing() {
-    let a = Archive::open("memory://arch").unwrap();
-    let here = tempfile::tempdir().unwrap();
-    let store = Store::open_with(here.path(), opts()).unwrap();
-    let id = compacted_session(&store);
-    a.push(&store, id).unwrap();
+    let (a, here, store, id) = pushed_to_memory();
     let state = store.restore(id).unwrap();
     a.evict(&store, id).unwrap();
     store.close().unwrap();
