@@ -79,6 +79,7 @@ impl Snapshot {
 
     /// Seq and hash the first local segment continues, when the prefix is
     /// evicted.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
     pub(crate) fn evicted_end(&self) -> Option<(u64, EntryHash)> {
         self.evicted
     }

@@ -280,6 +280,7 @@ impl Store {
 
     /// Installs what fetches evicted segments back (`None`: nothing; a read
     /// of an evicted range is then [`Error::Evicted`]).
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
     pub(crate) fn set_fetcher(&self, fetcher: Option<Arc<dyn FetchBack>>) {
         *self.inner.fetcher.lock() = fetcher;
     }
