@@ -296,7 +296,7 @@ impl Store {
             .reader(id)?
             .snapshot()
             .evicted()
-            .is_some_and(|(first, _)| seq >= first);
+            .is_some_and(|(_, last)| seq <= last);
         if reaches {
             fetcher.fetch_back(self, id)?;
         }
