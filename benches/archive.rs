@@ -7,7 +7,10 @@
 //! - `Archive::pull` (download, full check, staging, catalog, rename) vs
 //!   plain gets of the same objects into memory;
 //! - `Buffered` appends through `Store` with continuous archival on
-//!   (`Archiver` as `on_seal`) vs without.
+//!   (`Archiver` as `on_seal`) vs without, and vs the server's share alone
+//!   (plain `object_store` puts of each sealed segment's size as it seals,
+//!   no session-store code on the upload path): the bound of what archival
+//!   to an in-process server can cost on this machine.
 //!
 //! `ARCHIVE_BENCH_MB` sets the session's size (default 1024: 1 GB);
 //! `ARCHIVE_BENCH_RUNS` the runs per figure (default 3). Medians are printed.
@@ -190,16 +193,50 @@ fn main() {
     // Continuous archival: Buffered appends with and without it.
     let append_mb = env_u64("ARCHIVE_BENCH_APPEND_MB", (mb / 4).clamp(16, 256));
     let archive = Archive::open_with(&server.url("continuous"), server.options()).unwrap();
-    let (mut plain_app, mut with_app) = (vec![], vec![]);
+    let (mut plain_app, mut with_app, mut bound_app) = (vec![], vec![], vec![]);
     let mut uploaded = 0;
-    for _ in 0..runs.max(3) {
-        for on in [false, true] {
+    // The server's share alone: as each segment seals, a background thread
+    // puts an object of the segment's size (bytes made beforehand) to the
+    // same server through plain `object_store`: no file read, sync, hash,
+    // check or manifest, no session-store code on the upload path.
+    let blob = bytes::Bytes::from(vec![7u8; 8 << 20]);
+    for run in 0..runs.max(3) {
+        for mode in [Mode::Plain, Mode::Archived, Mode::ServerShare] {
             let d = tempfile::tempdir().unwrap();
             let archiver = Archiver::start(archive.clone()).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel::<u64>();
             let mut log = LogOptions::default().segment_size(8 << 20);
-            if on {
-                log = log.on_seal(archiver.observer());
+            match mode {
+                Mode::Plain => {}
+                Mode::Archived => log = log.on_seal(archiver.observer()),
+                Mode::ServerShare => {
+                    let tx = std::sync::Mutex::new(tx.clone());
+                    log = log.on_seal(Arc::new(move |seg: &session_store::SealedSegment| {
+                        let _ = tx.lock().unwrap().send(seg.len_bytes);
+                    }));
+                }
             }
+            drop(tx);
+            let putter = {
+                let os = os.clone();
+                let blob = blob.clone();
+                std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    let mut n = 0u64;
+                    while let Ok(len) = rx.recv() {
+                        let path = ObjectPath::from(format!("share/{run}/{n:020}.seg"));
+                        let body = blob.slice(..(len as usize).min(blob.len()));
+                        rt.block_on(os.put(&path, PutPayload::from_bytes(body)))
+                            .unwrap();
+                        n += 1;
+                    }
+                    n
+                })
+            };
             let s = Store::open_with(d.path(), StoreOptions::default().log(log)).unwrap();
             let (id, _) = s
                 .create_session(None, RequestConfig::model("gpt-5"), &[])
@@ -207,13 +244,20 @@ fn main() {
             let t = Instant::now();
             let bytes = fill(&s, id, append_mb << 20);
             let el = t.elapsed();
-            if on {
-                with_app.push((el, bytes));
-                assert!(archiver.wait_idle(Duration::from_secs(600)));
-                assert_eq!(archiver.status().failed, 0);
-                uploaded = archiver.status().uploaded;
-            } else {
-                plain_app.push((el, bytes));
+            drop(s);
+            let shared = putter.join().unwrap();
+            match mode {
+                Mode::Plain => plain_app.push((el, bytes)),
+                Mode::Archived => {
+                    with_app.push((el, bytes));
+                    assert!(archiver.wait_idle(Duration::from_secs(600)));
+                    assert_eq!(archiver.status().failed, 0);
+                    uploaded = archiver.status().uploaded;
+                }
+                Mode::ServerShare => {
+                    assert!(shared > 0, "segments sealed");
+                    bound_app.push((el, bytes));
+                }
             }
         }
     }
@@ -258,4 +302,20 @@ fn main() {
         "with continuous  {w:>8.1} MB/s  ({:+.1}%, {uploaded} segments uploaded in the last run)",
         (w / p - 1.0) * 100.0
     );
+    let b = rate(&bound_app);
+    println!(
+        "server's share   {b:>8.1} MB/s  ({:+.1}%: plain object_store puts of each sealed segment's size, no session-store code)",
+        (b / p - 1.0) * 100.0
+    );
+}
+
+/// What runs beside the appends.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Nothing.
+    Plain,
+    /// Continuous archival (`Archiver` as `on_seal`).
+    Archived,
+    /// Plain `object_store` puts of each sealed segment's size.
+    ServerShare,
 }

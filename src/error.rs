@@ -140,6 +140,23 @@ pub enum Error {
         /// What does not hold.
         what: String,
     },
+    /// Records of a session lie in segments evicted to an archive (their
+    /// local files were removed after the archive was verified to hold
+    /// them, see `evicted.json`): attach the archive
+    /// (`Store::attach_archive`, or `--archive URL` on the command line) to
+    /// fetch them back, or read from the last `SessionStart` on
+    /// (`Store::restore`), which is kept local.
+    #[error(
+        "records {first_seq}..={last_seq} of {session} are evicted to an archive; attach the archive (--archive URL) to read them"
+    )]
+    Evicted {
+        /// The session (its log's directory name).
+        session: String,
+        /// Seq of the first evicted record.
+        first_seq: u64,
+        /// Seq of the last evicted record.
+        last_seq: u64,
+    },
     /// An object of an archive (feature `archive`) is missing, failed its
     /// check, or does not continue the objects before it; or the object
     /// store refused a request. Nothing was written locally by the call

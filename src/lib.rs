@@ -94,7 +94,8 @@ mod format;
 #[cfg(feature = "archive")]
 pub use archive::{
     Archive, ArchiveFailure, ArchiveStatus, ArchivedSegment, ArchivedSession, ArchivedTail,
-    Archiver, Manifest, PullReport, PushReport, RestorePoint, RetryPolicy, Transfer,
+    Archiver, EvictReport, FetchReport, Manifest, PullReport, PushReport, RestorePoint,
+    RetryPolicy, Transfer,
 };
 #[cfg(feature = "tokio")]
 pub use async_store::{AsyncStore, EntryStream};
@@ -112,6 +113,7 @@ pub use history::{
 pub use item::{
     anthropic, responses, CallLink, ContentPart, Item, ItemStatus, JsonTree, Role, ToolOutput,
 };
+pub use log::evicted::{EvictedRecord, EvictedSegment, EVICTED_FILE};
 pub use log::{
     Damage, Durability, ExpectHead, Iter, LastRecovery, Log, LogOptions, RecordView, RecoveryMode,
     RecoveryReport, SealObserver, SealedSegment, Snapshot, TornTail, VerifyReport,

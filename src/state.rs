@@ -387,7 +387,7 @@ impl Log {
 /// Where a fork by reference starts: its parent, and the parent's last
 /// entry it includes (seq and hash). A fork's log holds this in its first
 /// entry, [`LogEntry::ForkedFrom`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ForkLink {
     /// The parent session.
     pub parent: SessionId,
@@ -435,7 +435,7 @@ impl Snapshot {
             state.head = Some(rec.hash);
             state.head_seq = Some(rec.seq);
         }
-        state.entries = self.next_seq() - self.first_seq();
+        state.entries = self.next_seq() - self.log_start();
         Ok(state)
     }
 

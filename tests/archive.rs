@@ -499,3 +499,62 @@ fn memory_and_file_urls_hold_an_archive() {
         assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_push_checks_archived_segments_by_content_not_only_name_and_length() {
+    let (_server, a, _here, store, id) = pushed(40);
+    let manifest = a.manifest(id).unwrap().unwrap();
+    assert!(manifest.segments.iter().all(|s| s.content_hash.is_some()));
+    // The same name, length, seqs and last hash, other bytes: a local
+    // segment changed under an archived name.
+    let seg = store.log(id).unwrap().segment_paths()[0].clone();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[300] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let err = a.push(&store, id).unwrap_err();
+    assert_eq!(archive_object(err), manifest.segments[0].object);
+    bytes[300] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    assert_eq!(a.push(&store, id).unwrap().uploaded_segments, 0);
+}
+
+#[test]
+fn a_pulled_fork_brings_its_parent_or_fails_before_writing() {
+    let server = S3Server::start();
+    let a = archive(&server, "s");
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let parent = session(&store, 30);
+    let (fork, mut head) = store.fork_at_seq(parent, 20).unwrap();
+    add_turns(&store, fork, &mut head, 100, 5);
+    let state = store.restore(fork).unwrap();
+
+    // Only the fork archived: its pull names the missing parent, and
+    // nothing lands.
+    let lone = archive(&server, "lone");
+    lone.push(&store, fork).unwrap();
+    let link = lone.manifest(fork).unwrap().unwrap().fork_link.unwrap();
+    assert_eq!((link.parent, link.seq), (parent, 20));
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = Store::open_with(other_dir.path(), opts()).unwrap();
+    let err = lone.pull(&other, fork, RestorePoint::Latest).unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(
+        archive_object(err),
+        format!("lone/{parent}/manifest.json"),
+        "{msg}"
+    );
+    assert!(other.list().unwrap().is_empty());
+
+    // Both archived: the fork's pull brings the parent, registered.
+    a.push(&store, parent).unwrap();
+    a.push(&store, fork).unwrap();
+    a.pull(&other, fork, RestorePoint::Latest).unwrap();
+    assert!(other.exists(parent));
+    assert_eq!(other.forks_of(parent), vec![fork]);
+    assert_eq!(other.restore(fork).unwrap(), state);
+    assert!(other.verify_fork_link(fork).unwrap().is_some());
+    // The parent's delete keeps it for the fork, as for a fork made here.
+    other.delete_session(parent).unwrap();
+    assert_eq!(other.restore(fork).unwrap(), state);
+}

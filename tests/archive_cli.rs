@@ -155,3 +155,89 @@ fn push_all_pull_all_and_ls_through_the_environment() {
     let name = first.file_name().unwrap().to_str().unwrap();
     assert!(err.contains(name), "{err}");
 }
+
+/// A session whose segments before an in-place compaction are evictable.
+fn compacted(root: &Path) -> SessionId {
+    let store = Store::open_with(
+        root,
+        StoreOptions::default().log(LogOptions::default().segment_size(16 << 10)),
+    )
+    .unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    for t in 0..40 {
+        let items = [
+            Item::user_text(format!("turn {t} {}", "words ".repeat(150))),
+            Item::assistant_text(format!("reply {t}")),
+        ];
+        store.save_delta(id, &mut head, &items).unwrap();
+    }
+    head = store
+        .compact(id, head, &[Item::assistant_text("summary")])
+        .unwrap();
+    store
+        .save_delta(id, &mut head, &[Item::user_text("after the summary")])
+        .unwrap();
+    store.close().unwrap();
+    id
+}
+
+#[test]
+fn evict_then_verify_and_export_fetch_back_with_archive() {
+    let server = S3Server::start();
+    let here = tempfile::tempdir().unwrap();
+    let id = compacted(here.path());
+    let sid = id.to_string();
+    let url = server.url("team/e");
+    let (_, exported, _) = run(&server, here.path(), &["export", &sid]);
+
+    // Not pushed yet: refused, exit 1.
+    let (code, _, err) = run(
+        &server,
+        here.path(),
+        &["archive", "evict", "--to", &url, &sid],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("manifest"), "{err}");
+
+    let (code, _, err) = run(
+        &server,
+        here.path(),
+        &["archive", "push", "--to", &url, &sid],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(
+        &server,
+        here.path(),
+        &["archive", "evict", "--to", &url, "--all"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("now only in the archive"), "{out}");
+    assert!(!out.contains(" 0 segment(s) evicted"), "{out}");
+
+    let (_, out, _) = run(&server, here.path(), &["archive", "ls", "--from", &url]);
+    let line = out.lines().find(|l| l.starts_with(&sid)).unwrap();
+    let cols: Vec<_> = line.split_whitespace().collect();
+    assert_eq!(cols[4], cols[5], "archived and local entries agree: {line}");
+    assert_ne!(cols[6], "0", "evicted segments shown: {line}");
+
+    // Without the archive: a typed refusal naming the range, exit 1.
+    let (code, out, _) = run(&server, here.path(), &["verify", &sid]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("NOT CHECKED") && out.contains("--archive"),
+        "{out}"
+    );
+    let (code, _, err) = run(&server, here.path(), &["export", &sid]);
+    assert_eq!(code, 1);
+    assert!(err.contains("evicted"), "{err}");
+
+    // With it: fetched back, checked, the same bytes as before.
+    let (code, out, err) = run(&server, here.path(), &["export", "--archive", &url, &sid]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, exported);
+    let (code, out, err) = run(&server, here.path(), &["verify", "--archive", &url, &sid]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": ok"), "{out}");
+}

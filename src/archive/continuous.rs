@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::evict::content_hash;
 use super::push::{archived_segment, manifest_for_catalog, read_prefix};
 use super::{hex, Archive};
 use crate::catalog::{self, CATALOG_FILE};
@@ -255,14 +256,22 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
         })?
         .log_id;
     let object = archive.segment_path(id, seg.first_seq, seg.last_seq);
+    let hash = content_hash(&bytes);
     archive.block_on(async {
         archive.put_immutable(&object, bytes.into()).await?;
         let cat = catalog::read(&dir.join(CATALOG_FILE)).ok();
         let mut m = match archive.get_manifest(id).await? {
             Some(m) => m,
-            None => manifest_for_catalog(id, hex(&log_id), cat.as_ref()),
+            None => {
+                let mut m = manifest_for_catalog(id, hex(&log_id), cat.as_ref());
+                // A fork's first record names its parent.
+                m.fork_link = crate::log::Log::open_read_only(dir)
+                    .ok()
+                    .and_then(|log| log.snapshot().fork_link().ok().flatten());
+                m
+            }
         };
-        let entry = archived_segment(&object, seg);
+        let entry = archived_segment(&object, seg, Some(hash));
         m.segments.retain(|s| s.first_seq != entry.first_seq);
         m.segments.push(entry);
         m.segments.sort_by_key(|s| s.first_seq);

@@ -23,13 +23,16 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::log::Durability;
 use crate::schema::{SessionId, SessionOrigin};
+use crate::state::ForkLink;
 
 mod check;
 mod continuous;
+mod evict;
 mod push;
 mod restore;
 
 pub use continuous::{ArchiveFailure, ArchiveStatus, Archiver, RetryPolicy};
+pub use evict::{EvictReport, FetchReport};
 pub use push::{PushReport, Transfer};
 pub use restore::{PullReport, RestorePoint};
 
@@ -50,6 +53,8 @@ struct Inner {
     prefix: ObjectPath,
     url: String,
     runtime: tokio::runtime::Runtime,
+    /// One eviction or fetch-back at a time through this archive.
+    evicting: parking_lot::Mutex<()>,
 }
 
 impl std::fmt::Debug for Archive {
@@ -85,6 +90,10 @@ pub struct Manifest {
     /// The catalog's compaction origin.
     #[serde(default)]
     pub compacted_from: Option<SessionOrigin>,
+    /// For a fork by reference, its parent (session, seq, hash): a pull of
+    /// the fork brings the parent too, or fails before anything is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_link: Option<ForkLink>,
     /// The session's own durability, if it chose one.
     #[serde(default)]
     pub durability: Option<Durability>,
@@ -124,6 +133,10 @@ pub struct ArchivedSegment {
     pub last_hash: EntryHash,
     /// Object length.
     pub len_bytes: u64,
+    /// BLAKE3 of the object's bytes, hex (manifests written before it was
+    /// recorded have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
 }
 
 /// The archived synced prefix of a session's active segment.
@@ -263,6 +276,7 @@ impl Archive {
                 prefix: ObjectPath::from(prefix.trim_matches('/')),
                 url: url.to_string(),
                 runtime,
+                evicting: parking_lot::Mutex::new(()),
             }),
         })
     }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::check::clear_marks;
+use super::evict::content_hash;
 use super::{
     archive_err, hex, Archive, ArchivedSegment, ArchivedTail, Manifest, ObjectKind,
     CONCURRENT_TRANSFERS, MANIFEST_VERSION,
@@ -14,6 +15,7 @@ use super::{
 use crate::catalog::{self, CATALOG_FILE};
 use crate::error::{Error, Result};
 use crate::format::SEGMENT_HEADER_LEN;
+use crate::log::evicted;
 use crate::log::SealedSegment;
 use crate::schema::SessionId;
 use crate::store::{now_ms, Store};
@@ -32,6 +34,10 @@ pub struct PushReport {
     /// Seq after the last archived record.
     pub next_seq: u64,
 }
+
+/// An upload's outcome: created (or found), bytes, whether a tail, the
+/// object, and a segment's content hash.
+type Uploaded = (bool, u64, bool, object_store::path::Path, Option<String>);
 
 /// Progress of a transfer, for a progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +81,13 @@ impl Archive {
         let local = snap.archivable();
         let cat = catalog::read(&store.session_dir(id).join(CATALOG_FILE)).ok();
         let log_id = snap.log_id().map(|id| hex(&id));
+        // Segments evicted from the local disk: archived already, and
+        // verified so when they were evicted.
+        let evicted: Vec<_> = evicted::read(&store.session_dir(id))?
+            .map_or_else(Vec::new, |r| r.segments)
+            .into_iter()
+            .filter(|e| e.first_seq < snap.first_seq())
+            .collect();
         self.block_on(async {
             let existing = self.get_manifest(id).await?;
             if let (Some(m), Some(ours)) = (&existing, &log_id) {
@@ -93,9 +106,9 @@ impl Archive {
                 // restored to a point and appended to since is another
                 // history under the same id.
                 let differs = m.segments.iter().find(|s| {
-                    !local.sealed.iter().any(|l| {
-                        (l.first_seq, l.last_seq, l.last_hash) == (s.first_seq, s.last_seq, s.last_hash)
-                    })
+                    let key = (s.first_seq, s.last_seq, s.last_hash);
+                    !local.sealed.iter().any(|l| (l.first_seq, l.last_seq, l.last_hash) == key)
+                        && !evicted.iter().any(|e| (e.first_seq, e.last_seq, e.last_hash) == key)
                 });
                 let local_next = local
                     .tail
@@ -127,19 +140,56 @@ impl Archive {
                 .collect();
             let mut report = PushReport::default();
             let mut todo = Vec::new();
-            let mut segments = Vec::new();
+            let mut segments: Vec<ArchivedSegment> = evicted
+                .iter()
+                .map(|e| ArchivedSegment {
+                    object: e.object.clone(),
+                    first_seq: e.first_seq,
+                    last_seq: e.last_seq,
+                    start_hash: e.start_hash,
+                    last_hash: e.last_hash,
+                    len_bytes: e.len_bytes,
+                    content_hash: Some(e.content_hash.clone()),
+                })
+                .collect();
+            report.skipped_segments += evicted.len();
             for s in &local.sealed {
                 let path = self.segment_path(id, s.first_seq, s.last_seq);
-                segments.push(archived_segment(&path, s));
-                match there.get(path.as_ref()) {
-                    Some(&n) if n == s.len_bytes => report.skipped_segments += 1,
-                    Some(_) => {
+                // The content hash of a segment archived before: the
+                // manifest's, recomputed when the segment goes up.
+                let known = existing
+                    .as_ref()
+                    .and_then(|m| m.segments.iter().find(|a| a.object == path.as_ref()))
+                    .and_then(|a| a.content_hash.clone());
+                segments.push(archived_segment(&path, s, known.clone()));
+                match (there.get(path.as_ref()), known) {
+                    // Archived, with the content hash the manifest names:
+                    // the local file must have it too.
+                    (Some(&n), Some(hash)) if n == s.len_bytes => {
+                        let local = content_hash(&read_prefix(&s.path, s.len_bytes)?);
+                        if local != hash {
+                            return Err(archive_err(
+                                &path,
+                                format!(
+                                    "is archived with BLAKE3 {hash}, the local segment's is {local}: another history under the same name"
+                                ),
+                            ));
+                        }
+                        report.skipped_segments += 1;
+                    }
+                    // Listed without a hash (an older manifest, or an
+                    // upload a cut-off push left unnamed): the create finds
+                    // it and compares the bytes, and the hash is recorded.
+                    (Some(&n), None) if n == s.len_bytes => {
+                        todo.push((path, s.path.clone(), s.len_bytes, false))
+                    }
+                    (Some(_), _) => {
                         return Err(archive_err(
                             &path,
                             "already exists with another length; an archived object is never overwritten",
                         ))
                     }
-                    None => todo.push((path, s.path.clone(), s.len_bytes, false)),
+                    (None, _) => todo.push((path, s.path.clone(), s.len_bytes, false)),
                 }
             }
             let mut tail = None;
@@ -163,7 +213,7 @@ impl Archive {
                 done_bytes: 0,
                 total_bytes,
             });
-            let created: Vec<(bool, u64, bool)> = futures_util::stream::iter(todo)
+            let created: Vec<Uploaded> = futures_util::stream::iter(todo)
                 .map(|(object, file, len, is_tail)| {
                     let done = &done;
                     async move {
@@ -171,19 +221,23 @@ impl Archive {
                         if is_tail {
                             clear_marks(&mut bytes[..SEGMENT_HEADER_LEN]);
                         }
+                        let hash = (!is_tail).then(|| content_hash(&bytes));
                         let created = self.put_immutable(&object, bytes.into()).await?;
                         let done_bytes = done.fetch_add(len, Ordering::Relaxed) + len;
                         progress(Transfer {
                             done_bytes,
                             total_bytes,
                         });
-                        Ok::<_, Error>((created, len, is_tail))
+                        Ok::<_, Error>((created, len, is_tail, object, hash))
                     }
                 })
                 .buffer_unordered(CONCURRENT_TRANSFERS)
                 .try_collect()
                 .await?;
-            for (was_created, len, is_tail) in created {
+            for (was_created, len, is_tail, object, hash) in created {
+                if let Some(a) = segments.iter_mut().find(|a| a.object == object.as_ref()) {
+                    a.content_hash = hash;
+                }
                 match (is_tail, was_created) {
                     (true, c) => report.uploaded_tail = c,
                     (false, true) => report.uploaded_segments += 1,
@@ -200,6 +254,13 @@ impl Archive {
             let mut manifest = manifest_for_catalog(id, log_id, cat.as_ref());
             manifest.segments = segments;
             manifest.tail = tail;
+            // A fork's first record names its parent (an evicted one's is
+            // read from the manifest it already has).
+            manifest.fork_link = snap
+                .fork_link()
+                .ok()
+                .flatten()
+                .or(existing.as_ref().and_then(|m| m.fork_link));
             if cat.as_ref().is_none_or(|c| c.identity.is_none()) {
                 // A damaged catalog: what the store lists of the session.
                 if let Ok(Some(info)) = store.info(id) {
@@ -229,6 +290,7 @@ impl Archive {
 pub(super) fn archived_segment(
     path: &object_store::path::Path,
     s: &SealedSegment,
+    content_hash: Option<String>,
 ) -> ArchivedSegment {
     ArchivedSegment {
         object: path.to_string(),
@@ -237,6 +299,7 @@ pub(super) fn archived_segment(
         start_hash: s.start_hash,
         last_hash: s.last_hash,
         len_bytes: s.len_bytes,
+        content_hash,
     }
 }
 
@@ -255,6 +318,7 @@ pub(super) fn manifest_for_catalog(
         tail: None,
         title: cat.and_then(|c| c.title.clone()),
         created_ms: identity.as_ref().map_or(0, |i| i.created_ms),
+        fork_link: None,
         forked_from: identity.as_ref().and_then(|i| i.forked_from),
         compacted_from: identity.as_ref().and_then(|i| i.compacted_from),
         durability: identity.as_ref().and_then(|i| i.durability),

@@ -19,7 +19,8 @@ use crate::fs::{sync_dir, HookedFile};
 use crate::log::continues;
 use crate::schema::SessionId;
 use crate::segment::segment_name;
-use crate::store::Store;
+use crate::state::ForkLink;
+use crate::store::{Store, MAX_FORK_DEPTH};
 
 /// How far a restore goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,6 +76,60 @@ impl Archive {
         point: RestorePoint,
         progress: impl Fn(Transfer) + Send + Sync,
     ) -> Result<PullReport> {
+        self.pull_fork_chain(store, id, point, &progress, 0)
+    }
+
+    /// Brings the parent a fork by reference reads into the store, if the
+    /// store lacks it: pulled from the archive (its own parent first, to
+    /// [`MAX_FORK_DEPTH`]), or an error naming it before anything is written.
+    fn bring_parent(
+        &self,
+        store: &Store,
+        fork: SessionId,
+        link: ForkLink,
+        progress: &(dyn Fn(Transfer) + Send + Sync),
+        depth: usize,
+    ) -> Result<()> {
+        if store.exists(link.parent) {
+            return Ok(());
+        }
+        let missing = |why: String| archive_err(&self.manifest_path(link.parent), why);
+        if depth >= MAX_FORK_DEPTH {
+            return Err(missing(format!(
+                "fork {fork}: its chain of parents is deeper than {MAX_FORK_DEPTH} or loops"
+            )));
+        }
+        let Some(m) = self.manifest(link.parent)? else {
+            return Err(missing(format!(
+                "missing: fork {fork} reads its parent {} up to seq {}, which is neither in the store nor in the archive; push the parent, or restore it first",
+                link.parent, link.seq
+            )));
+        };
+        if m.next_seq() <= link.seq {
+            return Err(missing(format!(
+                "holds the parent of fork {fork} up to seq {}, the fork reads it up to seq {}",
+                m.next_seq().saturating_sub(1),
+                link.seq
+            )));
+        }
+        self.pull_fork_chain(
+            store,
+            link.parent,
+            RestorePoint::Latest,
+            progress,
+            depth + 1,
+        )
+        .map(|_| ())
+    }
+
+    fn pull_fork_chain(
+        &self,
+        store: &Store,
+        id: SessionId,
+        point: RestorePoint,
+        progress: &(dyn Fn(Transfer) + Send + Sync),
+        depth: usize,
+    ) -> Result<PullReport> {
         if store.is_read_only() {
             return Err(Error::invalid(format!(
                 "store {} is read-only: cannot restore into it",
@@ -95,6 +150,9 @@ impl Archive {
                 "missing: no session with this id is archived",
             ));
         };
+        if let Some(link) = manifest.fork_link {
+            self.bring_parent(store, id, link, progress, depth)?;
+        }
         let plan = self.block_on(self.plan(id, &manifest, point))?;
         // Staged where the store sweeps what a crash leaves (after ten
         // minutes), never where it lists sessions.
@@ -103,7 +161,7 @@ impl Archive {
             .join("staging")
             .join(format!("{id}-restore-{}", SessionId::new_v7()));
         std::fs::create_dir_all(&staging).map_err(|e| Error::io("mkdir", &staging, e))?;
-        let result = self.fetch_and_check(&plan, &staging, point, &manifest.log_id, &progress);
+        let result = self.fetch_and_check(&plan, &staging, point, &manifest.log_id, progress);
         let result = result.and_then(|(report_head, downloaded, objects)| {
             write_catalog(&staging, &manifest)?;
             sync_dir(&staging, &None)?;
@@ -112,8 +170,22 @@ impl Archive {
                     "session {id} appeared during the restore"
                 )));
             }
+            // A fork is registered in its parent before it appears, as a
+            // fork's creation does, so that the parent's delete keeps it.
+            if let Some(link) = manifest.fork_link {
+                store.register_fork(link.parent, id)?;
+            }
             std::fs::rename(&staging, &dest).map_err(|e| Error::io("rename", &staging, e))?;
             sync_dir(&store.root().join("sessions"), &None)?;
+            if manifest.fork_link.is_some() {
+                // Its link to the parent must hold: refused now, never by a
+                // later restore.
+                if let Err(e) = store.verify_fork_link(id) {
+                    let _ = std::fs::remove_dir_all(&dest);
+                    let _ = sync_dir(&store.root().join("sessions"), &None);
+                    return Err(e);
+                }
+            }
             Ok(PullReport {
                 id,
                 objects,
@@ -123,6 +195,9 @@ impl Archive {
         });
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&staging);
+            if let Some(link) = manifest.fork_link {
+                store.unregister_fork(link.parent, id);
+            }
         }
         result
     }

@@ -15,6 +15,7 @@ use crate::fs::IoHook;
 use crate::segment::{Segment, Space};
 
 mod commit;
+pub(crate) mod evicted;
 mod opening;
 mod reader;
 mod recovery;
@@ -270,6 +271,9 @@ pub const LAST_RECOVERY_FILE: &str = "last-recovery.json";
 struct Published {
     segments: Arc<Vec<Arc<Segment>>>,
     tip: Tip,
+    /// Seq and hash the first segment continues, when the log's prefix
+    /// below it is evicted (`evicted.json`).
+    evicted: Option<(u64, EntryHash)>,
 }
 
 /// Where the log ends: what the writer extends, and what it publishes.

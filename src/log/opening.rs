@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::evicted::{prefix_below, EvictedPrefix};
 use super::recovery::Opened;
 use super::verify::mark_disagrees;
 use super::{RecoveryMode, RecoveryReport, Tip, TornTail};
@@ -18,13 +19,16 @@ use crate::schema::EntryKind;
 use crate::segment::{Scan, ScanMode, Segment};
 
 /// What the sealed segments of a log say about the log up to their end.
-struct SealedPrefix {
-    segments: Vec<Arc<Segment>>,
+pub(super) struct SealedPrefix {
+    pub(super) segments: Vec<Arc<Segment>>,
     log_id: Option<[u8; 16]>,
     /// Seq and hash the next segment must start with (`None`: none sealed).
-    expect: Option<(u64, EntryHash)>,
+    pub(super) expect: Option<(u64, EntryHash)>,
     last_session_start: Option<u64>,
     records: u64,
+    /// Seq and hash the first local segment continues, when the log's
+    /// prefix below it is evicted (see `evicted`).
+    pub(super) evicted: Option<(u64, EntryHash)>,
 }
 
 /// Opens the segments `paths` (in seq order, at least one): every one but
@@ -42,7 +46,8 @@ pub(super) fn open_segments(
     let (last, sealed) = paths
         .split_last()
         .expect("open_segments is called with at least one path");
-    let prefix = open_sealed(sealed, writable, hook)?;
+    let evicted = evicted_below(&paths[0])?;
+    let prefix = open_sealed(sealed, evicted, writable, hook)?;
     open_last(last, prefix, writable, keeps_lagging_mark, mode, hook)
 }
 
@@ -71,15 +76,30 @@ fn open_in_order(
     Ok(seg)
 }
 
+/// The evicted prefix below the log's first local segment `first`, as its
+/// directory's record tells it.
+pub(super) fn evicted_below((seq, path): &(u64, PathBuf)) -> Result<Option<EvictedPrefix>> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    prefix_below(dir, *seq)
+}
+
 /// Opens the sealed segments by their footers, without reading records. A
-/// reader defers their indexes to their first use.
-fn open_sealed(paths: &[(u64, PathBuf)], writable: bool, hook: &Hook) -> Result<SealedPrefix> {
+/// reader defers their indexes to their first use. A prefix recorded as
+/// `evicted` is expected to be missing: the first segment continues the
+/// record instead of the log's start.
+pub(super) fn open_sealed(
+    paths: &[(u64, PathBuf)],
+    evicted: Option<EvictedPrefix>,
+    writable: bool,
+    hook: &Hook,
+) -> Result<SealedPrefix> {
     let mut prefix = SealedPrefix {
         segments: Vec::with_capacity(paths.len() + 1),
-        log_id: None,
-        expect: None,
+        log_id: evicted.map(|e| e.log_id),
+        expect: evicted.map(|e| (e.next_seq, e.last_hash)),
         last_session_start: None,
-        records: 0,
+        records: evicted.map_or(0, |e| e.next_seq),
+        evicted: evicted.map(|e| (e.next_seq, e.last_hash)),
     };
     for named in paths {
         let seg = open_in_order(named, &mut prefix, writable, hook)?;
@@ -156,6 +176,7 @@ fn open_last(
             active_sealed: true,
             report,
             log_id: prefix.log_id,
+            evicted: prefix.evicted,
         });
     }
     report.torn_tail = torn_tail(&seg, mark, &scan, mode)?;
@@ -180,6 +201,7 @@ fn open_last(
         active_sealed: false,
         report,
         log_id: prefix.log_id,
+        evicted: prefix.evicted,
     })
 }
 

@@ -29,6 +29,7 @@ pub(super) fn snapshot_of(p: &Published) -> Snapshot {
         next_seq: p.tip.next_seq,
         head: p.tip.hash,
         last_session_start: p.tip.last_session_start,
+        evicted: p.evicted,
     }
 }
 
@@ -38,6 +39,9 @@ pub struct Snapshot {
     pub(super) next_seq: u64,
     pub(super) head: EntryHash,
     pub(super) last_session_start: Option<u64>,
+    /// Seq and hash the first segment continues, when the log's prefix
+    /// below it is evicted.
+    pub(super) evicted: Option<(u64, EntryHash)>,
 }
 
 /// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
@@ -60,9 +64,47 @@ pub struct RecordView<'a> {
 }
 
 impl Snapshot {
-    /// Seq of the first record in the log.
+    /// Seq of the first record held locally: 0, unless the log's prefix is
+    /// evicted to an archive ([`Snapshot::evicted`]).
     pub fn first_seq(&self) -> u64 {
         self.segs.first().map_or(0, |(s, _)| s.header.first_seq)
+    }
+
+    /// The seqs of the log's evicted prefix (first and last), if its
+    /// segments were evicted to an archive: reading them fails with
+    /// [`Error::Evicted`] until they are fetched back.
+    pub fn evicted(&self) -> Option<(u64, u64)> {
+        self.evicted.map(|(next, _)| (0, next - 1))
+    }
+
+    /// Seq and hash the first local segment continues, when the prefix is
+    /// evicted.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(crate) fn evicted_end(&self) -> Option<(u64, EntryHash)> {
+        self.evicted
+    }
+
+    /// Seq of the log's first record, local or evicted.
+    pub(crate) fn log_start(&self) -> u64 {
+        match self.evicted {
+            Some(_) => 0,
+            None => self.first_seq(),
+        }
+    }
+
+    /// The error a read of the evicted prefix gets.
+    fn evicted_error(&self) -> Option<Error> {
+        let (first_seq, last_seq) = self.evicted()?;
+        let session = self
+            .segs
+            .first()
+            .and_then(|(s, _)| s.path.parent()?.file_name())
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        Some(Error::Evicted {
+            session,
+            first_seq,
+            last_seq,
+        })
     }
 
     /// Seq of the next record to be written.
@@ -88,13 +130,26 @@ impl Snapshot {
             .sum()
     }
 
-    /// Records, in order, from the first.
+    /// Records, in order, from the first (seq 0): a log whose prefix is
+    /// evicted yields [`Error::Evicted`] first.
     pub fn iter(&self) -> Iter<'_> {
-        self.iter_from(self.first_seq())
+        self.iter_from(0)
     }
 
-    /// Records from `seq` on, found through the sparse index.
+    /// Records from `seq` on, found through the sparse index. A `seq` in
+    /// the evicted prefix yields [`Error::Evicted`].
     pub fn iter_from(&self, seq: u64) -> Iter<'_> {
+        if seq < self.evicted.map_or(0, |(next, _)| next) {
+            return Iter {
+                snap: self,
+                seg: 0,
+                offset: FIRST_RECORD_OFFSET,
+                seq,
+                skip_to: seq,
+                done: false,
+                error: self.evicted_error(),
+            };
+        }
         let seq = seq.max(self.first_seq());
         let seg = self
             .segs

@@ -25,7 +25,7 @@ use crate::segment::{parse_segment_name, segment_name, Prepared, ScanMode, Segme
 /// Segment files by first seq, and leftover preparations.
 type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
 
-fn list_segments(dir: &Path) -> Result<Listing> {
+pub(super) fn list_segments(dir: &Path) -> Result<Listing> {
     let mut segs = Vec::new();
     let mut preps = Vec::new();
     for entry in fs::read_dir(dir).map_err(io_err("read dir", dir))? {
@@ -52,6 +52,9 @@ pub(super) struct Opened {
     pub(super) active_sealed: bool,
     pub(super) report: RecoveryReport,
     pub(super) log_id: Option<[u8; 16]>,
+    /// Seq and hash the first local segment continues, when the prefix
+    /// below it is evicted.
+    pub(super) evicted: Option<(u64, EntryHash)>,
 }
 
 impl Opened {
@@ -63,6 +66,7 @@ impl Opened {
         Published {
             segments: Arc::new(self.segments.clone()),
             tip: self.tip,
+            evicted: self.evicted,
         }
     }
 }
@@ -345,6 +349,7 @@ fn create_first_segment(
         active_sealed: false,
         report: RecoveryReport::default(),
         log_id: Some(log_id),
+        evicted: None,
     })
 }
 

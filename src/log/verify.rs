@@ -56,6 +56,10 @@ pub struct VerifyReport {
     pub damage: Option<Damage>,
     /// An unrecovered torn tail (not damage).
     pub torn_tail: Option<TornTail>,
+    /// Seqs (first, last) of the evicted prefix, which was not checked:
+    /// the first local segment was checked to continue the eviction
+    /// record's last hash.
+    pub evicted: Option<(u64, u64)>,
 }
 
 /// The record bytes from which `verify` scans segments on several threads.
@@ -140,7 +144,8 @@ impl Snapshot {
             .last()
             .and_then(|(seg, end)| seg.read_mark().filter(|m| m.end <= *end));
         let scans = self.scan_segments(mark.map(|m| m.end));
-        let mut expect: Option<(u64, EntryHash)> = None;
+        report.evicted = self.evicted();
+        let mut expect: Option<(u64, EntryHash)> = self.evicted;
         let mut last_session_start = None;
         let last = self.segs.len().saturating_sub(1);
         for (i, ((seg, end), scan)) in self.segs.iter().zip(scans).enumerate() {

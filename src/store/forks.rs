@@ -196,6 +196,39 @@ impl Store {
         Ok((fork, created?))
     }
 
+    /// Registers `fork` in `parent`'s registry of forks (a fork restored
+    /// from an archive, whose parent is in this store), durably: the
+    /// registration file, then `fsync` of the registry (and of the parent's
+    /// directory when the registry is new). Removed again by
+    /// [`Store::unregister_fork`] if the fork does not land.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(crate) fn register_fork(&self, parent: SessionId, fork: SessionId) -> Result<()> {
+        self.writable()?;
+        let dir = self.session_dir(parent);
+        if !dir.join(CATALOG_FILE).exists() {
+            return Err(Error::not_found(format!("session {parent}")));
+        }
+        let (lock, made) = self.lock_forks(&dir)?;
+        let forks = dir.join(FORKS_DIR);
+        HookedFile::create(&forks.join(fork.to_string()), self.hook())?;
+        sync_dir(&forks, self.hook())?;
+        if made {
+            sync_dir(&dir, self.hook())?;
+        }
+        drop(lock);
+        Ok(())
+    }
+
+    /// Removes a registration [`Store::register_fork`] made.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(crate) fn unregister_fork(&self, parent: SessionId, fork: SessionId) {
+        let path = self
+            .session_dir(parent)
+            .join(FORKS_DIR)
+            .join(fork.to_string());
+        let _ = hooked_fs::remove_file(&path, self.hook());
+    }
+
     /// Takes the fork registry's flock in the session directory `dir`,
     /// making the registry if needed; `true` when this call made it.
     fn lock_forks(&self, dir: &Path) -> Result<(fs::File, bool)> {
@@ -371,6 +404,7 @@ impl Store {
         id: SessionId,
         mut f: impl FnMut(ExportedEntry<'_>) -> Result<()>,
     ) -> Result<u64> {
+        self.fetch_if_evicted(id, 0)?;
         let snap = self.snapshot(id)?;
         let Some(link) = snap.fork_link()? else {
             let mut n = 0;

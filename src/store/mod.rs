@@ -156,6 +156,17 @@ struct Inner {
     /// catalog still holds exactly that, no writer has opened the session
     /// since, and the slot's numbers are the log's.
     released: Mutex<HashMap<SessionId, HeadSlot>>,
+    /// What fetches a session's evicted segments back before a read that
+    /// reaches them (an archive, `Store::attach_archive`).
+    fetcher: Mutex<Option<Arc<dyn FetchBack>>>,
+}
+
+/// Fetches the evicted prefix of a session back into its directory (an
+/// archive, feature `archive`), so that the store stays below the archive
+/// in the layers.
+pub(crate) trait FetchBack: Send + Sync {
+    /// Places the session's evicted segments again, checked first.
+    fn fetch_back(&self, store: &Store, id: SessionId) -> Result<()>;
 }
 
 /// A store of sessions. `Send + Sync`; clones are cheap and share everything.
@@ -245,6 +256,7 @@ impl Store {
                 opened: (0..SHARDS).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
                 released: Mutex::new(HashMap::new()),
+                fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),
                 tick: AtomicU64::new(0),
             }),
@@ -266,8 +278,33 @@ impl Store {
         })
     }
 
+    /// Installs what fetches evicted segments back (`None`: nothing; a read
+    /// of an evicted range is then [`Error::Evicted`]).
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(crate) fn set_fetcher(&self, fetcher: Option<Arc<dyn FetchBack>>) {
+        *self.inner.fetcher.lock() = fetcher;
+    }
+
+    /// Before a read from `seq` on: if the session's log has an evicted
+    /// prefix that the read reaches and a fetcher is attached, fetches it
+    /// back. Without one the read itself fails with [`Error::Evicted`].
+    pub(crate) fn fetch_if_evicted(&self, id: SessionId, seq: u64) -> Result<()> {
+        let Some(fetcher) = self.inner.fetcher.lock().clone() else {
+            return Ok(());
+        };
+        let reaches = self
+            .reader(id)?
+            .snapshot()
+            .evicted()
+            .is_some_and(|(_, last)| seq <= last);
+        if reaches {
+            fetcher.fetch_back(self, id)?;
+        }
+        Ok(())
+    }
+
     /// The fault seam every write of this store goes through.
-    fn hook(&self) -> &Hook {
+    pub(crate) fn hook(&self) -> &Hook {
         &self.inner.opts.log.hook
     }
 

@@ -247,6 +247,25 @@ impl Store {
         self.restore_session(id)
     }
 
+    /// Checks every CRC, chain link and archive of the session's log, as
+    /// [`Log::verify`](crate::Log::verify) does. A log whose prefix is
+    /// evicted to an archive is fetched back first when an archive is
+    /// attached (`Store::attach_archive`); without one, the check of what
+    /// is local stands only if it found damage, and otherwise the call is
+    /// [`Error::Evicted`] naming what it could not check.
+    pub fn verify(&self, id: SessionId) -> Result<crate::log::VerifyReport> {
+        self.fetch_if_evicted(id, 0)?;
+        let report = self.reader(id)?.verify();
+        match (report.evicted, &report.damage) {
+            (Some((first_seq, last_seq)), None) => Err(Error::Evicted {
+                session: id.to_string(),
+                first_seq,
+                last_seq,
+            }),
+            _ => Ok(report),
+        }
+    }
+
     /// The session's current head.
     pub fn head(&self, id: SessionId) -> Result<Option<EntryHash>> {
         Ok(self.reader(id)?.head().map(|(_, h)| h))

@@ -428,7 +428,7 @@ pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
         next_seq: snap.next_seq(),
         bytes: snap.bytes(),
         updated_ms: updated_ms.unwrap_or_else(now_ms),
-        first_seq: snap.first_seq(),
+        first_seq: snap.log_start(),
         head: snap.head().map(|(_, h)| h).unwrap_or_default(),
     }
 }

@@ -1,5 +1,5 @@
-//! `archive push`, `archive pull`, `archive ls`: sessions to and from object
-//! storage (`s3://bucket/prefix`, `file:///path`, `memory://`).
+//! `archive push`, `archive pull`, `archive evict`, `archive ls`: sessions to
+//! and from object storage (`s3://bucket/prefix`, `file:///path`, `memory://`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +45,17 @@ enum Command {
         #[arg(long)]
         hash: Option<String>,
     },
+    /// Remove sealed segments the archive holds (verified byte for byte) from the local disk, up to the segment restore reads
+    Evict {
+        /// The archive the sessions were pushed to (as for push)
+        #[arg(long)]
+        to: String,
+        /// Session ids or names
+        ids: Vec<String>,
+        /// Every session of the store
+        #[arg(long, conflicts_with = "ids")]
+        all: bool,
+    },
     /// List an archive's sessions: segments, bytes, what is archived and what only local
     Ls {
         /// The archive
@@ -70,6 +81,7 @@ pub fn run(root: &Option<PathBuf>, args: Args) -> Result<ExitCode> {
             };
             pull(root, &from, ids, all, point)
         }
+        Command::Evict { to, ids, all } => evict(root, &to, ids, all),
         Command::Ls { from } => ls(root, &from),
     }
 }
@@ -95,18 +107,28 @@ fn bar(what: &str) -> (indicatif::ProgressBar, impl Fn(Transfer) + Send + Sync) 
     })
 }
 
+/// The sessions a command names: ids or names, or every one with --all.
+fn local_sessions(
+    store: &Store,
+    ids: Vec<String>,
+    all: bool,
+    verb: &str,
+) -> Result<Vec<SessionId>> {
+    if all {
+        return Ok(store.list()?.into_iter().map(|i| i.id).collect());
+    }
+    if ids.is_empty() {
+        bail!("name sessions to {verb}, or --all");
+    }
+    ids.iter()
+        .map(|t| crate::resolve_session(store, t))
+        .collect()
+}
+
 fn push(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Result<ExitCode> {
     let store = crate::open_store(root)?;
     let archive = open(url)?;
-    let ids: Vec<SessionId> = if all {
-        store.list()?.into_iter().map(|i| i.id).collect()
-    } else if ids.is_empty() {
-        bail!("name sessions to push, or --all");
-    } else {
-        ids.iter()
-            .map(|t| crate::resolve_session(&store, t))
-            .collect::<Result<_>>()?
-    };
+    let ids = local_sessions(&store, ids, all, "push")?;
     for id in ids {
         let (bar, progress) = bar("push");
         let r = archive
@@ -127,6 +149,37 @@ fn push(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Resul
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn evict(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Result<ExitCode> {
+    let store = crate::open_store(root)?;
+    let archive = open(url)?;
+    let ids = local_sessions(&store, ids, all, "evict")?;
+    let mut failed = 0;
+    for id in ids {
+        match archive.evict(&store, id) {
+            Ok(r) => println!(
+                "{id}  {} segment(s) evicted, {} bytes{}{}",
+                r.evicted_segments,
+                r.evicted_bytes,
+                r.evicted
+                    .map(|(a, b)| format!("; seqs {a}..={b} now only in the archive"))
+                    .unwrap_or_default(),
+                r.kept.map(|k| format!("; kept {k}")).unwrap_or_default(),
+            ),
+            // One session that cannot be evicted does not stop the others.
+            Err(e) => {
+                failed += 1;
+                eprintln!("error: session {id}: {e}");
+            }
+        }
+    }
+    store.close()?;
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn pull(
@@ -154,6 +207,11 @@ fn pull(
         bail!("--seq and --hash restore one session");
     }
     for id in ids {
+        if all && store.exists(id) {
+            // Pulled already, as the parent of a fork pulled before it.
+            println!("{id}  already in the store");
+            continue;
+        }
         let (bar, progress) = bar("pull");
         let r = archive
             .pull_with(&store, id, point, progress)
@@ -176,8 +234,8 @@ fn ls(root: &Option<PathBuf>, url: &str) -> Result<ExitCode> {
         .or_else(|| Some(crate::default_root()))
         .and_then(|r| Store::open_read_only(r).ok());
     println!(
-        "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  title",
-        "id", "segments", "tail", "bytes", "archived", "local"
+        "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {:>7}  title",
+        "id", "segments", "tail", "bytes", "archived", "local", "evicted"
     );
     for s in archive.sessions()? {
         let archived = s.manifest.as_ref().map(|m| m.next_seq());
@@ -185,15 +243,22 @@ fn ls(root: &Option<PathBuf>, url: &str) -> Result<ExitCode> {
             .as_ref()
             .and_then(|st| st.info(s.id).ok().flatten())
             .map(|i| i.entries);
+        // Segments whose local files were evicted: only in the archive.
+        let evicted = local
+            .as_ref()
+            .filter(|st| st.exists(s.id))
+            .and_then(|st| st.evicted_segments(s.id).ok())
+            .map(|e| e.len() as u64);
         let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
         println!(
-            "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {}",
+            "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {:>7}  {}",
             s.id,
             s.segment_objects,
             s.tail_objects,
             s.bytes,
             show(archived),
             show(local_entries),
+            show(evicted),
             s.manifest
                 .as_ref()
                 .and_then(|m| m.title.clone())

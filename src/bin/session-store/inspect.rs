@@ -329,7 +329,8 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     let value = serde_json::json!({
         "id": id,
         "segments": segments.len(),
-        "records": snap.next_seq() - snap.first_seq(),
+        "records": snap.next_seq() - log_start(&snap),
+        "evicted": snap.evicted(),
         "bytes": log.bytes(),
         "head_seq": head.map(|h| h.0),
         "head_hash": head.map(|h| h.1),
@@ -343,7 +344,12 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     } else {
         println!("session      {id}");
         println!("segments     {}", segments.len());
-        println!("records      {}", snap.next_seq() - snap.first_seq());
+        println!("records      {}", snap.next_seq() - log_start(&snap));
+        if let Some((first, last)) = snap.evicted() {
+            println!(
+                "evicted      seqs {first}..={last} (in the archive; --archive URL reads them)"
+            );
+        }
         println!("bytes        {}", human_bytes(log.bytes()));
         match head {
             Some((seq, h)) => println!("head         seq {seq}, {h}"),
@@ -414,4 +420,9 @@ pub(crate) fn json_type(json: &session_store::JsonText) -> String {
         Some(serde_json::Value::String(t)) => t.clone(),
         _ => "untyped".into(),
     }
+}
+
+/// Seq of the log's first record, local or evicted to an archive.
+fn log_start(snap: &session_store::Snapshot) -> u64 {
+    snap.evicted().map_or(snap.first_seq(), |(first, _)| first)
 }

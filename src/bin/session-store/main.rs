@@ -93,6 +93,23 @@ pub(crate) fn open_store_to_read(root: &Option<PathBuf>) -> Result<Store> {
     Store::open_read_only(&root).with_context(|| format!("opening store {}", root.display()))
 }
 
+/// Opens the store to read, or, with an archive URL (`--archive`), writable
+/// with the archive attached, so that reads of evicted segments fetch them
+/// back and place them (a read-only store never writes, so never fetches).
+pub(crate) fn open_store_with_archive(
+    root: &Option<PathBuf>,
+    archive: &Option<String>,
+) -> Result<Store> {
+    let Some(url) = archive else {
+        return open_store_to_read(root);
+    };
+    let store = open_store(root)?;
+    let archive =
+        session_store::Archive::open(url).with_context(|| format!("opening archive {url}"))?;
+    store.attach_archive(&archive);
+    Ok(store)
+}
+
 /// The session `text` names: its id, or a name given to it
 /// (`Store::create_named`). An id is taken as an id, never as a name.
 pub(crate) fn resolve_session(store: &Store, text: &str) -> Result<SessionId> {

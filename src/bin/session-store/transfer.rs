@@ -12,7 +12,7 @@ use session_store::{
     parse_line, responses, Deletion, EntryHash, Item, LineReader, RequestConfig, SessionId, Store,
 };
 
-use crate::{open_reader, open_store, open_store_to_read, progress};
+use crate::{open_store, progress};
 
 /// The form of the lines `import` reads.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -54,6 +54,10 @@ pub struct ExportArgs {
     /// Output file (a directory with --all) [default: stdout]
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// An archive to fetch evicted segments back from (s3://…, file:///…);
+    /// opens the store writable, since fetched segments are placed again
+    #[arg(long)]
+    archive: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -184,7 +188,9 @@ pub(crate) fn write_session(
     format: ExportFormat,
     out: &mut dyn Write,
 ) -> Result<u64> {
-    open_reader(store, id)?;
+    if !store.exists(id) {
+        anyhow::bail!("not found: session {id}");
+    }
     let lines = match format {
         ExportFormat::Wire => return Ok(store.export(id, out)?),
         ExportFormat::Markdown => return crate::markdown::write_markdown(store, id, out),
@@ -198,7 +204,7 @@ pub(crate) fn write_session(
 }
 
 pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
-    let store = open_store_to_read(root)?;
+    let store = crate::open_store_with_archive(root, &a.archive)?;
     if a.all {
         let Some(dir) = a.output else {
             bail!("export --all needs -o DIR")

@@ -1,0 +1,466 @@
+//! Guards eviction of archived segments from the local disk: a session with
+//! an evicted prefix opens, restores and appends with no archive reachable;
+//! reads that reach the prefix fetch it back (checked before anything is
+//! placed) or fail with a typed error naming the range; eviction refuses
+//! what the archive does not hold byte for byte; a failure between the
+//! record and the removal, or during a fetch-back, leaves a session that
+//! opens and verifies; read-only inspection writes nothing.
+
+mod s3;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use s3::S3Server;
+use session_store::{
+    Archive, EntryHash, Error, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store,
+    StoreOptions, EVICTED_FILE,
+};
+
+/// Small segments, so that a few turns seal several.
+fn opts() -> StoreOptions {
+    StoreOptions::default().log(LogOptions::default().segment_size(16 << 10))
+}
+
+fn add_turns(store: &Store, id: SessionId, head: &mut EntryHash, from: usize, turns: usize) {
+    for n in from..from + turns {
+        let items = [
+            Item::user_text(format!("question {n}: {}", "why? ".repeat(100))),
+            Item::assistant_text(format!("answer {n}: {}", "because. ".repeat(60))),
+        ];
+        store.save_delta(id, head, &items).unwrap();
+    }
+}
+
+/// A session of 60 turns, compacted in place, then 10 more: the segments
+/// before the compaction's `SessionStart` are evictable.
+fn compacted_session(store: &Store) -> SessionId {
+    let (id, mut head) = store
+        .create_session(Some("Be brief."), RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    add_turns(store, id, &mut head, 0, 60);
+    head = store
+        .compact(id, head, &[Item::assistant_text("summary of 60 turns")])
+        .unwrap();
+    add_turns(store, id, &mut head, 60, 10);
+    id
+}
+
+/// A compacted session pushed to an in-memory archive.
+fn pushed_to_memory() -> (Archive, tempfile::TempDir, Store, SessionId) {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let id = compacted_session(&store);
+    a.push(&store, id).unwrap();
+    (a, here, store, id)
+}
+
+/// A compacted session pushed to an archive on a fresh S3 server.
+fn pushed_to_s3() -> (S3Server, Archive, tempfile::TempDir, Store, SessionId) {
+    let server = S3Server::start();
+    let a = s3_archive(&server);
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let id = compacted_session(&store);
+    a.push(&store, id).unwrap();
+    (server, a, here, store, id)
+}
+
+/// The store closed and opened again on the same root.
+fn reopen(store: Store, root: &Path, options: StoreOptions) -> Store {
+    store.close().unwrap();
+    drop(store);
+    Store::open_with(root, options).unwrap()
+}
+
+fn export(store: &Store, id: SessionId) -> Vec<u8> {
+    let mut out = Vec::new();
+    store.export(id, &mut out).unwrap();
+    out
+}
+
+/// Every file under `dir` with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in walk(dir) {
+        out.insert(entry.clone(), std::fs::read(&entry).unwrap());
+    }
+    out
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn segment_files(store: &Store, id: SessionId) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(store.session_dir(id))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn s3_archive(server: &S3Server) -> Archive {
+    Archive::open_with(&server.url("s"), server.options()).unwrap()
+}
+
+#[test]
+fn an_evicted_session_restores_and_appends_with_no_archive_reachable() {
+    let (server, a, here, store, id) = pushed_to_s3();
+    let state = store.restore(id).unwrap();
+    let entries = store.info(id).unwrap().unwrap().entries;
+    let before = segment_files(&store, id);
+
+    let report = a.evict(&store, id).unwrap();
+    assert!(report.evicted_segments >= 2, "{report:?}");
+    let after = segment_files(&store, id);
+    assert_eq!(after.len() + report.evicted_segments, before.len());
+    let (first, last) = report.evicted.unwrap();
+    assert_eq!(first, 0);
+    let record = store.evicted_segments(id).unwrap();
+    assert_eq!(record.len(), report.evicted_segments);
+    assert_eq!(record.last().unwrap().last_seq, last);
+    assert!(report.kept.unwrap().contains("SessionStart"));
+
+    // The server gone, the store reopened: restore needs nothing remote.
+    drop(server);
+    let store = reopen(store, here.path(), opts());
+    assert_eq!(store.restore(id).unwrap(), state);
+    assert_eq!(store.info(id).unwrap().unwrap().entries, entries);
+    let mut head = state.head.unwrap();
+    add_turns(&store, id, &mut head, 70, 3);
+    assert_eq!(store.restore(id).unwrap().head, Some(head));
+
+    // A read of the evicted range names it, and says what to do.
+    let snap = store.snapshot(id).unwrap();
+    assert_eq!(snap.evicted(), Some((0, last)));
+    let err = snap.iter().next().unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::Evicted { first_seq: 0, last_seq, .. } if last_seq == last),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--archive"), "{err}");
+    let err = store.verify(id).unwrap_err();
+    assert!(matches!(err, Error::Evicted { .. }), "{err}");
+    let mut out = Vec::new();
+    assert!(matches!(
+        store.export(id, &mut out).unwrap_err(),
+        Error::Evicted { .. }
+    ));
+    // The local part checks out, continuing the record's last hash.
+    let local = store.log(id).unwrap().verify();
+    assert!(local.damage.is_none(), "{:?}", local.damage);
+    assert_eq!(local.evicted, Some((0, last)));
+}
+
+#[test]
+fn verify_and_export_fetch_back_the_same_bytes() {
+    let (_server, a, here, store, id) = pushed_to_s3();
+    let exported = export(&store, id);
+    let files = segment_files(&store, id);
+    let report = a.evict(&store, id).unwrap();
+    assert!(report.evicted_segments >= 2);
+
+    // A second store on the same root (the first closed): verify fetches.
+    let store = reopen(store, here.path(), opts());
+    store.attach_archive(&a);
+    let v = store.verify(id).unwrap();
+    assert!(v.damage.is_none() && v.evicted.is_none(), "{v:?}");
+    assert_eq!(segment_files(&store, id), files);
+    assert!(store.evicted_segments(id).unwrap().is_empty());
+    assert!(!store.session_dir(id).join(EVICTED_FILE).exists());
+    assert_eq!(export(&store, id), exported);
+
+    // Evicted again, export fetches back through the open writer.
+    let again = a.evict(&store, id).unwrap();
+    assert_eq!(again.evicted_segments, report.evicted_segments);
+    assert_eq!(export(&store, id), exported);
+    assert_eq!(segment_files(&store, id), files);
+    let v = store.log(id).unwrap().verify();
+    assert!(v.damage.is_none() && v.evicted.is_none(), "{v:?}");
+
+    // Eviction keeps the archive's manifest whole: a push after it names
+    // the evicted segments too, and a pull elsewhere is complete.
+    a.evict(&store, id).unwrap();
+    a.push(&store, id).unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = Store::open_with(other_dir.path(), opts()).unwrap();
+    a.pull(&other, id, session_store::RestorePoint::Latest)
+        .unwrap();
+    assert_eq!(export(&other, id), exported);
+}
+
+#[test]
+fn memory_archive_evicts_and_fetches_back() {
+    let (a, here, store, id) = pushed_to_memory();
+    let exported = export(&store, id);
+    assert!(a.evict(&store, id).unwrap().evicted_segments >= 2);
+    let fetched = a.fetch_back(&store, id).unwrap();
+    assert!(fetched.fetched_segments >= 2);
+    assert_eq!(export(&store, id), exported);
+
+    // Everything but the active segment evicted: the log opens from it alone.
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    add_turns(&store, id, &mut head, 0, 40);
+    head = store
+        .compact(id, head, &[Item::assistant_text("summary")])
+        .unwrap();
+    a.push(&store, id).unwrap();
+    let exported = export(&store, id);
+    let state = store.restore(id).unwrap();
+    a.evict(&store, id).unwrap();
+    assert_eq!(segment_files(&store, id).len(), 1);
+    store.close().unwrap();
+    drop(store);
+    let store = Store::open_read_only(here.path()).unwrap();
+    assert_eq!(store.restore(id).unwrap(), state);
+    drop(store);
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    assert_eq!(store.restore(id).unwrap(), state);
+    add_turns(&store, id, &mut head, 40, 1);
+    store.attach_archive(&a);
+    let mut lines = export(&store, id);
+    assert!(lines.len() > exported.len());
+    lines.truncate(exported.len());
+    assert_eq!(lines, exported);
+}
+
+#[test]
+fn a_tampered_object_is_refused_at_fetch_back_and_nothing_is_placed() {
+    let (server, a, _here, store, id) = pushed_to_s3();
+    a.evict(&store, id).unwrap();
+    let record = store.evicted_segments(id).unwrap();
+    let victim = &record[1];
+    let file = server.object_file(&victim.object);
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[256 + 64 + 10] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+
+    let before = tree(&store.session_dir(id));
+    store.attach_archive(&a);
+    let mut out = Vec::new();
+    let err = store.export(id, &mut out).unwrap_err();
+    match &err {
+        Error::Archive { object, .. } => assert_eq!(object, &victim.object, "{err}"),
+        other => panic!("expected the object named, got {other}"),
+    }
+    assert!(out.is_empty());
+    assert_eq!(tree(&store.session_dir(id)), before, "nothing placed");
+
+    // Repaired remotely, the next read fetches it.
+    bytes[256 + 64 + 10] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    assert!(store.verify(id).unwrap().damage.is_none());
+}
+
+#[test]
+fn evict_refuses_what_the_archive_does_not_hold() {
+    let server = S3Server::start();
+    let a = s3_archive(&server);
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let id = compacted_session(&store);
+
+    // Never pushed: no manifest.
+    let err = a.evict(&store, id).unwrap_err();
+    assert!(matches!(err, Error::Archive { .. }), "{err}");
+    assert!(!store.session_dir(id).join(EVICTED_FILE).exists());
+
+    // Pushed, then remote bytes changed: refused by name, nothing evicted.
+    a.push(&store, id).unwrap();
+    let manifest = a.manifest(id).unwrap().unwrap();
+    let first = &manifest.segments[0];
+    assert!(first.content_hash.is_some(), "push records a content hash");
+    let file = server.object_file(&first.object);
+    let mine = std::fs::read(&file).unwrap();
+    let mut other = mine.clone();
+    let at = other.len() / 2;
+    other[at] ^= 0x40;
+    std::fs::write(&file, &other).unwrap();
+    let files = segment_files(&store, id);
+    let err = a.evict(&store, id).unwrap_err();
+    match &err {
+        Error::Archive { object, reason } => {
+            assert_eq!(object, &first.object);
+            assert!(reason.contains("differ"), "{reason}");
+        }
+        other => panic!("expected the object named, got {other}"),
+    }
+    assert_eq!(segment_files(&store, id), files);
+    assert!(!store.session_dir(id).join(EVICTED_FILE).exists());
+    std::fs::write(&file, &mine).unwrap();
+
+    // Segments sealed after the push are not archived: kept, and said so.
+    let second = tempfile::tempdir().unwrap();
+    let store2 = Store::open_with(second.path(), opts()).unwrap();
+    let (id2, mut head) = store2
+        .create_session(Some("Be brief."), RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    add_turns(&store2, id2, &mut head, 0, 20);
+    a.push(&store2, id2).unwrap();
+    let archived = a.manifest(id2).unwrap().unwrap().segments.len();
+    add_turns(&store2, id2, &mut head, 20, 60);
+    head = store2
+        .compact(id2, head, &[Item::assistant_text("summary")])
+        .unwrap();
+    add_turns(&store2, id2, &mut head, 80, 5);
+    let report = a.evict(&store2, id2).unwrap();
+    assert_eq!(report.evicted_segments, archived);
+    assert!(report.kept.unwrap().contains("not archived"));
+}
+
+/// Fails the first operation `pick` selects once armed.
+struct FailOnce {
+    armed: AtomicBool,
+    pick: fn(&IoOp<'_>) -> bool,
+}
+
+impl IoHook for FailOnce {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if (self.pick)(op) && self.armed.swap(false, Ordering::SeqCst) {
+            return Err(io::Error::other("injected"));
+        }
+        Ok(())
+    }
+}
+
+fn hooked(pick: fn(&IoOp<'_>) -> bool) -> (Arc<FailOnce>, StoreOptions) {
+    let hook = Arc::new(FailOnce {
+        armed: AtomicBool::new(false),
+        pick,
+    });
+    let log = LogOptions::default()
+        .segment_size(16 << 10)
+        .hook(hook.clone());
+    (hook, StoreOptions::default().log(log))
+}
+
+#[test]
+fn a_failure_between_the_record_and_the_removal_leaves_a_session_that_verifies() {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let (hook, options) = hooked(
+        |op| matches!(op, IoOp::Remove { path } if path.extension().is_some_and(|e| e == "seg")),
+    );
+    let store = Store::open_with(here.path(), options.clone()).unwrap();
+    let id = compacted_session(&store);
+    a.push(&store, id).unwrap();
+    let exported = export(&store, id);
+    hook.armed.store(true, Ordering::SeqCst);
+    let err = a.evict(&store, id).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(
+        store.session_dir(id).join(EVICTED_FILE).exists(),
+        "the record came first"
+    );
+    // Every listed segment is still present: simply local.
+    let store = reopen(store, here.path(), options);
+    let v = store.verify(id).unwrap();
+    assert!(v.damage.is_none() && v.evicted.is_none(), "{v:?}");
+    assert_eq!(export(&store, id), exported);
+    // And the next eviction completes.
+    assert!(a.evict(&store, id).unwrap().evicted_segments >= 2);
+}
+
+#[test]
+fn a_failure_during_fetch_back_leaves_a_session_that_opens_and_verifies() {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    // The second placement's rename fails: one segment placed, the rest not.
+    let (hook, options) = hooked(
+        |op| matches!(op, IoOp::Rename { from, .. } if from.to_string_lossy().ends_with(".fetch")),
+    );
+    let store = Store::open_with(here.path(), options.clone()).unwrap();
+    let id = compacted_session(&store);
+    a.push(&store, id).unwrap();
+    let exported = export(&store, id);
+    let state = store.restore(id).unwrap();
+    let evicted = a.evict(&store, id).unwrap().evicted_segments;
+    assert!(evicted >= 2);
+    hook.armed.store(true, Ordering::SeqCst);
+    let err = a.fetch_back(&store, id).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    let store = reopen(store, here.path(), options);
+    assert_eq!(store.restore(id).unwrap(), state);
+    let local = store.log(id).unwrap().verify();
+    assert!(local.damage.is_none(), "{:?}", local.damage);
+    store.attach_archive(&a);
+    let v = store.verify(id).unwrap();
+    assert!(v.damage.is_none() && v.evicted.is_none(), "{v:?}");
+    assert_eq!(export(&store, id), exported);
+    let leftovers: Vec<_> = walk(&store.session_dir(id))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".fetch"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_placed_segment_and_the_rest_evicted_open_as_a_contiguous_suffix() {
+    // A crash after the highest evicted segment was placed again, before
+    // the others: the record still lists them all.
+    let (a, here, store, id) = pushed_to_memory();
+    let files = segment_files(&store, id);
+    let dir = store.session_dir(id);
+    let saved: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .map(|n| (n.clone(), std::fs::read(dir.join(n)).unwrap()))
+        .collect();
+    let n = a.evict(&store, id).unwrap().evicted_segments;
+    store.close().unwrap();
+    drop(store);
+    let (name, bytes) = &saved[n - 1];
+    std::fs::write(dir.join(name), bytes).unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let snap = store.snapshot(id).unwrap();
+    let last = store.evicted_segments(id).unwrap()[n - 2].last_seq;
+    assert_eq!(snap.evicted(), Some((0, last)));
+
+    // A segment missing that the record does not list is damage, as ever.
+    store.close().unwrap();
+    drop(store);
+    std::fs::remove_file(dir.join(&files[n])).unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let err = store.restore(id).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
+#[test]
+fn read_only_inspection_of_an_evicted_session_writes_nothing() {
+    let (a, here, store, id) = pushed_to_memory();
+    let state = store.restore(id).unwrap();
+    a.evict(&store, id).unwrap();
+    store.close().unwrap();
+    drop(store);
+
+    let before = tree(here.path());
+    let ro = Store::open_read_only(here.path()).unwrap();
+    ro.attach_archive(&a);
+    assert_eq!(ro.restore(id).unwrap(), state);
+    assert_eq!(ro.list().unwrap().len(), 1);
+    assert!(ro.info(id).unwrap().unwrap().error.is_none());
+    let err = ro.verify(id).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    let mut out = Vec::new();
+    assert!(ro.export(id, &mut out).is_err());
+    assert!(a.fetch_back(&ro, id).is_err());
+    assert!(ro.snapshot(id).unwrap().iter().next().unwrap().is_err());
+    assert_eq!(tree(here.path()), before, "a read-only store wrote");
+}
