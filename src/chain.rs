@@ -51,12 +51,7 @@ impl EntryHash {
 
     /// Lowercase hex.
     pub fn to_hex(&self) -> String {
-        let mut out = String::with_capacity(64);
-        for b in self.0 {
-            out.push(hex_digit(b >> 4));
-            out.push(hex_digit(b & 0xf));
-        }
-        out
+        to_hex(&self.0)
     }
 
     /// A short prefix for display.
@@ -72,6 +67,29 @@ impl ArchivedEntryHash {
     }
 }
 
+/// `bytes` as lowercase hex, the one hex form the crate writes.
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(hex_digit(b >> 4));
+        out.push(hex_digit(b & 0xf));
+    }
+    out
+}
+
+/// `N` bytes from exactly `2 * N` lowercase hex digits.
+pub(crate) fn from_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    let digits = s.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, pair) in digits.chunks_exact(2).enumerate() {
+        out[i] = hex_value(pair[0])? << 4 | hex_value(pair[1])?;
+    }
+    Some(out)
+}
+
 fn hex_digit(n: u8) -> char {
     char::from_digit(u32::from(n), 16).unwrap_or('0')
 }
@@ -85,20 +103,12 @@ impl FromStr for EntryHash {
     type Err = ParseHashError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bytes = s.as_bytes();
-        if bytes.len() != 64 {
+        if s.len() != 64 {
             return Err(ParseHashError(s.chars().take(80).collect()));
         }
-        let mut out = [0u8; 32];
-        for (i, pair) in bytes.chunks_exact(2).enumerate() {
-            let hi = hex_value(pair[0]);
-            let lo = hex_value(pair[1]);
-            match (hi, lo) {
-                (Some(hi), Some(lo)) => out[i] = hi << 4 | lo,
-                _ => return Err(ParseHashError(s.to_string())),
-            }
-        }
-        Ok(EntryHash(out))
+        from_hex(s)
+            .map(EntryHash)
+            .ok_or_else(|| ParseHashError(s.to_string()))
     }
 }
 
@@ -163,6 +173,14 @@ mod tests {
         assert!("zz".parse::<EntryHash>().is_err());
         assert!("A".repeat(64).parse::<EntryHash>().is_err());
         assert!("é".repeat(32).parse::<EntryHash>().is_err());
+    }
+
+    #[test]
+    fn hex_of_other_lengths_round_trips_and_rejects_a_wrong_length() {
+        let id = [0xa5u8; 16];
+        assert_eq!(from_hex::<16>(&to_hex(&id)), Some(id));
+        assert_eq!(from_hex::<16>(&to_hex(&[1u8; 15])), None);
+        assert_eq!(from_hex::<16>(&"A5".repeat(16)), None);
     }
 
     proptest! {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 
-use crate::chain::EntryHash;
+use crate::chain::{to_hex as hex, EntryHash};
 use crate::error::{Error, Result};
 use crate::log::Durability;
 use crate::schema::{SessionId, SessionOrigin};
@@ -486,8 +486,4 @@ pub(crate) fn archive_err(path: &ObjectPath, reason: impl Into<String>) -> Error
         object: path.to_string(),
         reason: reason.into(),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::opening::{continues, evicted_below, open_sealed};
-use crate::chain::EntryHash;
+use crate::chain::{from_hex, to_hex, EntryHash};
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, Hook};
 use crate::segment::Segment;
@@ -65,22 +65,14 @@ impl EvictedRecord {
     pub fn new(log_id: &[u8; 16]) -> EvictedRecord {
         EvictedRecord {
             version: EVICTED_VERSION,
-            log_id: log_id.iter().map(|b| format!("{b:02x}")).collect(),
+            log_id: to_hex(log_id),
             segments: Vec::new(),
         }
     }
 
     /// The log id as bytes, if the hex is well formed.
     fn log_id_bytes(&self) -> Option<[u8; 16]> {
-        let hex = self.log_id.as_bytes();
-        if hex.len() != 32 {
-            return None;
-        }
-        let mut out = [0u8; 16];
-        for (i, pair) in hex.chunks(2).enumerate() {
-            out[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-        }
-        Some(out)
+        from_hex(&self.log_id)
     }
 }
 
