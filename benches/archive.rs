@@ -10,7 +10,10 @@
 //!   (`Archiver` as `on_seal`) vs without, and vs the server's share alone
 //!   (plain `object_store` puts of each sealed segment's size as it seals,
 //!   no session-store code on the upload path): the bound of what archival
-//!   to an in-process server can cost on this machine.
+//!   to an in-process server can cost on this machine. The modes run in a
+//!   rotated order, each after a `sync`; the archiver's own threads' CPU
+//!   time is read from `/proc/self/task` and printed per segment and as a
+//!   share of the appends' wall time.
 //!
 //! `ARCHIVE_BENCH_MB` sets the session's size (default 1024: 1 GB);
 //! `ARCHIVE_BENCH_RUNS` the runs per figure (default 3). Medians are printed.
@@ -190,18 +193,28 @@ fn main() {
         get_ours.push(t.elapsed());
     }
 
-    // Continuous archival: Buffered appends with and without it.
+    // Continuous archival: Buffered appends with and without it, the three
+    // modes in a rotated order each run, each run started after a `sync` so
+    // that no run pays for the writeback of the one before.
     let append_mb = env_u64("ARCHIVE_BENCH_APPEND_MB", (mb / 4).clamp(16, 256));
     let archive = Archive::open_with(&server.url("continuous"), server.options()).unwrap();
     let (mut plain_app, mut with_app, mut bound_app) = (vec![], vec![], vec![]);
-    let mut uploaded = 0;
+    // The CPU time of the archiver's own threads (upload worker and the
+    // archive's runtime) per Archived run, and the segments it uploaded.
+    let mut own_cpu: Vec<(Duration, Duration, u64)> = vec![];
+    // The whole process's CPU time per run (appends, uploads and the
+    // in-process server), from the first append until every upload is done.
+    let (mut cpu_plain, mut cpu_with, mut cpu_share) = (vec![], vec![], vec![]);
     // The server's share alone: as each segment seals, a background thread
     // puts an object of the segment's size (bytes made beforehand) to the
     // same server through plain `object_store`: no file read, sync, hash,
     // check or manifest, no session-store code on the upload path.
     let blob = bytes::Bytes::from(vec![7u8; 8 << 20]);
-    for run in 0..runs.max(3) {
-        for mode in [Mode::Plain, Mode::Archived, Mode::ServerShare] {
+    let continuous_runs = runs.max(5);
+    for run in 0..continuous_runs {
+        let mut order = [Mode::Plain, Mode::Archived, Mode::ServerShare];
+        order.rotate_left(run % 3);
+        for mode in order {
             let d = tempfile::tempdir().unwrap();
             let archiver = Archiver::start(archive.clone()).unwrap();
             let (tx, rx) = std::sync::mpsc::channel::<u64>();
@@ -241,22 +254,34 @@ fn main() {
             let (id, _) = s
                 .create_session(None, RequestConfig::model("gpt-5"), &[])
                 .unwrap();
+            settle();
+            let cpu_before = archiver_cpu();
+            let proc_before = process_cpu();
             let t = Instant::now();
             let bytes = fill(&s, id, append_mb << 20);
             let el = t.elapsed();
             drop(s);
             let shared = putter.join().unwrap();
+            let proc_cpu = |before: Option<Duration>| Some(process_cpu()?.saturating_sub(before?));
             match mode {
-                Mode::Plain => plain_app.push((el, bytes)),
+                Mode::Plain => {
+                    plain_app.push((el, bytes));
+                    cpu_plain.extend(proc_cpu(proc_before));
+                }
                 Mode::Archived => {
                     with_app.push((el, bytes));
                     assert!(archiver.wait_idle(Duration::from_secs(600)));
                     assert_eq!(archiver.status().failed, 0);
-                    uploaded = archiver.status().uploaded;
+                    cpu_with.extend(proc_cpu(proc_before));
+                    // Read before the drop ends the worker thread.
+                    if let (Some(a), Some(b)) = (cpu_before, archiver_cpu()) {
+                        own_cpu.push((b.saturating_sub(a), el, archiver.status().uploaded));
+                    }
                 }
                 Mode::ServerShare => {
                     assert!(shared > 0, "segments sealed");
                     bound_app.push((el, bytes));
+                    cpu_share.extend(proc_cpu(proc_before));
                 }
             }
         }
@@ -299,14 +324,92 @@ fn main() {
     );
     println!("without archival {p:>8.1} MB/s");
     println!(
-        "with continuous  {w:>8.1} MB/s  ({:+.1}%, {uploaded} segments uploaded in the last run)",
-        (w / p - 1.0) * 100.0
+        "with continuous  {w:>8.1} MB/s  ({:+.1}%, {} segments uploaded in the last run)",
+        (w / p - 1.0) * 100.0,
+        own_cpu.last().map_or(0, |c| c.2)
     );
     let b = rate(&bound_app);
     println!(
         "server's share   {b:>8.1} MB/s  ({:+.1}%: plain object_store puts of each sealed segment's size, no session-store code)",
         (b / p - 1.0) * 100.0
     );
+    if own_cpu.is_empty() {
+        println!("archiver's own CPU: not measured (no /proc/self/task here)");
+    } else {
+        // The archiver's CPU over the appends' wall time: what it can take
+        // from the writers at most, when every core is busy.
+        let mut share: Vec<f64> = own_cpu
+            .iter()
+            .map(|(cpu, el, _)| cpu.as_secs_f64() / el.as_secs_f64() * 100.0)
+            .collect();
+        share.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let mut per_seg: Vec<f64> = own_cpu
+            .iter()
+            .map(|(cpu, _, n)| cpu.as_secs_f64() * 1e3 / (*n).max(1) as f64)
+            .collect();
+        per_seg.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "archiver's threads {:>6.1} ms CPU per 8 MiB segment, {:.1}% of the appends' wall time (user+system, at nice +{}: the sealed segment's sync, read, hash, upload and manifest)",
+            per_seg[per_seg.len() / 2],
+            share[share.len() / 2],
+            session_store::ARCHIVER_NICE
+        );
+    }
+    if !cpu_plain.is_empty() && !cpu_with.is_empty() && !cpu_share.is_empty() {
+        // What continuous archival costs beyond a plain put of the same
+        // bytes to the same server, both counted with the server's work.
+        let (cp, cw, cs) = (median(cpu_plain), median(cpu_with), median(cpu_share));
+        let segments = own_cpu.last().map_or(1, |c| c.2).max(1);
+        let extra = cw.as_secs_f64() - cs.as_secs_f64();
+        println!(
+            "process CPU per run: {:.2?} without archival, {:.2?} with continuous, {:.2?} with the server's share; \
+             archival beyond a plain put: {:+.1} ms per segment, {:+.1}% of the appends' CPU",
+            cp,
+            cw,
+            cs,
+            extra * 1e3 / segments as f64,
+            extra / cp.as_secs_f64() * 100.0
+        );
+    }
+}
+
+/// The CPU time (user + system) of the whole process so far; `None`
+/// without `/proc`.
+fn process_cpu() -> Option<Duration> {
+    stat_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// utime + stime of a `/proc/.../stat` line. Linux counts them in clock
+/// ticks of 1/100 s (USER_HZ).
+fn stat_cpu(stat: &str) -> Option<Duration> {
+    // The fields after the name's closing parenthesis: utime and stime are
+    // the 12th and 13th of them.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(10) * ticks as u32)
+}
+
+/// Lets the writeback of the run before finish, so that no run pays for it.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// The CPU time (user + system) of the `Archiver`'s threads: its upload
+/// worker and its runtime's, all named `session-store-uploader` (the kernel
+/// keeps 15 bytes of a name: `session-store-u`). `None` without `/proc`.
+fn archiver_cpu() -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("session-store-u") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        total += stat_cpu(&stat).unwrap_or_default();
+    }
+    Some(total)
 }
 
 /// What runs beside the appends.

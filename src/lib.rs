@@ -95,7 +95,7 @@ mod format;
 pub use archive::{
     Archive, ArchiveFailure, ArchiveStatus, ArchivedSegment, ArchivedSession, ArchivedTail,
     Archiver, EvictReport, FetchReport, Manifest, PullReport, PushReport, RestorePoint,
-    RetryPolicy, Transfer,
+    RetryPolicy, Transfer, ARCHIVER_NICE,
 };
 #[cfg(feature = "tokio")]
 pub use async_store::{AsyncStore, EntryStream};

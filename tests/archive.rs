@@ -297,6 +297,55 @@ fn continuous_archival_uploads_each_segment_as_it_seals() {
     add_turns(&store, id, &mut head, 80, 20);
 }
 
+/// The nice value of each of this process's threads whose name begins
+/// `prefix` (the kernel keeps 15 bytes of a name), from `/proc`.
+fn thread_nices(prefix: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        // After the name's closing parenthesis, nice is the 17th field.
+        let rest = stat.rsplit_once(')').unwrap().1;
+        out.push(rest.split_whitespace().nth(16).unwrap().parse().unwrap());
+    }
+    out
+}
+
+#[test]
+fn the_continuous_archiver_runs_below_the_writers_priority() {
+    let ours: i64 = std::fs::read_to_string("/proc/thread-self/stat")
+        .unwrap()
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let a = Archive::open("memory://").unwrap();
+    let archiver = Archiver::start(a.clone()).unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = archived_store(here.path(), &archiver);
+    let id = session(&store, 40);
+    assert!(archiver.wait_idle(Duration::from_secs(60)));
+    assert!(archiver.status().uploaded > 0);
+    // The upload worker and its runtime's threads (one name, cut to
+    // `session-store-u`), each below this thread's priority.
+    let nices = thread_nices("session-store-u");
+    assert!(nices.len() >= 2, "{nices:?}");
+    let want = (ours + i64::from(session_store::ARCHIVER_NICE)).min(19);
+    assert!(nices.iter().all(|&n| n == want), "{nices:?}, want {want}");
+    // The writers' threads, and a plain archive's, keep the caller's.
+    assert!(thread_nices("session-store-a").iter().all(|&n| n == ours));
+    let _ = store.head(id).unwrap();
+}
+
 #[test]
 fn continuous_archival_reports_an_upload_that_keeps_failing() {
     // A port that nothing listens on.

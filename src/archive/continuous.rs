@@ -98,8 +98,12 @@ impl Archiver {
         Archiver::start_with(archive, RetryPolicy::default())
     }
 
-    /// Starts the background uploader.
+    /// Starts the background uploader. Its threads (the upload worker and
+    /// a runtime of its own) run at a lower CPU priority than the caller's
+    /// ([`ARCHIVER_NICE`](super::ARCHIVER_NICE)): on busy cores the writers
+    /// run first, and the uploads catch up when they pause.
     pub fn start_with(archive: Archive, retry: RetryPolicy) -> Result<Archiver> {
+        let archive = archive.in_background()?;
         let (tx, rx) = mpsc::channel::<SealedSegment>();
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -109,13 +113,16 @@ impl Archiver {
         let worker = {
             let shared = shared.clone();
             std::thread::Builder::new()
-                .name("session-store-archiver".into())
-                .spawn(move || loop {
-                    match rx.recv_timeout(Duration::from_millis(50)) {
-                        Ok(seg) => upload_with_retries(&archive, &seg, retry, &shared),
-                        Err(mpsc::RecvTimeoutError::Timeout)
-                            if !shared.stopping.load(std::sync::atomic::Ordering::Acquire) => {}
-                        Err(_) => break,
+                .name("session-store-uploader".into())
+                .spawn(move || {
+                    super::lower_priority();
+                    loop {
+                        match rx.recv_timeout(Duration::from_millis(50)) {
+                            Ok(seg) => upload_with_retries(&archive, &seg, retry, &shared),
+                            Err(mpsc::RecvTimeoutError::Timeout)
+                                if !shared.stopping.load(std::sync::atomic::Ordering::Acquire) => {}
+                            Err(_) => break,
+                        }
                     }
                 })
                 .map_err(|e| Error::io("spawn the archiver thread", archive_dir(), e))?

@@ -41,6 +41,21 @@ const MANIFEST_VERSION: u32 = 1;
 /// How many objects move at once.
 const CONCURRENT_TRANSFERS: usize = 4;
 
+/// How much lower than its caller's the archiver's threads' CPU priority
+/// is: their nice value is the caller's plus this (at most 19), so that on
+/// busy cores the writers run first and uploads wait.
+pub const ARCHIVER_NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority by [`ARCHIVER_NICE`]. On Linux
+/// the nice value is per thread, and `setpriority(PRIO_PROCESS, 0)` sets
+/// the calling thread's. Failure leaves the priority as it was: archival
+/// still works, only without yielding.
+pub(crate) fn lower_priority() {
+    if let Ok(now) = rustix::process::getpriority_process(None) {
+        let _ = rustix::process::setpriority_process(None, (now + ARCHIVER_NICE).min(19));
+    }
+}
+
 /// An archive: a place in an object store that holds sessions. Cheap to
 /// clone; clones share the connection and the runtime.
 #[derive(Clone)]
@@ -270,15 +285,48 @@ impl Archive {
             .enable_all()
             .build()
             .map_err(|e| Error::io("start the archive's runtime", url, e))?;
-        Ok(Archive {
+        Ok(Archive::with_runtime(
+            objects,
+            ObjectPath::from(prefix.trim_matches('/')),
+            url,
+            runtime,
+        ))
+    }
+
+    fn with_runtime(
+        objects: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+        url: &str,
+        runtime: tokio::runtime::Runtime,
+    ) -> Archive {
+        Archive {
             inner: Arc::new(Inner {
                 objects,
-                prefix: ObjectPath::from(prefix.trim_matches('/')),
+                prefix,
                 url: url.to_string(),
                 runtime,
                 evicting: parking_lot::Mutex::new(()),
             }),
-        })
+        }
+    }
+
+    /// The same archive on a runtime of its own whose threads run at a
+    /// lower CPU priority ([`lower_priority`]): the continuous archiver's,
+    /// so that its uploads yield the CPU to the writers.
+    pub(crate) fn in_background(&self) -> Result<Archive> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("session-store-uploader")
+            .on_thread_start(lower_priority)
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("start the archiver's runtime", &self.inner.url, e))?;
+        Ok(Archive::with_runtime(
+            self.inner.objects.clone(),
+            self.inner.prefix.clone(),
+            &self.inner.url,
+            runtime,
+        ))
     }
 
     /// The URL the archive was opened with.
