@@ -81,21 +81,7 @@ pub async fn run(
     let opts = StoreOptions::default().log(LogOptions::default().durability(durability));
     let store = AsyncStore::new(Store::open_with(root, opts).expect("open the store"));
 
-    // A 1 ms timer on the same runtime: how late it fires shows whether the
-    // saves ever hold a worker.
-    let stop = Arc::new(AtomicBool::new(false));
-    let timer = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut late = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let due = Instant::now() + Duration::from_millis(1);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                late.push(Instant::now().saturating_duration_since(due));
-            }
-            late
-        })
-    };
+    let (stop, timer) = start_timer();
 
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -113,11 +99,7 @@ pub async fn run(
             let mut expected: Vec<Item> = Vec::new();
             let mut latencies = Vec::with_capacity(turns);
             for n in 0..turns {
-                if !think.is_zero() {
-                    // Spread the sessions' turns as a model's latency does.
-                    let jitter = (s * 7919 + n * 104_729) % 1000;
-                    tokio::time::sleep(think.mul_f64(0.5 + jitter as f64 / 1000.0)).await;
-                }
+                pace(s, n, think).await;
                 let items = turn(s, n);
                 expected.extend(items.iter().cloned());
                 let usage = UsageRecord {
@@ -191,6 +173,74 @@ pub async fn run(
     }
 }
 
+/// Waits the model's time before turn `n` of session `s`: `think`, spread
+/// from half to one and a half times it, as a model's latency spreads.
+async fn pace(s: usize, n: usize, think: Duration) {
+    if !think.is_zero() {
+        let jitter = (s * 7919 + n * 104_729) % 1000;
+        tokio::time::sleep(think.mul_f64(0.5 + jitter as f64 / 1000.0)).await;
+    }
+}
+
+/// A 1 ms timer on the same runtime: how late it fires shows whether the
+/// saves ever hold a worker. Set the flag to stop it; it returns how late
+/// each tick fired.
+fn start_timer() -> (Arc<AtomicBool>, tokio::task::JoinHandle<Vec<Duration>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let timer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut late = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let due = Instant::now() + Duration::from_millis(1);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                late.push(Instant::now().saturating_duration_since(due));
+            }
+            late
+        })
+    };
+    (stop, timer)
+}
+
+/// The bound of any commit that leaves the runtime's workers for tokio's
+/// blocking pool, as `AsyncStore` does: the same sessions and pacing as
+/// [`run`], each "commit" an empty `spawn_blocking` round trip (the hop to
+/// a pool thread and the wake-up back), with no store at all.
+pub async fn hop_bound(turns: usize, think: Duration) -> Figures {
+    let (stop, timer) = start_timer();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..SESSIONS)
+        .map(|s| {
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(turns);
+                for n in 0..turns {
+                    pace(s, n, think).await;
+                    let t0 = Instant::now();
+                    tokio::task::spawn_blocking(|| ())
+                        .await
+                        .expect("an empty task");
+                    latencies.push(t0.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut commits = Vec::new();
+    for t in tasks {
+        commits.extend(t.await.expect("a session task"));
+    }
+    let wall = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let mut lateness = timer.await.expect("the timer task");
+    commits.sort();
+    lateness.sort();
+    Figures {
+        commits,
+        lateness,
+        wall,
+    }
+}
+
 /// Prints one run's figures as a table row.
 pub fn print_row(label: &str, f: &Figures) {
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -255,7 +305,18 @@ pub fn run_all() {
             );
         }
     }
+    for &think in &thinks {
+        let figures = rt.block_on(hop_bound(turns, think));
+        print_row(
+            &format!("bound: empty hop, {} ms", think.as_millis()),
+            &figures,
+        );
+    }
     println!("every session restored after a restart: items equal, check() empty");
+    println!(
+        "bound: the same sessions and pacing, each commit an empty spawn_blocking round trip \
+         (no store): what any commit that leaves the runtime's workers costs here at least"
+    );
 }
 
 #[allow(dead_code)]
