@@ -579,7 +579,10 @@ pub(crate) fn scan_bytes(
             scan.stop = Some((off as u64, seq, kind));
             break;
         }
-        if in_trusted {
+        // Below a trusted point the chain is not hashed, except for the
+        // record that ends at the checkpoint, whose state a mark there is
+        // held to (a durable mark below a writer's release hint).
+        if in_trusted && (mode.checkpoint != Some(rec_end as u64) || mark_at_end.is_some()) {
             hash_known = false;
         } else {
             hash = rec.link();

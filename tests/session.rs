@@ -2790,3 +2790,109 @@ fn a_session_keeps_the_durability_it_was_created_with() {
     };
     assert!(d3 > d2, "the choice held after a reopen");
 }
+
+/// A store with room for one open session: opening another lets the first
+/// go (unsynced, on a Buffered store), with its writer's release hint.
+fn one_open(root: &Path) -> Store {
+    Store::open_with(root, options().max_open_sessions(1)).unwrap()
+}
+
+#[test]
+fn a_released_session_reopens_whole_after_another_writer_appended_to_it() {
+    let dir = tempdir();
+    let store = one_open(dir.path());
+    let (a, mut head_a) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
+        .unwrap();
+    store
+        .save_delta(a, &mut head_a, &[answer("first")])
+        .unwrap();
+    // Saving to B lets A go, with a hint at A's end.
+    let (b, mut head_b) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("b")])
+        .unwrap();
+    store.save_delta(b, &mut head_b, &[answer("b1")]).unwrap();
+    // Another writer takes A meanwhile, appends past that end, and lets it
+    // go unsynced too (so that no durable mark lies past the hint).
+    let other = one_open(dir.path());
+    let mut other_head = other.head(a).unwrap().unwrap();
+    assert_eq!(other_head, head_a);
+    other
+        .save_delta(a, &mut other_head, &[answer("second"), answer("third")])
+        .unwrap();
+    other
+        .create_session(None, RequestConfig::default(), &[Item::user_text("d")])
+        .unwrap();
+    // Reopened with the stale hint: the other writer's records are there,
+    // chained, and the stale head is refused.
+    let err = store
+        .save_delta(a, &mut head_a, &[answer("stale")])
+        .unwrap_err();
+    assert!(matches!(err, Error::HeadMismatch { .. }), "{err}");
+    assert_eq!(store.head(a).unwrap(), Some(other_head));
+    let mut head = other_head;
+    store.save_delta(a, &mut head, &[answer("fourth")]).unwrap();
+    store.save_delta(b, &mut head_b, &[answer("b2")]).unwrap();
+    let history = store.restore(a).unwrap().history;
+    let words = ["first", "second", "third", "fourth"];
+    let mut expected = vec![Item::user_text("a")];
+    expected.extend(words.iter().map(|w| answer(w)));
+    assert_eq!(history, stripped(&expected));
+    assert!(store.verify(a).unwrap().damage.is_none());
+    store.close().unwrap();
+    other.close().unwrap();
+    let reopened = Store::open(dir.path()).unwrap();
+    assert_eq!(reopened.restore(a).unwrap().history, stripped(&expected));
+    assert!(reopened.verify(a).unwrap().damage.is_none());
+}
+
+#[test]
+fn a_release_hint_is_not_trusted_for_another_log_in_its_place() {
+    let dir = tempdir();
+    let store = one_open(dir.path());
+    let (a, mut head_a) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
+        .unwrap();
+    for n in 0..6 {
+        store
+            .save_delta(a, &mut head_a, &[answer(&format!("a{n}"))])
+            .unwrap();
+    }
+    let (b, mut head_b) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("b")])
+        .unwrap();
+    store.save_delta(b, &mut head_b, &[answer("b1")]).unwrap();
+    // Another log takes the place of A's active segment while A is let go:
+    // records of the same sizes as A's (so that one ends where A's hint
+    // points) and then more.
+    let elsewhere = tempdir();
+    let other = Store::open_with(elsewhere.path(), options()).unwrap();
+    let (c, mut head_c) = other
+        .create_session(None, RequestConfig::default(), &[Item::user_text("c")])
+        .unwrap();
+    let mut expected = vec![Item::user_text("c")];
+    for n in 0..9 {
+        let item = answer(&format!("c{n}"));
+        other
+            .save_delta(c, &mut head_c, std::slice::from_ref(&item))
+            .unwrap();
+        expected.push(item);
+    }
+    // Copied while C's writer is open and has synced nothing: no durable
+    // mark in it lies past A's hint, so only the hint could be trusted.
+    let name = "00000000000000000000.seg";
+    fs::copy(
+        other.session_dir(c).join(name),
+        store.session_dir(a).join(name),
+    )
+    .unwrap();
+    drop(other);
+    // A's reopen must read that log whole: a hint trusted for it would find
+    // the record at its point with another hash, and cut there or fail.
+    let state = store.restore(a).unwrap();
+    assert_eq!(state.history, stripped(&expected));
+    assert_eq!(store.head(a).unwrap(), Some(head_c));
+    let mut head = head_c;
+    store.save_delta(a, &mut head, &[answer("after")]).unwrap();
+    assert!(store.verify(a).unwrap().damage.is_none());
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::Log;
+use super::{Log, ReleaseHint};
 use crate::error::{Error, Result};
 use crate::format::Point;
 use crate::format::FIRST_RECORD_OFFSET;
@@ -167,14 +167,27 @@ impl Log {
     /// `cut_tail_and_mark`). Only a roll not yet settled is settled first:
     /// settling writes a mark into the log, which must not happen once
     /// another writer may hold it.
-    pub(crate) fn release(self) -> Result<()> {
+    ///
+    /// Returns where the writer left the active segment, for
+    /// [`Log::reopen_released`] to skip re-hashing what this process wrote
+    /// (`None` for a sealed active segment or a read-only handle).
+    pub(crate) fn release(self) -> Result<Option<ReleaseHint>> {
         if self.inner.writer.is_some() {
             self.inner.settle.run()?;
         }
         if self.inner.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
         }
-        Ok(())
+        let p = self.inner.published.lock();
+        let seg = p.segments.last().expect("a log always has a segment");
+        let sealed = seg.footer.lock().is_some();
+        Ok(
+            (self.inner.writer.is_some() && !sealed).then(|| ReleaseHint {
+                segment: seg.path.clone(),
+                log_id: self.inner.log_id,
+                point: p.tip.point(),
+            }),
+        )
     }
 
     /// Makes everything durable and records the durable point in the header,

@@ -276,6 +276,23 @@ struct Published {
     evicted: Option<(u64, EntryHash)>,
 }
 
+/// Where a writer this process let go ([`Log::release`]) left the active
+/// segment: its file, the log's id, and the end of its records. A writer
+/// that reopens the log with it (`Log::reopen_released`) checks only CRCs
+/// below that point, as below a durable mark, instead of hashing every
+/// record again: the point's own record is still hashed and must match, and
+/// a hint for another file or another log is ignored. It lives in memory
+/// only (the store's released sessions), never on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReleaseHint {
+    /// The active segment's file.
+    pub(crate) segment: PathBuf,
+    /// The log's id, which the segment's header carries.
+    pub(crate) log_id: [u8; 16],
+    /// The end of its records when the writer let go.
+    pub(crate) point: Point,
+}
+
 /// Where the log ends: what the writer extends, and what it publishes.
 #[derive(Clone, Copy)]
 /// The writer's position at the end of the active segment, in the

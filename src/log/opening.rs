@@ -7,12 +7,12 @@ use std::sync::Arc;
 use super::evicted::{prefix_below, EvictedPrefix};
 use super::recovery::Opened;
 use super::verify::mark_disagrees;
-use super::{RecoveryMode, RecoveryReport, Tip, TornTail};
+use super::{RecoveryMode, RecoveryReport, ReleaseHint, Tip, TornTail};
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Result};
 use crate::format::{
-    IndexEntry, Mark, RecordHeader, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN, RECORD_ALIGN,
-    RECORD_HEADER_LEN,
+    IndexEntry, Mark, Point, RecordHeader, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
+    RECORD_ALIGN, RECORD_HEADER_LEN,
 };
 use crate::fs::Hook;
 use crate::schema::EntryKind;
@@ -42,13 +42,14 @@ pub(super) fn open_segments(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
+    hint: Option<&ReleaseHint>,
 ) -> Result<Opened> {
     let (last, sealed) = paths
         .split_last()
         .expect("open_segments is called with at least one path");
     let evicted = evicted_below(&paths[0])?;
     let prefix = open_sealed(sealed, evicted, writable, hook)?;
-    open_last(last, prefix, writable, keeps_lagging_mark, mode, hook)
+    open_last(last, prefix, writable, keeps_lagging_mark, mode, hook, hint)
 }
 
 /// Opens a segment and checks that it is the one its name says, continuing
@@ -133,6 +134,7 @@ fn open_last(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
+    hint: Option<&ReleaseHint>,
 ) -> Result<Opened> {
     let seg = open_in_order(named, &mut prefix, writable, hook)?;
     // Its footer may be a seal that never became durable (its successor was
@@ -142,7 +144,13 @@ fn open_last(
     let mark = *seg.mark.lock();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
-    let scan = scan_last(&seg, mark, limit, writable);
+    // A hint this process left for this very file of this log, within the
+    // records: trusted as a durable mark is (CRCs only below it).
+    let hint = hint
+        .filter(|h| writable && h.segment == seg.path && h.log_id == seg.header.log_id)
+        .map(|h| h.point)
+        .filter(|p| p.next_seq >= seg.header.first_seq && p.end <= limit);
+    let scan = scan_last(&seg, mark, limit, writable, hint);
     let session_start = scan.last_session_start.map(|(_, offset)| offset);
     let mut last_session_start = prefix.last_session_start;
     if let Some((seq, _)) = scan.last_session_start {
@@ -209,8 +217,24 @@ fn open_last(
 /// at a version 2 mark, which says where the last SessionStart below it is;
 /// a writer scans them all, since it must tell damage below the mark from a
 /// torn tail.
-fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> Scan {
+///
+/// A writer's `hint` (see [`ReleaseHint`]) is trusted like a durable mark
+/// when it lies past the mark: below it only CRCs are checked, and the
+/// record that ends at it must have its hash, or the scan stops there as at
+/// any bad record.
+fn scan_last(
+    seg: &Segment,
+    mark: Option<Mark>,
+    limit: u64,
+    writable: bool,
+    hint: Option<Point>,
+) -> Scan {
     let h = seg.header;
+    let durable = mark.filter(|m| m.next_seq >= h.first_seq);
+    let trusted = match hint {
+        Some(p) if durable.is_none_or(|m| p.end > m.end) => Some(Mark::at(0, p)),
+        _ => durable,
+    };
     let skip = mark
         .filter(|_| !writable)
         .and_then(|m| mark_to_start_at(seg, m, limit));
@@ -221,7 +245,7 @@ fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> S
             h.first_seq,
             h.start_hash,
             ScanMode {
-                trusted: mark.filter(|m| m.next_seq >= h.first_seq),
+                trusted,
                 check_archives: false,
                 crc_below_mark: writable,
                 // What the records say at the mark's end: a writer may keep

@@ -14,7 +14,7 @@ use super::reader::snapshot_of;
 use super::writer::Writer;
 use super::{
     Damage, Durability, Inner, LastRecovery, Log, LogOptions, Published, RecoveryMode,
-    RecoveryReport, Tip, TornTail, LAST_RECOVERY_FILE, LOCK_FILE,
+    RecoveryReport, ReleaseHint, Tip, TornTail, LAST_RECOVERY_FILE, LOCK_FILE,
 };
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
@@ -79,17 +79,32 @@ impl Log {
     /// [`RecoveryMode::Salvage`]). A torn tail is cut and reported in
     /// [`Log::recovery_report`].
     pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
-        Log::open_writer(dir.as_ref(), opts, false)
+        Log::open_writer(dir.as_ref(), opts, false, None)
     }
 
     /// [`Log::open`] of a log this process let go with [`Log::release`]:
     /// its mark lags what the page cache holds, and recovery keeps it so
     /// (see `cut_tail_and_mark`) rather than sync everything again.
-    pub(crate) fn reopen_released(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
-        Log::open_writer(dir.as_ref(), opts, true)
+    ///
+    /// With `hint` (what [`Log::release`] returned), records below the
+    /// hint's point in the same file of the same log are checked by CRC
+    /// only, as below a durable mark, and the record that ends at the point
+    /// is hashed and must match it: a session's reopen then costs no hashing
+    /// of what this process wrote.
+    pub(crate) fn reopen_released(
+        dir: impl AsRef<Path>,
+        opts: LogOptions,
+        hint: Option<&ReleaseHint>,
+    ) -> Result<Log> {
+        Log::open_writer(dir.as_ref(), opts, true, hint)
     }
 
-    fn open_writer(dir: &Path, opts: LogOptions, keeps_lagging_mark: bool) -> Result<Log> {
+    fn open_writer(
+        dir: &Path,
+        opts: LogOptions,
+        keeps_lagging_mark: bool,
+        hint: Option<&ReleaseHint>,
+    ) -> Result<Log> {
         let dir = dir.to_path_buf();
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
@@ -123,7 +138,8 @@ impl Log {
                 }
                 LastRoll::Torn => paths.pop(),
             };
-            let result = open_segments(&paths, true, keeps_lagging_mark, opts.recovery, &hook);
+            let result =
+                open_segments(&paths, true, keeps_lagging_mark, opts.recovery, &hook, hint);
             if let (Ok(_), Some((_, p))) = (&result, &successor) {
                 // Nothing in it was durable: a record there is durable only
                 // once the segment before it is.
@@ -223,7 +239,7 @@ impl Log {
             // What a recovering writer removes.
             paths.pop();
         }
-        let opened = open_segments(&paths, false, false, RecoveryMode::Strict, &None)?;
+        let opened = open_segments(&paths, false, false, RecoveryMode::Strict, &None, None)?;
         Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
     }
 

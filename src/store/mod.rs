@@ -155,10 +155,19 @@ struct Inner {
     /// `Buffered` store), with the dirty head slot it left: while the
     /// catalog still holds exactly that, no writer has opened the session
     /// since, and the slot's numbers are the log's.
-    released: Mutex<HashMap<SessionId, HeadSlot>>,
+    released: Mutex<HashMap<SessionId, Released>>,
     /// What fetches a session's evicted segments back before a read that
     /// reaches them (an archive, `Store::attach_archive`).
     fetcher: Mutex<Option<Arc<dyn FetchBack>>>,
+}
+
+/// What a store keeps of a session it let go of dirty (`Inner::released`).
+struct Released {
+    /// The head slot it left in the catalog.
+    left: HeadSlot,
+    /// Where its writer left the active segment, so that the reopen need
+    /// not hash the records again (`Log::reopen_released`).
+    hint: Option<crate::log::ReleaseHint>,
 }
 
 /// Fetches the evicted prefix of a session back into its directory (an
@@ -396,7 +405,7 @@ impl Store {
     /// clean, or dirty exactly as this store left it when it let the
     /// session go (see `Inner::released`).
     fn is_exact(&self, id: SessionId, head: &HeadSlot) -> bool {
-        !head.dirty || self.inner.released.lock().get(&id) == Some(head)
+        !head.dirty || self.inner.released.lock().get(&id).map(|r| &r.left) == Some(head)
     }
 
     /// One session's listing entry; `None` if it does not exist. Reads

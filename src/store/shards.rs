@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{now_ms, Store};
+use super::{now_ms, Released, Store};
 use crate::catalog::{self, HeadSlot, SessionCatalog, CATALOG_FILE};
 use crate::error::{Error, Result};
 use crate::log::{Durability, Log};
@@ -208,8 +208,8 @@ impl Store {
             // catalog file.
             if release {
                 match release_session(s) {
-                    Ok(left) => {
-                        self.inner.released.lock().insert(id, left);
+                    Ok(released) => {
+                        self.inner.released.lock().insert(id, released);
                     }
                     Err(e) => result = result.and(Err(e)),
                 }
@@ -232,11 +232,12 @@ impl Store {
     fn open_session(&self, id: SessionId) -> Result<SessionHandle> {
         let dir = self.session_dir(id);
         let catalog_path = dir.join(CATALOG_FILE);
-        let left = self.inner.released.lock().remove(&id);
+        let released = self.inner.released.lock().remove(&id);
         if !catalog_path.exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        let log = self.open_writer(id, &dir, left.is_some())?;
+        let log = self.open_writer(id, &dir, released.as_ref().map(|r| r.hint.as_ref()))?;
+        let left = released.map(|r| r.left);
         let catalog = Arc::new(SessionCatalog::open(
             id,
             catalog_path,
@@ -298,14 +299,14 @@ impl Store {
     /// `SessionCatalog::resume`) and closed. A session another writer has
     /// taken since is left to it.
     fn close_released(&self) -> Result<()> {
-        let released: Vec<(SessionId, HeadSlot)> = self.inner.released.lock().drain().collect();
+        let released: Vec<(SessionId, Released)> = self.inner.released.lock().drain().collect();
         let mut result = Ok(());
-        for (id, left) in released {
+        for (id, released) in released {
             let path = self.session_dir(id).join(CATALOG_FILE);
-            if !catalog::read(&path).is_ok_and(|r| r.head == Some(left)) {
+            if !catalog::read(&path).is_ok_and(|r| r.head == Some(released.left)) {
                 continue;
             }
-            self.inner.released.lock().insert(id, left);
+            self.inner.released.lock().insert(id, released);
             let opened = match self.session(id) {
                 // Taken by another writer since the look: it is that one's.
                 Err(Error::Locked { .. }) => Ok(()),
@@ -363,7 +364,7 @@ enum Closing {
 /// they are now (still dirty), which this store may believe while it finds
 /// them unchanged; returns that slot. The log keeps its lagging mark, which
 /// the next open keeps too.
-fn release_session(s: OpenSession) -> Result<HeadSlot> {
+fn release_session(s: OpenSession) -> Result<Released> {
     let handle = SessionHandle {
         id: SessionId([0; 16]),
         log: s.log.clone(),
@@ -375,8 +376,8 @@ fn release_session(s: OpenSession) -> Result<HeadSlot> {
     drop(handle);
     // Released whether or not that write failed: a roll's settling must not
     // outlive the lock.
-    s.log.release()?;
-    left
+    let hint = s.log.release()?;
+    Ok(Released { left: left?, hint })
 }
 
 fn close_session(s: OpenSession) -> Result<()> {

@@ -21,7 +21,7 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::item::Item;
-use crate::log::{Durability, ExpectHead, FirstSync, Log, LOCK_FILE};
+use crate::log::{Durability, ExpectHead, FirstSync, Log, ReleaseHint, LOCK_FILE};
 use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin};
 
 /// The file that marks a session whose creation is not durable yet.
@@ -323,14 +323,21 @@ impl Store {
     /// not durable yet (its `CREATING` marker is there) gets its first
     /// sync armed again, or, when its log holds no entry, is what a crash
     /// left of a creation: [`Error::NotFound`].
-    pub(super) fn open_writer(&self, id: SessionId, dir: &Path, released: bool) -> Result<Log> {
+    /// `released` is `Some` for a log this store let go unsynced, with its
+    /// writer's hint (`Log::release`).
+    pub(super) fn open_writer(
+        &self,
+        id: SessionId,
+        dir: &Path,
+        released: Option<Option<&ReleaseHint>>,
+    ) -> Result<Log> {
         let pending = dir.join(CREATING_FILE).exists();
         let opts = self.inner.opts.log.clone();
         // A log this store let go unsynced (an eviction) reopens without
         // syncing what it left; any other gets the full recovery.
         let opened = match released {
-            true => Log::reopen_released(dir, opts),
-            false => Log::open(dir, opts),
+            Some(hint) => Log::reopen_released(dir, opts, hint),
+            None => Log::open(dir, opts),
         };
         let log = match opened {
             Ok(log) => Some(log),
