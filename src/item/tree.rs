@@ -279,4 +279,83 @@ mod tests {
             r#"{"type":"a \"b\"\n","ok":false,"role":"user","list":[true,[]],"raw":{"x":[1,2]},"empty":{}}"#
         );
     }
+
+    /// A tree sink that refuses one string, and counts the strings it was
+    /// asked for.
+    struct Refusing {
+        refuse: &'static str,
+        asked: Vec<String>,
+    }
+
+    impl<'a> JsonSink<'a> for Refusing {
+        type Value = JsonTree<'a>;
+        type Obj = Vec<(&'static str, JsonTree<'a>)>;
+        type Error = Error;
+
+        fn str(&mut self, s: &'a str) -> Result<JsonTree<'a>, Error> {
+            self.asked.push(s.to_owned());
+            if s == self.refuse {
+                return Err(Error::invalid(format!("refused {s:?}")));
+            }
+            TreeSink.str(s)
+        }
+        fn tag(&mut self, tag: &'static str) -> Result<JsonTree<'a>, Error> {
+            TreeSink.tag(tag)
+        }
+        fn bool(&mut self, b: bool) -> Result<JsonTree<'a>, Error> {
+            TreeSink.bool(b)
+        }
+        fn json(&mut self, text: Cow<'a, str>) -> Result<JsonTree<'a>, Error> {
+            TreeSink.json(text)
+        }
+        fn list(&mut self, items: Vec<JsonTree<'a>>) -> Result<JsonTree<'a>, Error> {
+            TreeSink.list(items)
+        }
+        fn obj(&mut self) -> Result<Self::Obj, Error> {
+            TreeSink.obj()
+        }
+        fn field(
+            &mut self,
+            obj: &mut Self::Obj,
+            key: &'static str,
+            value: JsonTree<'a>,
+        ) -> Result<(), Error> {
+            TreeSink.field(obj, key, value)
+        }
+        fn end(&mut self, obj: Self::Obj) -> Result<JsonTree<'a>, Error> {
+            TreeSink.end(obj)
+        }
+    }
+
+    /// A sink's failure ends the object: it is what `finish` returns, and
+    /// no field after it is built.
+    #[test]
+    fn a_sink_failure_stops_the_object_and_is_returned() {
+        let mut sink = Refusing {
+            refuse: "b",
+            asked: Vec::new(),
+        };
+        let got = Obj::typed(&mut sink, "t")
+            .str("a", "a")
+            .str("b", "b")
+            .with("c", |s| s.str("c"))
+            .opt_str("d", Some("d"))
+            .finish();
+        assert!(
+            matches!(&got, Err(Error::InvalidInput { what }) if what.contains("\"b\"")),
+            "{got:?}"
+        );
+        assert_eq!(sink.asked, ["a", "b"]);
+        let mut sink = Refusing {
+            refuse: "none",
+            asked: Vec::new(),
+        };
+        let got = Obj::typed(&mut sink, "t")
+            .str("a", "a")
+            .with("c", |s| s.str("c"))
+            .opt_str("d", None)
+            .finish()
+            .unwrap();
+        assert_eq!(got.to_json(), r#"{"type":"t","a":"a","c":"c"}"#);
+    }
 }
