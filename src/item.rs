@@ -15,8 +15,10 @@ pub mod anthropic;
 mod fields;
 pub mod responses;
 mod tree;
+mod view;
 
-pub use tree::JsonTree;
+pub use tree::{JsonSink, JsonTree};
+pub use view::ItemView;
 
 use serde::{Deserialize, Serialize};
 

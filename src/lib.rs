@@ -111,7 +111,8 @@ pub use history::{
     ItemTranscript, Locator, NotFoundReason, ReadStats, TranscriptItem, TranscriptSegment,
 };
 pub use item::{
-    anthropic, responses, CallLink, ContentPart, Item, ItemStatus, JsonTree, Role, ToolOutput,
+    anthropic, responses, CallLink, ContentPart, Item, ItemStatus, ItemView, JsonSink, JsonTree,
+    Role, ToolOutput,
 };
 pub use log::evicted::{EvictedRecord, EvictedSegment, EVICTED_FILE};
 pub use log::{
@@ -132,7 +133,7 @@ pub use state::{
     check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
 };
 pub use store::{
-    Deletion, ExportedEntry, HistoryTail, ListFilter, SessionHandle, SessionInfo, Store,
-    StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_POLL_INTERVAL, MAX_FORK_DEPTH,
-    MAX_NAME_BYTES, NAME_DOMAIN,
+    Deletion, ExportedEntry, HistoryTail, HistoryTailView, ListFilter, SessionHandle, SessionInfo,
+    Store, StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_POLL_INTERVAL,
+    MAX_FORK_DEPTH, MAX_NAME_BYTES, NAME_DOMAIN,
 };

@@ -152,7 +152,8 @@ fn the_tail_walks_back_through_the_sparse_index() {
 
 /// A short tail checks the records it reads and no others: a record damaged
 /// before the tail leaves `history_tail(Some(1))` exact, and a tail that
-/// reaches it fails with the damage named, never with other items.
+/// reaches it fails with the damage named, never with other items (and,
+/// read in place, with nothing lent).
 #[test]
 fn a_tail_that_reaches_a_damaged_record_fails() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,5 +196,15 @@ fn a_tail_that_reaches_a_damaged_record_fails() {
             matches!(err, session_store::Error::Corrupt { .. }),
             "limit {limit:?}: {err}"
         );
+        // Read in place, nothing is lent before every record is checked.
+        let mut lent = false;
+        let err = store
+            .with_history_tail(id, limit, |_| lent = true)
+            .unwrap_err();
+        assert!(
+            matches!(err, session_store::Error::Corrupt { .. }),
+            "limit {limit:?}: {err}"
+        );
+        assert!(!lent, "limit {limit:?}");
     }
 }

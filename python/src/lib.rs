@@ -1,9 +1,11 @@
 //! `session_store._native`: the store's API for Python. Items go in as
 //! Responses-API JSON (Python's `json.dumps` on one side, the crate's
-//! Responses reader on the other) and come out as dicts built straight from
-//! the crate's Responses tree, with no JSON step; every call that touches
-//! the disk runs with the GIL released.
+//! Responses reader on the other) and come out as dicts built by the crate's
+//! Responses writer itself, straight from the log's checked records, with
+//! no owned item, tree or JSON step between; every call that touches the
+//! disk runs with the GIL released.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use pyo3::create_exception;
@@ -13,8 +15,8 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
 use session_store::{
-    responses, Durability, EntryHash, Error, Item, JsonTree, LogOptions, RequestConfig, SessionId,
-    StoreOptions,
+    responses, Durability, EntryHash, Error, Item, ItemView, JsonSink, LogOptions, RequestConfig,
+    SessionId, StoreOptions,
 };
 
 create_exception!(
@@ -170,58 +172,121 @@ fn loads(py: Python<'_>, json: &str) -> PyResult<PyObject> {
     Ok(json_fn(py, "loads")?.call1((json,))?.unbind())
 }
 
-/// Builds Python objects from Responses trees: dicts, lists, strings and
-/// booleans made directly; only JSON kept raw (an item this crate has no
-/// type for, stored annotations) goes through `json.loads`.
-struct TreeBuilder<'py> {
+/// Builds Python objects from an item's Responses form as the crate's
+/// writer walks it: dicts, lists, strings and booleans made directly; only
+/// JSON kept raw (an item this crate has no type for, stored annotations)
+/// goes through `json.loads`.
+struct PySink<'py> {
     py: Python<'py>,
     /// Field names and tags (`"type"`, `"message"`, `"user"`), one Python
-    /// string each per build, shared by every dict that holds them. They are
-    /// `&'static str`s, so their addresses and lengths tell them apart; a build meets a
-    /// few dozen at most, so a list is quicker to search than a map.
-    words: Vec<((usize, usize), Bound<'py, PyString>)>,
+    /// string each per build, shared by every dict that holds them: a
+    /// table with open addressing, keyed by the address and length of the
+    /// `&'static str` (a build meets a few dozen).
+    words: Vec<Option<(Word, Bound<'py, PyString>)>>,
 }
 
-impl<'py> TreeBuilder<'py> {
+/// A `&'static str`'s address and length.
+type Word = (usize, usize);
+
+/// Slots of [`PySink::words`]: a power of two, well above the words of the
+/// Responses form.
+const WORD_SLOTS: usize = 128;
+
+impl<'py> PySink<'py> {
     fn new(py: Python<'py>) -> Self {
-        TreeBuilder {
+        PySink {
             py,
-            words: Vec::with_capacity(32),
+            words: vec![None; WORD_SLOTS],
         }
     }
 
     fn word(&mut self, word: &'static str) -> Bound<'py, PyString> {
         let at = (word.as_ptr() as usize, word.len());
-        if let Some((_, s)) = self.words.iter().find(|(p, _)| *p == at) {
-            return s.clone();
+        let start = (at.0 >> 3 ^ at.1).wrapping_mul(0x9e37_79b9) % WORD_SLOTS;
+        for i in 0..WORD_SLOTS {
+            let slot = &mut self.words[(start + i) % WORD_SLOTS];
+            match slot {
+                Some((w, s)) if *w == at => return s.clone(),
+                Some(_) => continue,
+                None => {
+                    let s = PyString::intern(self.py, word);
+                    *slot = Some((at, s.clone()));
+                    return s;
+                }
+            }
         }
-        let s = PyString::intern(self.py, word);
-        self.words.push((at, s.clone()));
-        s
+        PyString::intern(self.py, word)
+    }
+}
+
+/// A failure while building: the item has no Responses form, or Python
+/// refused.
+enum BuildError {
+    Form(Error),
+    Py(PyErr),
+}
+
+impl From<Error> for BuildError {
+    fn from(e: Error) -> Self {
+        BuildError::Form(e)
+    }
+}
+
+impl From<PyErr> for BuildError {
+    fn from(e: PyErr) -> Self {
+        BuildError::Py(e)
+    }
+}
+
+impl BuildError {
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            BuildError::Form(e) => to_py(py, e),
+            BuildError::Py(e) => e,
+        }
+    }
+}
+
+impl<'a, 'py> JsonSink<'a> for PySink<'py> {
+    type Value = Bound<'py, PyAny>;
+    type Obj = Bound<'py, PyDict>;
+    type Error = BuildError;
+
+    fn str(&mut self, s: &'a str) -> Result<Self::Value, BuildError> {
+        Ok(PyString::new(self.py, s).into_any())
     }
 
-    fn build(&mut self, tree: &JsonTree<'_>) -> PyResult<Bound<'py, PyAny>> {
-        let py = self.py;
-        Ok(match tree {
-            JsonTree::Str(s) => PyString::new(py, s).into_any(),
-            JsonTree::Tag(s) => self.word(s).into_any(),
-            JsonTree::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-            JsonTree::List(items) => {
-                let list = PyList::empty(py);
-                for item in items {
-                    list.append(self.build(item)?)?;
-                }
-                list.into_any()
-            }
-            JsonTree::Obj(fields) => {
-                let dict = PyDict::new(py);
-                for (key, value) in fields {
-                    dict.set_item(self.word(key), self.build(value)?)?;
-                }
-                dict.into_any()
-            }
-            JsonTree::Json(text) => loads(py, text)?.into_bound(py),
-        })
+    fn tag(&mut self, tag: &'static str) -> Result<Self::Value, BuildError> {
+        Ok(self.word(tag).into_any())
+    }
+
+    fn bool(&mut self, b: bool) -> Result<Self::Value, BuildError> {
+        Ok(PyBool::new(self.py, b).to_owned().into_any())
+    }
+
+    fn json(&mut self, text: Cow<'a, str>) -> Result<Self::Value, BuildError> {
+        Ok(loads(self.py, &text)?.into_bound(self.py))
+    }
+
+    fn list(&mut self, items: Vec<Self::Value>) -> Result<Self::Value, BuildError> {
+        Ok(PyList::new(self.py, items)?.into_any())
+    }
+
+    fn obj(&mut self) -> Result<Self::Obj, BuildError> {
+        Ok(PyDict::new(self.py))
+    }
+
+    fn field(
+        &mut self,
+        obj: &mut Self::Obj,
+        key: &'static str,
+        value: Self::Value,
+    ) -> Result<(), BuildError> {
+        Ok(obj.set_item(self.word(key), value)?)
+    }
+
+    fn end(&mut self, obj: Self::Obj) -> Result<Self::Value, BuildError> {
+        Ok(obj.into_any())
     }
 }
 
@@ -262,21 +327,21 @@ impl Drop for GcPause<'_> {
 }
 
 /// Items as a Python list of Responses dicts.
-fn items_to_py(py: Python<'_>, items: &[Item]) -> PyResult<PyObject> {
-    let trees = responses::history_to_trees(items).map_err(|e| to_py(py, e))?;
+fn items_to_py<'a>(
+    py: Python<'_>,
+    items: impl IntoIterator<Item = ItemView<'a>>,
+) -> PyResult<PyObject> {
     let _pause = GcPause::new(py)?;
-    let mut builder = TreeBuilder::new(py);
-    let list = PyList::empty(py);
-    for tree in &trees {
-        list.append(builder.build(tree)?)?;
-    }
-    Ok(list.into_any().unbind())
+    let values =
+        responses::write_history(items, &mut PySink::new(py)).map_err(|e| e.into_py(py))?;
+    Ok(PyList::new(py, values)?.into_any().unbind())
 }
 
 /// One item as a Responses dict.
 fn item_to_py(py: Python<'_>, item: &Item) -> PyResult<PyObject> {
-    let tree = item.to_responses_tree().map_err(|e| to_py(py, e))?;
-    Ok(TreeBuilder::new(py).build(&tree)?.unbind())
+    let value =
+        responses::write_item(item.into(), &mut PySink::new(py)).map_err(|e| e.into_py(py))?;
+    Ok(value.unbind())
 }
 
 /// Reads Responses items from JSON text (a list).
@@ -418,8 +483,15 @@ impl Store {
     #[pyo3(signature = (session_id, limit = None))]
     fn items(&self, py: Python<'_>, session_id: &str, limit: Option<usize>) -> PyResult<PyObject> {
         let id = parse_id(py, session_id)?;
-        let tail = released(py, || self.inner.history_tail(id, limit))?;
-        items_to_py(py, &tail.items)
+        let store = &self.inner;
+        // The records are read and checked without the GIL; it is taken
+        // back only to build the objects, while the log is still mapped.
+        let built = py.allow_threads(|| {
+            store.with_history_tail(id, limit, |tail| {
+                Python::with_gil(|py| items_to_py(py, tail.items))
+            })
+        });
+        built.map_err(|e| to_py(py, e))?
     }
 
     /// How many items the live history holds.
@@ -634,7 +706,7 @@ fn at_any_head(
 fn normalize_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<PyObject> {
     let json = items_json(py, items)?;
     let items = released(py, move || read_items(&json))?;
-    items_to_py(py, &items)
+    items_to_py(py, items.iter().map(ItemView::from))
 }
 
 #[pymodule]

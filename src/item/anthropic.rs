@@ -39,8 +39,8 @@
 
 use serde_json::value::RawValue;
 
-use super::fields::{as_string, history_list, one_line, Fields, Obj, Place};
-use super::tree::JsonTree;
+use super::fields::{as_string, history_list, one_line, Fields, Place};
+use super::tree::{JsonTree, Obj, TreeSink};
 use super::{ContentPart, Item, Role, ToolOutput};
 use crate::error::Result;
 use crate::schema::JsonText;
@@ -76,7 +76,7 @@ impl Item {
                 _ => messages.push((role, blocks)),
             }
         }
-        Ok(messages
+        messages
             .into_iter()
             .map(|(role, blocks)| {
                 let role = if role == Role::User {
@@ -84,13 +84,13 @@ impl Item {
                 } else {
                     "assistant"
                 };
-                Obj::empty()
+                Obj::empty(&mut TreeSink)
                     .tag("role", role)
-                    .field("content", JsonTree::List(blocks))
+                    .with("content", |_| Ok(JsonTree::List(blocks)))
                     .finish()
-                    .to_json()
+                    .map(|tree| tree.to_json())
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -305,21 +305,21 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
             let input = one_line(arguments).map_err(|e| place.error("arguments", e))?;
             one(
                 Role::Assistant,
-                Obj::typed("tool_use")
+                Obj::typed(&mut TreeSink, "tool_use")
                     .str("id", call_id)
                     .str("name", name)
                     .raw("input", input)
-                    .finish(),
+                    .finish()?,
             )
         }
         Item::ToolResult {
             call_id, summary, ..
         } => one(
             Role::User,
-            Obj::typed("tool_result")
+            Obj::typed(&mut TreeSink, "tool_result")
                 .str("tool_use_id", call_id)
                 .str("content", summary)
-                .finish(),
+                .finish()?,
         ),
         Item::ToolOutput {
             call_id,
@@ -328,7 +328,8 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
             custom: false,
             ..
         } => {
-            let obj = Obj::typed("tool_result").str("tool_use_id", call_id);
+            let mut sink = TreeSink;
+            let obj = Obj::typed(&mut sink, "tool_result").str("tool_use_id", call_id);
             let obj = match output {
                 Some(ToolOutput::Text(text)) => obj.str("content", text),
                 Some(ToolOutput::Parts(parts)) => {
@@ -337,25 +338,27 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
                         .enumerate()
                         .map(|(i, part)| write_part(part, &format!("output[{i}]"), place))
                         .collect::<Result<Vec<_>>>()?;
-                    obj.field("content", JsonTree::List(blocks))
+                    obj.with("content", |_| Ok(JsonTree::List(blocks)))
                 }
                 None => obj,
             };
-            one(Role::User, obj.opt_bool("is_error", *is_error).finish())
+            one(Role::User, obj.opt_bool("is_error", *is_error).finish()?)
         }
         Item::Thinking {
             thinking,
             signature,
         } => one(
             Role::Assistant,
-            Obj::typed("thinking")
+            Obj::typed(&mut TreeSink, "thinking")
                 .str("thinking", thinking)
                 .opt_str("signature", signature.as_deref())
-                .finish(),
+                .finish()?,
         ),
         Item::RedactedThinking { data } => one(
             Role::Assistant,
-            Obj::typed("redacted_thinking").str("data", data).finish(),
+            Obj::typed(&mut TreeSink, "redacted_thinking")
+                .str("data", data)
+                .finish()?,
         ),
         Item::Opaque {
             role: Some(role @ (Role::User | Role::Assistant)),
@@ -378,15 +381,15 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
 fn write_part<'a>(part: &'a ContentPart, at: &str, place: Place) -> Result<JsonTree<'a>> {
     let no_form = |what: &str| place.error(at, format!("{what} has no Messages form"));
     match part {
-        ContentPart::Text { text } => Ok(Obj::typed("text").str("text", text).finish()),
+        ContentPart::Text { text } => Obj::typed(&mut TreeSink, "text").str("text", text).finish(),
         ContentPart::OutputText {
             text,
             annotations,
             logprobs: None,
-        } => Ok(Obj::typed("text")
+        } => Obj::typed(&mut TreeSink, "text")
             .str("text", text)
-            .opt_json("citations", annotations.as_ref())
-            .finish()),
+            .opt_json("citations", annotations.as_ref().map(JsonText::as_str))
+            .finish(),
         ContentPart::OutputText { .. } => Err(no_form("output_text with logprobs")),
         ContentPart::Opaque { json } => Ok(JsonTree::Json(json.as_str().into())),
         ContentPart::Refusal { .. } => Err(no_form("a refusal")),

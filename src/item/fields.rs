@@ -2,13 +2,11 @@
 //! field is taken by name and whatever is left over is an error that names it,
 //! and writing, where JSON kept raw is embedded exactly as stored.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::tree::JsonTree;
 use crate::error::{Error, Result};
 use crate::schema::JsonText;
 
@@ -155,71 +153,6 @@ pub(crate) fn history_list<'a>(
 /// The value of `raw`, if it is a JSON string.
 pub(crate) fn as_string(raw: &RawValue) -> Option<String> {
     serde_json::from_str(raw.get()).ok()
-}
-
-/// A JSON object being written, its fields in the order given.
-pub(crate) struct Obj<'a>(Vec<(&'static str, JsonTree<'a>)>);
-
-impl<'a> Obj<'a> {
-    /// An object whose first field is `"type": kind`.
-    pub fn typed(kind: &'static str) -> Obj<'a> {
-        Obj::empty().tag("type", kind)
-    }
-
-    /// An object with no fields yet.
-    pub fn empty() -> Obj<'a> {
-        Obj(Vec::with_capacity(4))
-    }
-
-    /// A field.
-    pub fn field(mut self, key: &'static str, value: JsonTree<'a>) -> Obj<'a> {
-        self.0.push((key, value));
-        self
-    }
-
-    /// A string field.
-    pub fn str(self, key: &'static str, value: &'a str) -> Obj<'a> {
-        self.field(key, JsonTree::Str(value))
-    }
-
-    /// A field whose value comes from a fixed vocabulary (a type, a role).
-    pub fn tag(self, key: &'static str, value: &'static str) -> Obj<'a> {
-        self.field(key, JsonTree::Tag(value))
-    }
-
-    /// A string field, if there is a value.
-    pub fn opt_str(self, key: &'static str, value: Option<&'a str>) -> Obj<'a> {
-        match value {
-            Some(v) => self.str(key, v),
-            None => self,
-        }
-    }
-
-    /// A field whose value is JSON text, embedded as it is.
-    pub fn raw(self, key: &'static str, json: impl Into<Cow<'a, str>>) -> Obj<'a> {
-        self.field(key, JsonTree::Json(json.into()))
-    }
-
-    /// A JSON field, if there is a value.
-    pub fn opt_json(self, key: &'static str, json: Option<&'a JsonText>) -> Obj<'a> {
-        match json {
-            Some(j) => self.raw(key, j.as_str()),
-            None => self,
-        }
-    }
-
-    /// A boolean field, if there is a value.
-    pub fn opt_bool(self, key: &'static str, value: Option<bool>) -> Obj<'a> {
-        match value {
-            Some(v) => self.field(key, JsonTree::Bool(v)),
-            None => self,
-        }
-    }
-
-    /// The object.
-    pub fn finish(self) -> JsonTree<'a> {
-        JsonTree::Obj(self.0)
-    }
 }
 
 /// JSON text to embed on one line: kept byte for byte unless it spans lines,

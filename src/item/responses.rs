@@ -43,9 +43,10 @@
 
 use serde_json::value::RawValue;
 
-use super::fields::{as_string, history_list, Fields, Obj, Place};
-use super::tree::{list_json, JsonTree};
-use super::{ContentPart, Item, Role, ToolOutput};
+use super::fields::{as_string, history_list, Fields, Place};
+use super::tree::{list_json, JsonSink, JsonTree, Obj, TreeSink};
+use super::view::{Output, Part, Parts, Shape, Texts};
+use super::{ContentPart, Item, ItemView, Role, ToolOutput};
 use crate::error::Result;
 use crate::schema::JsonText;
 
@@ -71,16 +72,9 @@ impl Item {
     }
 
     /// The item's Responses form as a tree that borrows the item's strings:
-    /// what [`Item::to_responses_json`] renders, for a binding to build its
-    /// own objects from.
+    /// what [`Item::to_responses_json`] renders.
     pub fn to_responses_tree(&self) -> Result<JsonTree<'_>> {
-        write_item(
-            self,
-            Place {
-                api: API,
-                index: None,
-            },
-        )
+        write_item(self.into(), &mut TreeSink)
     }
 }
 
@@ -108,19 +102,44 @@ pub fn history_to_items(items: &[Item]) -> Result<Vec<String>> {
 
 /// Writes a history as one tree per item (see [`Item::to_responses_tree`]).
 pub fn history_to_trees(items: &[Item]) -> Result<Vec<JsonTree<'_>>> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(index, item)| {
-            write_item(
-                item,
-                Place {
-                    api: API,
-                    index: Some(index),
-                },
-            )
-        })
-        .collect()
+    write_history(items.iter().map(ItemView::from), &mut TreeSink)
+}
+
+/// Writes one item's Responses form into `sink`, or fails, naming the
+/// field, if it has no Responses form (see [`Item::to_responses_json`]).
+pub fn write_item<'a, S: JsonSink<'a>>(
+    item: ItemView<'a>,
+    sink: &mut S,
+) -> Result<S::Value, S::Error> {
+    write(
+        item,
+        Place {
+            api: API,
+            index: None,
+        },
+        sink,
+    )
+}
+
+/// Writes a history's items into `sink`, one value each, in order: what
+/// [`history_to_json`] renders, for a binding to build its own objects
+/// with, from items read in place (see
+/// [`Store::with_history_tail`](crate::Store::with_history_tail)). A
+/// failure names the item's index.
+pub fn write_history<'a, S: JsonSink<'a>>(
+    items: impl IntoIterator<Item = ItemView<'a>>,
+    sink: &mut S,
+) -> Result<Vec<S::Value>, S::Error> {
+    let items = items.into_iter();
+    let mut out = Vec::with_capacity(items.size_hint().0);
+    for (index, item) in items.enumerate() {
+        let place = Place {
+            api: API,
+            index: Some(index),
+        };
+        out.push(write(item, place, sink)?);
+    }
+    Ok(out)
 }
 
 fn read_item(json: &str, place: Place) -> Result<Item> {
@@ -321,169 +340,177 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
     })
 }
 
-fn write_item(item: &Item, place: Place) -> Result<JsonTree<'_>> {
-    Ok(match item {
-        Item::Message { role, content, .. } => {
+fn write<'a, S: JsonSink<'a>>(
+    item: ItemView<'a>,
+    place: Place,
+    sink: &mut S,
+) -> Result<S::Value, S::Error> {
+    match item.shape() {
+        Shape::Message { role, content } => {
             let role_name = match role {
                 Role::User => "user",
                 Role::Assistant => "assistant",
                 Role::System => "system",
                 Role::Developer => "developer",
             };
-            Obj::typed("message")
+            Obj::typed(sink, "message")
                 .tag("role", role_name)
-                .field("content", write_parts(content, Some(*role)))
+                .with("content", |s| write_parts(s, content, Some(role)))
                 .finish()
         }
-        Item::ToolCall {
+        Shape::ToolCall {
             call_id,
             name,
             arguments,
-            ..
-        } => Obj::typed("function_call")
+        } => Obj::typed(sink, "function_call")
             .str("call_id", call_id)
             .str("name", name)
             .str("arguments", arguments)
             .finish(),
-        Item::ToolResult {
-            call_id, summary, ..
-        } => Obj::typed("function_call_output")
+        Shape::ToolResult { call_id, summary } => Obj::typed(sink, "function_call_output")
             .str("call_id", call_id)
             .str("output", summary)
             .finish(),
-        Item::CustomToolCall {
+        Shape::CustomToolCall {
             call_id,
             name,
             input,
-            ..
-        } => Obj::typed("custom_tool_call")
+        } => Obj::typed(sink, "custom_tool_call")
             .str("call_id", call_id)
             .str("name", name)
             .str("input", input)
             .finish(),
-        Item::ToolOutput {
+        Shape::ToolOutput {
             call_id,
             output,
             is_error,
             custom,
-            ..
         } => {
             if is_error.is_some() {
-                return Err(place.error("is_error", "the Responses API has no error flag"));
+                return Err(place
+                    .error("is_error", "the Responses API has no error flag")
+                    .into());
             }
-            let kind = if *custom {
+            let output =
+                output.ok_or_else(|| place.error("output", "the Responses API needs an output"))?;
+            let kind = if custom {
                 "custom_tool_call_output"
             } else {
                 "function_call_output"
             };
-            let obj = Obj::typed(kind).str("call_id", call_id);
+            let obj = Obj::typed(sink, kind).str("call_id", call_id);
             match output {
-                Some(ToolOutput::Text(text)) => obj.str("output", text),
-                Some(ToolOutput::Parts(parts)) => obj.field("output", write_parts(parts, None)),
-                None => return Err(place.error("output", "the Responses API needs an output")),
+                Output::Text(text) => obj.str("output", text),
+                Output::Parts(parts) => obj.with("output", |s| write_parts(s, parts, None)),
             }
             .finish()
         }
-        Item::Reasoning {
+        Shape::Reasoning {
             text,
             summary,
             encrypted_content,
-            ..
         } => {
-            let content = (!text.is_empty()).then(|| std::slice::from_ref(text));
-            write_reasoning(summary, content, encrypted_content.as_deref())
+            let content = (!text.is_empty()).then_some(Texts::One(text));
+            write_reasoning(sink, summary, content, encrypted_content)
         }
-        Item::ReasoningParts {
+        Shape::ReasoningParts {
             summary,
             content,
             encrypted_content,
-            ..
-        } => write_reasoning(summary, Some(content), encrypted_content.as_deref()),
-        Item::Thinking { .. } | Item::RedactedThinking { .. } => {
-            return Err(place.error("type", "Anthropic thinking has no Responses form"))
-        }
-        Item::Opaque { role: None, json } => JsonTree::Json(json.as_str().into()),
-        Item::Opaque { role: Some(_), .. } => {
-            return Err(place.error("type", "an Anthropic block has no Responses form"))
-        }
-    })
+        } => write_reasoning(sink, summary, Some(content), encrypted_content),
+        Shape::Thinking | Shape::RedactedThinking => Err(place
+            .error("type", "Anthropic thinking has no Responses form")
+            .into()),
+        Shape::Opaque { role: None, json } => sink.json(json.into()),
+        Shape::Opaque { role: Some(_), .. } => Err(place
+            .error("type", "an Anthropic block has no Responses form")
+            .into()),
+    }
 }
 
-fn write_reasoning<'a>(
-    summary: &'a [String],
-    content: Option<&'a [String]>,
+fn write_reasoning<'a, S: JsonSink<'a>>(
+    sink: &mut S,
+    summary: Texts<'a>,
+    content: Option<Texts<'a>>,
     encrypted: Option<&'a str>,
-) -> JsonTree<'a> {
-    let texts = |kind: &'static str, texts: &'a [String]| {
-        JsonTree::List(
-            texts
-                .iter()
-                .map(|t| Obj::typed(kind).str("text", t).finish())
-                .collect(),
-        )
+) -> Result<S::Value, S::Error> {
+    let texts = |sink: &mut S, kind: &'static str, texts: Texts<'a>| {
+        let values = texts
+            .iter()
+            .map(|t| Obj::typed(sink, kind).str("text", t).finish())
+            .collect::<Result<Vec<_>, _>>()?;
+        sink.list(values)
     };
-    let obj = Obj::typed("reasoning").field("summary", texts("summary_text", summary));
+    let obj = Obj::typed(sink, "reasoning").with("summary", |s| texts(s, "summary_text", summary));
     let obj = match content {
-        Some(content) => obj.field("content", texts("reasoning_text", content)),
+        Some(content) => obj.with("content", |s| texts(s, "reasoning_text", content)),
         None => obj,
     };
     obj.opt_str("encrypted_content", encrypted).finish()
 }
 
-fn write_parts(parts: &[ContentPart], role: Option<Role>) -> JsonTree<'_> {
+fn write_parts<'a, S: JsonSink<'a>>(
+    sink: &mut S,
+    parts: Parts<'a>,
+    role: Option<Role>,
+) -> Result<S::Value, S::Error> {
     let assistant = role == Some(Role::Assistant);
-    JsonTree::List(
-        parts
-            .iter()
-            .map(|part| match part {
-                ContentPart::Text { text } if assistant => Obj::typed("output_text")
-                    .str("text", text)
-                    .field("annotations", JsonTree::List(Vec::new()))
-                    .finish(),
-                ContentPart::Text { text } => Obj::typed("input_text").str("text", text).finish(),
-                ContentPart::OutputText {
-                    text,
-                    annotations,
-                    logprobs,
-                } => Obj::typed("output_text")
-                    .str("text", text)
-                    .opt_json("annotations", annotations.as_ref())
-                    .opt_json("logprobs", logprobs.as_ref())
-                    .finish(),
-                ContentPart::Refusal { refusal } => {
-                    Obj::typed("refusal").str("refusal", refusal).finish()
-                }
-                ContentPart::InputImage {
-                    image_url,
-                    file_id,
-                    detail,
-                } => Obj::typed("input_image")
-                    .opt_str("image_url", image_url.as_deref())
-                    .opt_str("file_id", file_id.as_deref())
-                    .opt_str("detail", detail.as_deref())
-                    .finish(),
-                ContentPart::InputFile {
-                    file_id,
-                    file_data,
-                    filename,
-                    file_url,
-                } => Obj::typed("input_file")
-                    .opt_str("file_id", file_id.as_deref())
-                    .opt_str("file_data", file_data.as_deref())
-                    .opt_str("filename", filename.as_deref())
-                    .opt_str("file_url", file_url.as_deref())
-                    .finish(),
-                ContentPart::InputAudio { data, format } => Obj::typed("input_audio")
-                    .field(
-                        "input_audio",
-                        Obj::empty()
-                            .str("data", data)
-                            .str("format", format)
-                            .finish(),
-                    )
-                    .finish(),
-                ContentPart::Opaque { json } => JsonTree::Json(json.as_str().into()),
+    let values = parts
+        .iter()
+        .map(|part| write_part(sink, part, assistant))
+        .collect::<Result<Vec<_>, _>>()?;
+    sink.list(values)
+}
+
+fn write_part<'a, S: JsonSink<'a>>(
+    sink: &mut S,
+    part: Part<'a>,
+    assistant: bool,
+) -> Result<S::Value, S::Error> {
+    match part {
+        Part::Text(text) if assistant => Obj::typed(sink, "output_text")
+            .str("text", text)
+            .with("annotations", |s| s.list(Vec::new()))
+            .finish(),
+        Part::Text(text) => Obj::typed(sink, "input_text").str("text", text).finish(),
+        Part::OutputText {
+            text,
+            annotations,
+            logprobs,
+        } => Obj::typed(sink, "output_text")
+            .str("text", text)
+            .opt_json("annotations", annotations)
+            .opt_json("logprobs", logprobs)
+            .finish(),
+        Part::Refusal(refusal) => Obj::typed(sink, "refusal").str("refusal", refusal).finish(),
+        Part::InputImage {
+            image_url,
+            file_id,
+            detail,
+        } => Obj::typed(sink, "input_image")
+            .opt_str("image_url", image_url)
+            .opt_str("file_id", file_id)
+            .opt_str("detail", detail)
+            .finish(),
+        Part::InputFile {
+            file_id,
+            file_data,
+            filename,
+            file_url,
+        } => Obj::typed(sink, "input_file")
+            .opt_str("file_id", file_id)
+            .opt_str("file_data", file_data)
+            .opt_str("filename", filename)
+            .opt_str("file_url", file_url)
+            .finish(),
+        Part::InputAudio { data, format } => Obj::typed(sink, "input_audio")
+            .with("input_audio", |s| {
+                Obj::empty(s)
+                    .str("data", data)
+                    .str("format", format)
+                    .finish()
             })
-            .collect(),
-    )
+            .finish(),
+        Part::Opaque(json) => sink.json(json.into()),
+    }
 }

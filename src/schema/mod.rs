@@ -24,6 +24,7 @@ mod search;
 pub(crate) use borrowed::EntryRef;
 use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
+pub(crate) use item::{ArchivedLoggedContentPart, ArchivedLoggedRole, ArchivedLoggedToolOutput};
 pub use item::{
     ArchivedLoggedItem, LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage,
     LoggedItem, LoggedOutputText, LoggedRole, LoggedToolOutput,

@@ -45,7 +45,7 @@ pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
-pub use tail::HistoryTail;
+pub use tail::{HistoryTail, HistoryTailView};
 
 use shards::{head_slot_of, Shard};
 

@@ -4,7 +4,7 @@
 use super::{now_ms, Store};
 use crate::chain::EntryHash;
 use crate::error::Result;
-use crate::item::Item;
+use crate::item::{Item, ItemView};
 use crate::log::Snapshot;
 use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
 
@@ -15,6 +15,17 @@ pub struct HistoryTail {
     pub items: Vec<Item>,
     /// The head the items were read at: the one to pass to a save or to
     /// [`Store::remove_last`] that must follow exactly this history.
+    pub head: Option<EntryHash>,
+}
+
+/// The last items of a session's live history read in place, from
+/// [`Store::with_history_tail`]: borrowed from the log's mapped records,
+/// each checked (CRC, chain, archive) as every read is.
+#[derive(Debug, Clone)]
+pub struct HistoryTailView<'a> {
+    /// The items, in history order.
+    pub items: Vec<ItemView<'a>>,
+    /// The head the items were read at, as in [`HistoryTail::head`].
     pub head: Option<EntryHash>,
 }
 
@@ -30,17 +41,36 @@ impl Store {
     /// A fork by reference whose history still starts in its parent's log
     /// is restored whole (through the parent) and its last items taken.
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
+        self.with_history_tail(id, limit, |t| t.into_owned())
+    }
+
+    /// [`Store::history_tail`]'s items, handed to `read` in place, with no
+    /// owned copy of each: borrowed from the session's log while it stays
+    /// mapped (or, for a fork by reference whose history starts in its
+    /// parent's log, from the history restored through the parent). For a
+    /// reader that turns them into something else at once, such as a
+    /// binding's objects through
+    /// [`responses::write_history`](crate::responses::write_history).
+    pub fn with_history_tail<R>(
+        &self,
+        id: SessionId,
+        limit: Option<usize>,
+        read: impl FnOnce(HistoryTailView<'_>) -> R,
+    ) -> Result<R> {
         let snap = self.snapshot(id)?;
         if snap.restore_link()?.is_none() {
-            return snap.own_tail(limit);
+            return snap.own_tail(limit, read);
         }
-        let mut state = self.restore(id)?;
+        let state = self.restore(id)?;
         let len = state.history.len();
         let keep = limit.map_or(len, |l| l.min(len));
-        Ok(HistoryTail {
-            items: state.history.split_off(len - keep),
+        Ok(read(HistoryTailView {
+            items: state.history[len - keep..]
+                .iter()
+                .map(ItemView::from)
+                .collect(),
             head: state.head,
-        })
+        }))
     }
 
     /// How many items the session's live history holds: the length of
@@ -75,12 +105,27 @@ impl Snapshot {
     /// reference whose history starts in its parent's is refused, as by
     /// [`Snapshot::restore`].
     pub fn history_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
-        self.refuse_fork()?;
-        self.own_tail(limit)
+        self.with_history_tail(limit, |t| t.into_owned())
     }
 
-    /// [`Snapshot::history_tail`] of a log whose live history is its own.
-    fn own_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
+    /// [`Store::with_history_tail`] over this snapshot; refused for a fork
+    /// by reference, as [`Snapshot::history_tail`] is.
+    pub fn with_history_tail<R>(
+        &self,
+        limit: Option<usize>,
+        read: impl FnOnce(HistoryTailView<'_>) -> R,
+    ) -> Result<R> {
+        self.refuse_fork()?;
+        self.own_tail(limit, read)
+    }
+
+    /// [`Snapshot::with_history_tail`] of a log whose live history is its
+    /// own.
+    fn own_tail<R>(
+        &self,
+        limit: Option<usize>,
+        read: impl FnOnce(HistoryTailView<'_>) -> R,
+    ) -> Result<R> {
         let from = self.live_from();
         let mut tail = Taker {
             want: limit.unwrap_or(usize::MAX),
@@ -103,10 +148,10 @@ impl Snapshot {
         }
         let mut items = tail.items;
         items.reverse();
-        Ok(HistoryTail {
+        Ok(read(HistoryTailView {
             items,
             head: self.head().map(|(_, h)| h),
-        })
+        }))
     }
 
     /// [`Store::history_len`] over this snapshot; refused for a fork by
@@ -151,20 +196,20 @@ impl Snapshot {
 }
 
 /// Takes the items of a live history from its end back.
-struct Taker {
+struct Taker<'a> {
     want: usize,
     /// Items still hidden by removals met so far: a removal hides that many
     /// of the items before it, and one of more items than there were hides
     /// them all.
     hidden: u64,
     /// The items taken, last first.
-    items: Vec<Item>,
+    items: Vec<ItemView<'a>>,
 }
 
-impl Taker {
+impl<'a> Taker<'a> {
     /// Takes what `entry`, the one before those already seen, adds; returns
     /// whether more items are wanted.
-    fn take(&mut self, entry: &ArchivedLogEntry) -> bool {
+    fn take(&mut self, entry: &'a ArchivedLogEntry) -> bool {
         if let ArchivedLogEntry::ItemsRemoved { count, .. } = entry {
             self.hidden = self.hidden.saturating_add(count.to_native());
             return self.items.len() < self.want;
@@ -178,8 +223,18 @@ impl Taker {
             if self.items.len() == self.want {
                 break;
             }
-            self.items.push(item.to_item());
+            self.items.push(item.into());
         }
         self.items.len() < self.want
+    }
+}
+
+impl HistoryTailView<'_> {
+    /// The tail, owned.
+    fn into_owned(self) -> HistoryTail {
+        HistoryTail {
+            items: self.items.iter().map(ItemView::to_item).collect(),
+            head: self.head,
+        }
     }
 }
