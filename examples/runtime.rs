@@ -68,6 +68,19 @@ pub struct Figures {
     pub wall: Duration,
 }
 
+impl Figures {
+    /// The figures, latencies sorted.
+    fn sorted(mut commits: Vec<Duration>, mut lateness: Vec<Duration>, wall: Duration) -> Figures {
+        commits.sort();
+        lateness.sort();
+        Figures {
+            commits,
+            lateness,
+            wall,
+        }
+    }
+}
+
 /// Runs the workload on `root` with `durability`, `turns` turns a session,
 /// each session waiting `think` between its turns (the model's time; zero
 /// saturates the machine with commits), checks everything after a restart,
@@ -138,7 +151,7 @@ pub async fn run(
     }
     let wall = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let mut lateness = timer.await.expect("the timer task");
+    let lateness = timer.await.expect("the timer task");
 
     // A fork of session 1 at its head, then a restart.
     let (parent, parent_head, parent_items) = sessions[1].clone();
@@ -164,13 +177,7 @@ pub async fn run(
         .compacted_from
         .is_some());
 
-    commits.sort();
-    lateness.sort();
-    Figures {
-        commits,
-        lateness,
-        wall,
-    }
+    Figures::sorted(commits, lateness, wall)
 }
 
 /// Waits the model's time before turn `n` of session `s`: `think`, spread
@@ -231,14 +238,8 @@ pub async fn hop_bound(turns: usize, think: Duration) -> Figures {
     }
     let wall = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let mut lateness = timer.await.expect("the timer task");
-    commits.sort();
-    lateness.sort();
-    Figures {
-        commits,
-        lateness,
-        wall,
-    }
+    let lateness = timer.await.expect("the timer task");
+    Figures::sorted(commits, lateness, wall)
 }
 
 /// Prints one run's figures as a table row.
