@@ -81,7 +81,7 @@ impl ExpectHead {
 /// What open does with damage at or before the durable point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Refuse with [`Error::Corrupt`].
+    /// Refuse with [`Error::Corrupt`](crate::Error::Corrupt).
     #[default]
     Strict,
     /// Cut the log at the first bad record and report it.

@@ -16,7 +16,7 @@ use crate::schema::{
 use crate::state::RestoredState;
 
 impl Store {
-    /// Appends new history items, grouped with [`group_delta`], if the
+    /// Appends new history items, grouped with [`group_delta`](crate::group_delta), if the
     /// session's head is `head`; advances `head`. On a mismatch nothing is
     /// written and the result is [`Error::HeadMismatch`].
     pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
