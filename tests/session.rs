@@ -2661,18 +2661,21 @@ fn a_poisoned_session_is_reopened_by_the_next_call() {
 
 /// A whole turn (its items, usage and `TurnEnd`) commits as one batch:
 /// under `Sync` it costs one `fdatasync` of the log, not one per entry.
+/// Counts the `fdatasync`s of segment files.
+#[derive(Default)]
+struct SegSyncs(std::sync::atomic::AtomicUsize);
+
+impl IoHook for SegSyncs {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if matches!(op, IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg")) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
 #[test]
 fn a_turn_commit_under_sync_is_one_fdatasync() {
-    #[derive(Default)]
-    struct SegSyncs(std::sync::atomic::AtomicUsize);
-    impl IoHook for SegSyncs {
-        fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
-            if matches!(op, IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg")) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-            Ok(())
-        }
-    }
     let dir = tempdir();
     let hook = Arc::new(SegSyncs::default());
     let store = Store::open_with(
@@ -2895,4 +2898,52 @@ fn a_release_hint_is_not_trusted_for_another_log_in_its_place() {
     let mut head = head_c;
     store.save_delta(a, &mut head, &[answer("after")]).unwrap();
     assert!(store.verify(a).unwrap().damage.is_none());
+}
+
+#[test]
+fn a_released_session_reopens_past_its_durable_mark_without_a_sync() {
+    let dir = tempdir();
+    // A closed cleanly: its mark names its end.
+    let first = Store::open(dir.path()).unwrap();
+    let (a, mut head_a) = first
+        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
+        .unwrap();
+    first
+        .save_delta(a, &mut head_a, &[answer("synced")])
+        .unwrap();
+    first.close().unwrap();
+    drop(first);
+    let hook = Arc::new(SegSyncs::default());
+    let log = LogOptions::default()
+        .segment_size(SEGMENT_BYTES)
+        .hook(hook.clone());
+    let store = Store::open_with(dir.path(), options().log(log).max_open_sessions(1)).unwrap();
+    // Records past that mark that only the page cache holds; then A is let
+    // go, with a hint past its mark.
+    store
+        .save_delta(a, &mut head_a, &[answer("unsynced")])
+        .unwrap();
+    let (b, mut head_b) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("b")])
+        .unwrap();
+    store.save_delta(b, &mut head_b, &[answer("b1")]).unwrap();
+    // A's reopen keeps the lagging mark, which the hint's scan still checks,
+    // and syncs nothing: a Buffered save promises no durability.
+    let before = hook.0.load(Ordering::SeqCst);
+    store
+        .save_delta(a, &mut head_a, &[answer("after")])
+        .unwrap();
+    assert_eq!(
+        hook.0.load(Ordering::SeqCst) - before,
+        0,
+        "no fdatasync on the reopen"
+    );
+    let words = ["synced", "unsynced", "after"];
+    let mut expected = vec![Item::user_text("a")];
+    expected.extend(words.iter().map(|w| answer(w)));
+    assert_eq!(store.restore(a).unwrap().history, stripped(&expected));
+    store.close().unwrap();
+    let reopened = Store::open(dir.path()).unwrap();
+    assert_eq!(reopened.restore(a).unwrap().history, stripped(&expected));
+    assert!(reopened.verify(a).unwrap().damage.is_none());
 }

@@ -279,27 +279,35 @@ impl Archive {
         prefix: &str,
         url: &str,
     ) -> Result<Archive> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("session-store-archive")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the archive's runtime", url, e))?;
-        Ok(Archive::with_runtime(
+        Archive::with_runtime(
             objects,
             ObjectPath::from(prefix.trim_matches('/')),
             url,
-            runtime,
-        ))
+            false,
+        )
     }
 
+    /// An archive on a runtime of its own: two workers, named
+    /// `session-store-archive`, or `session-store-uploader` at a lower CPU
+    /// priority ([`lower_priority`]) when `background`.
     fn with_runtime(
         objects: Arc<dyn ObjectStore>,
         prefix: ObjectPath,
         url: &str,
-        runtime: tokio::runtime::Runtime,
-    ) -> Archive {
-        Archive {
+        background: bool,
+    ) -> Result<Archive> {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(2).enable_all();
+        match background {
+            true => builder
+                .thread_name("session-store-uploader")
+                .on_thread_start(lower_priority),
+            false => builder.thread_name("session-store-archive"),
+        };
+        let runtime = builder
+            .build()
+            .map_err(|e| Error::io("start the archive's runtime", url, e))?;
+        Ok(Archive {
             inner: Arc::new(Inner {
                 objects,
                 prefix,
@@ -307,26 +315,19 @@ impl Archive {
                 runtime,
                 evicting: parking_lot::Mutex::new(()),
             }),
-        }
+        })
     }
 
     /// The same archive on a runtime of its own whose threads run at a
     /// lower CPU priority ([`lower_priority`]): the continuous archiver's,
     /// so that its uploads yield the CPU to the writers.
     pub(crate) fn in_background(&self) -> Result<Archive> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("session-store-uploader")
-            .on_thread_start(lower_priority)
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("start the archiver's runtime", &self.inner.url, e))?;
-        Ok(Archive::with_runtime(
+        Archive::with_runtime(
             self.inner.objects.clone(),
             self.inner.prefix.clone(),
             &self.inner.url,
-            runtime,
-        ))
+            true,
+        )
     }
 
     /// The URL the archive was opened with.

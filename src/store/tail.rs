@@ -41,7 +41,11 @@ impl Store {
     /// A fork by reference whose history still starts in its parent's log
     /// is restored whole (through the parent) and its last items taken.
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
-        self.with_history_tail(id, limit, |t| t.into_owned())
+        let snap = self.snapshot(id)?;
+        if snap.restore_link()?.is_none() {
+            return snap.own_tail(limit, |t| t.into_owned());
+        }
+        self.restored_tail(id, limit)
     }
 
     /// [`Store::history_tail`]'s items, handed to `read` in place, with no
@@ -61,16 +65,24 @@ impl Store {
         if snap.restore_link()?.is_none() {
             return snap.own_tail(limit, read);
         }
-        let state = self.restore(id)?;
+        let tail = self.restored_tail(id, limit)?;
+        Ok(read(HistoryTailView {
+            items: tail.items.iter().map(ItemView::from).collect(),
+            head: tail.head,
+        }))
+    }
+
+    /// The tail of a fork by reference whose history starts in its
+    /// parent's log: restored whole (through the parent), its last items
+    /// taken, owned.
+    fn restored_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
+        let mut state = self.restore(id)?;
         let len = state.history.len();
         let keep = limit.map_or(len, |l| l.min(len));
-        Ok(read(HistoryTailView {
-            items: state.history[len - keep..]
-                .iter()
-                .map(ItemView::from)
-                .collect(),
+        Ok(HistoryTail {
+            items: state.history.split_off(len - keep),
             head: state.head,
-        }))
+        })
     }
 
     /// How many items the session's live history holds: the length of
