@@ -15,7 +15,7 @@ use crate::format::{
 };
 use crate::fs::Hook;
 use crate::schema::EntryKind;
-use crate::segment::{Scan, ScanMode, Segment};
+use crate::segment::{RecordCheck, Scan, ScanMode, Segment};
 
 /// What the sealed segments of a log say about the log up to their end.
 struct SealedPrefix {
@@ -31,19 +31,29 @@ struct SealedPrefix {
 /// the last must be sealed; the last is the active segment (or a sealed one
 /// the log has not rolled past). A writer that `keeps_lagging_mark` leaves a
 /// mark that lags but agrees with the records as it is (see
-/// `cut_tail_and_mark`).
+/// `cut_tail_and_mark`). `past_mark` checks each record of the last segment
+/// past its durable mark; one that fails it is where the torn tail starts.
 pub(super) fn open_segments(
     paths: &[(u64, PathBuf)],
     writable: bool,
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
+    past_mark: Option<RecordCheck<'_>>,
 ) -> Result<Opened> {
     let (last, sealed) = paths
         .split_last()
         .expect("open_segments is called with at least one path");
     let prefix = open_sealed(sealed, writable, hook)?;
-    open_last(last, prefix, writable, keeps_lagging_mark, mode, hook)
+    open_last(
+        last,
+        prefix,
+        writable,
+        keeps_lagging_mark,
+        mode,
+        hook,
+        past_mark,
+    )
 }
 
 /// Opens a segment and checks that it is the one its name says, continuing
@@ -113,6 +123,7 @@ fn open_last(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
+    past_mark: Option<RecordCheck<'_>>,
 ) -> Result<Opened> {
     let seg = open_in_order(named, &mut prefix, writable, hook)?;
     // Its footer may be a seal that never became durable (its successor was
@@ -122,7 +133,7 @@ fn open_last(
     let mark = *seg.mark.lock();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
-    let scan = scan_last(&seg, mark, limit, writable);
+    let scan = scan_last(&seg, mark, limit, writable, past_mark);
     let session_start = scan.last_session_start.map(|(_, offset)| offset);
     let mut last_session_start = prefix.last_session_start;
     if let Some((seq, _)) = scan.last_session_start {
@@ -187,7 +198,13 @@ fn open_last(
 /// at a version 2 mark, which says where the last SessionStart below it is;
 /// a writer scans them all, since it must tell damage below the mark from a
 /// torn tail.
-fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> Scan {
+fn scan_last(
+    seg: &Segment,
+    mark: Option<Mark>,
+    limit: u64,
+    writable: bool,
+    past_mark: Option<RecordCheck<'_>>,
+) -> Scan {
     let h = seg.header;
     let skip = mark
         .filter(|_| !writable)
@@ -205,6 +222,7 @@ fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> S
                 // What the records say at the mark's end: a writer may keep
                 // a mark that lags but agrees with them (`cut_tail_and_mark`).
                 checkpoint: mark.filter(|_| writable).map(|m| m.end),
+                past_mark,
             },
         );
     };
@@ -218,6 +236,7 @@ fn scan_last(seg: &Segment, mark: Option<Mark>, limit: u64, writable: bool) -> S
             check_archives: false,
             crc_below_mark: false,
             checkpoint: None,
+            past_mark,
         },
     );
     tail.count += m.next_seq - h.first_seq;

@@ -5,7 +5,8 @@ use super::{now_ms, Store};
 use crate::chain::EntryHash;
 use crate::error::Result;
 use crate::item::Item;
-use crate::log::Snapshot;
+use crate::log::{RecordView, Snapshot};
+use crate::payload::resolve_item;
 use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
 
 /// The last items of a session's live history, from [`Store::history_tail`].
@@ -90,16 +91,13 @@ impl Snapshot {
         match limit {
             // Everything: one pass forward, then the entries back.
             None => {
-                let entries = self
-                    .iter_from(from)
-                    .map(|r| r.map(|v| v.entry))
-                    .collect::<Result<Vec<_>>>()?;
-                for entry in entries.into_iter().rev() {
-                    tail.take(entry);
+                let records = self.iter_from(from).collect::<Result<Vec<_>>>()?;
+                for rec in records.iter().rev() {
+                    tail.take(rec)?;
                 }
             }
             Some(0) => {}
-            Some(_) => self.visit_back(from, |at| Ok(tail.take(self.read_at(at)?.entry)))?,
+            Some(_) => self.visit_back(from, |at| tail.take(&self.read_at(at)?))?,
         }
         let mut items = tail.items;
         items.reverse();
@@ -162,12 +160,14 @@ struct Taker {
 }
 
 impl Taker {
-    /// Takes what `entry`, the one before those already seen, adds; returns
+    /// Takes what `rec`, the record before those already seen, adds (its
+    /// items kept in the store's payload area read from there); returns
     /// whether more items are wanted.
-    fn take(&mut self, entry: &ArchivedLogEntry) -> bool {
+    fn take(&mut self, rec: &RecordView<'_>) -> Result<bool> {
+        let entry = rec.entry;
         if let ArchivedLogEntry::ItemsRemoved { count, .. } = entry {
             self.hidden = self.hidden.saturating_add(count.to_native());
-            return self.items.len() < self.want;
+            return Ok(self.items.len() < self.want);
         }
         let all = entry.items();
         let shown = all
@@ -178,8 +178,8 @@ impl Taker {
             if self.items.len() == self.want {
                 break;
             }
-            self.items.push(item.to_item());
+            self.items.push(resolve_item(rec.payloads, rec.seq, item)?);
         }
-        self.items.len() < self.want
+        Ok(self.items.len() < self.want)
     }
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use session_store::{Error, Log, SessionId};
 
 use crate::inspect::{count, human_bytes};
-use crate::{open_store_to_read, progress};
+use crate::{open_store, open_store_to_read, progress};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -53,14 +53,22 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                         t.offset,
                         t.reason
                     ),
-                    (None, None) => match store.verify_fork_link(id) {
+                    (None, None) => match (
+                        store.verify_fork_link(id),
+                        store.verify_payloads(id)?.first(),
+                    ) {
                         // The log is whole; a fork's link to its parent
-                        // must hold too.
-                        Err(e) => {
+                        // must hold too, and every payload a record refers
+                        // to must be there and hash right.
+                        (Err(e), _) => {
                             damaged += 1;
                             format!("{id}: DAMAGED: {e}")
                         }
-                        Ok(link) => format!(
+                        (Ok(_), Some(d)) => {
+                            damaged += 1;
+                            format!("{id}: DAMAGED: {d}")
+                        }
+                        (Ok(link), None) => format!(
                             "{id}: ok, {}, {}{}",
                             count(r.records, "record"),
                             human_bytes(r.bytes),
@@ -97,4 +105,21 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[derive(clap::Args)]
+pub struct GcArgs {}
+
+/// `gc`: removes the payloads no session refers to.
+pub fn gc(root: &Option<PathBuf>, _a: GcArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let r = store.collect_payloads()?;
+    println!(
+        "payloads: {} kept, {} removed ({}), {} temporary files removed",
+        r.kept,
+        r.removed,
+        human_bytes(r.removed_bytes),
+        r.removed_temporary
+    );
+    Ok(ExitCode::SUCCESS)
 }
