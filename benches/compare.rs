@@ -32,6 +32,7 @@
 //! cargo bench --bench compare -- --headline # the headline, creation and forks tables only (with --quick too)
 //! cargo bench --bench compare -- --create   # the creation table only (with --quick too)
 //! cargo bench --bench compare -- --forks    # the forks table only (with --quick too)
+//! cargo bench --bench compare -- --sessions # the headline table only (with --quick too)
 //! cargo bench --bench compare -- --payloads # the payload table only (with --quick too)
 //! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
@@ -639,6 +640,7 @@ fn main() {
     let headline_only = args.iter().any(|a| a == "--headline");
     let create_only = args.iter().any(|a| a == "--create");
     let forks_only = args.iter().any(|a| a == "--forks");
+    let sessions_only = args.iter().any(|a| a == "--sessions");
     let payloads_only = args.iter().any(|a| a == "--payloads");
     let reps = args.iter().position(|a| a == "--reps").map(|i| {
         args.get(i + 1)
@@ -670,6 +672,10 @@ fn main() {
         return;
     }
     sessions::run(quick, cfg.reps);
+    if sessions_only {
+        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     creation::run(quick, cfg.reps);
     forks::run(quick, cfg.reps);
     if headline_only {

@@ -178,7 +178,7 @@ impl Log {
     }
 
     /// Lets the log go (its lock with it) without making anything durable,
-    /// as a `Buffered` log promises nothing more: [`Log::reopen_released`]
+    /// as a `Buffered` log promises nothing more: [`Log::open_in_store`] (`released`)
     /// recovers what the page cache holds and keeps the lagging mark (see
     /// `cut_tail_and_mark`). Only a roll not yet settled is settled first:
     /// settling writes a mark into the log, which must not happen once
