@@ -271,8 +271,15 @@ impl PayloadArea {
     /// Recovery's check of a record past its log's durable mark, given its
     /// payload bytes: every payload the entry refers to is there, of the
     /// length and BLAKE3 hash the reference names. A record whose archive
-    /// does not validate is left to the checks that read it.
-    pub(crate) fn check_record(&self, bytes: &[u8]) -> std::result::Result<(), String> {
+    /// does not validate is left to the checks that read it. A writer's
+    /// open (`pending`) notes each payload found for the next sync: its own
+    /// writer may have crashed before syncing it, and this open's mark will
+    /// cover the record.
+    pub(crate) fn check_record(
+        &self,
+        bytes: &[u8],
+        pending: bool,
+    ) -> std::result::Result<(), String> {
         let Ok(entry) = crate::schema::LogEntry::access_archive(bytes) else {
             return Ok(());
         };
@@ -282,6 +289,9 @@ impl PayloadArea {
                     "payload {}: {problem}",
                     crate::chain::EntryHash(r.hash)
                 ));
+            }
+            if pending {
+                self.pending.lock().files.push(self.path(&r.hash));
             }
         }
         Ok(())

@@ -17,6 +17,19 @@ use crate::fs::Hook;
 use crate::schema::EntryKind;
 use crate::segment::{RecordCheck, Scan, ScanMode, Segment};
 
+/// A store's check of the payloads its records name, at open (see
+/// `PayloadArea::check_record`).
+#[derive(Clone, Copy)]
+pub(super) struct PayloadCheck<'p> {
+    /// Checks a record past the durable mark: its payloads are all there.
+    pub(super) check: RecordCheck<'p>,
+    /// Makes the payloads that `check` found durable (a writer's check
+    /// notes them for the store's next sync): run before a mark or a seal's
+    /// sync vouches for the records that name them, since a crashed
+    /// writer's payloads may be in the page cache only.
+    pub(super) sync: &'p dyn Fn() -> Result<()>,
+}
+
 /// What the sealed segments of a log say about the log up to their end.
 struct SealedPrefix {
     segments: Vec<Arc<Segment>>,
@@ -31,7 +44,7 @@ struct SealedPrefix {
 /// the last must be sealed; the last is the active segment (or a sealed one
 /// the log has not rolled past). A writer that `keeps_lagging_mark` leaves a
 /// mark that lags but agrees with the records as it is (see
-/// `cut_tail_and_mark`). `past_mark` checks each record of the last segment
+/// `cut_tail_and_mark`). `payloads` checks each record of the last segment
 /// past its durable mark; one that fails it is where the torn tail starts.
 pub(super) fn open_segments(
     paths: &[(u64, PathBuf)],
@@ -39,7 +52,7 @@ pub(super) fn open_segments(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
-    past_mark: Option<RecordCheck<'_>>,
+    payloads: Option<PayloadCheck<'_>>,
 ) -> Result<Opened> {
     let (last, sealed) = paths
         .split_last()
@@ -52,7 +65,7 @@ pub(super) fn open_segments(
         keeps_lagging_mark,
         mode,
         hook,
-        past_mark,
+        payloads,
     )
 }
 
@@ -123,7 +136,7 @@ fn open_last(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
-    past_mark: Option<RecordCheck<'_>>,
+    payloads: Option<PayloadCheck<'_>>,
 ) -> Result<Opened> {
     let seg = open_in_order(named, &mut prefix, writable, hook)?;
     // Its footer may be a seal that never became durable (its successor was
@@ -133,7 +146,8 @@ fn open_last(
     let mark = *seg.mark.lock();
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
-    let scan = scan_last(&seg, mark, limit, writable, past_mark);
+    let scan = scan_last(&seg, mark, limit, writable, payloads.map(|p| p.check));
+    let sync_payloads = || payloads.map_or(Ok(()), |p| (p.sync)());
     let session_start = scan.last_session_start.map(|(_, offset)| offset);
     let mut last_session_start = prefix.last_session_start;
     if let Some((seq, _)) = scan.last_session_start {
@@ -148,6 +162,7 @@ fn open_last(
         if writable {
             // The seal may be in the page cache only (a process killed
             // mid-roll): make it durable before a successor can exist.
+            sync_payloads()?;
             seg.sync()?;
         }
         *seg.footer.lock() = Some(f);
@@ -178,7 +193,15 @@ fn open_last(
         session_start,
     };
     let durable_next = match writable {
-        true => cut_tail_and_mark(&seg, mark, &scan, &tip, keeps_lagging_mark, &mut report)?,
+        true => cut_tail_and_mark(
+            &seg,
+            mark,
+            &scan,
+            &tip,
+            keeps_lagging_mark,
+            &sync_payloads,
+            &mut report,
+        )?,
         false => tip.next_seq,
     };
     *seg.index.write() = scan.index;
@@ -299,6 +322,7 @@ fn cut_tail_and_mark(
     scan: &Scan,
     tip: &Tip,
     keeps_lagging_mark: bool,
+    sync_payloads: &dyn Fn() -> Result<()>,
     report: &mut RecoveryReport,
 ) -> Result<u64> {
     let cut = seg.zero_range(tip.end, seg.len())?;
@@ -338,7 +362,10 @@ fn cut_tail_and_mark(
     }
     if tip.end > FIRST_RECORD_OFFSET || mark.is_some() {
         // Everything kept is now durable: record it so later damage is
-        // caught (and so a mark beyond a salvage cut stops counting).
+        // caught (and so a mark beyond a salvage cut stops counting). The
+        // payloads its records name first: a crashed writer's may be in the
+        // page cache only.
+        sync_payloads()?;
         seg.sync()?;
         seg.write_mark(point)?;
         seg.sync()?;

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Condvar, Mutex};
 
 use super::commit::{Settle, SyncState};
-use super::opening::open_segments;
+use super::opening::{open_segments, PayloadCheck};
 use super::reader::snapshot_of;
 use super::writer::Writer;
 use super::{
@@ -105,8 +105,14 @@ impl Log {
         keeps_lagging_mark: bool,
         payloads: Option<&PayloadArea>,
     ) -> Result<Log> {
-        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes));
-        let past_mark = payloads.map(|_| &check as RecordCheck<'_>);
+        // What the check finds is noted for the store's next sync, which
+        // runs before this open writes a mark over it.
+        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, true));
+        let sync = || payloads.map_or(Ok(()), |a| a.sync_pending());
+        let past_mark = payloads.map(|_| PayloadCheck {
+            check: &check,
+            sync: &sync,
+        });
         let dir = dir.to_path_buf();
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
@@ -129,7 +135,7 @@ impl Log {
             if paths.is_empty() {
                 break create_first_segment(&dir, &opts, &hook, true)?;
             }
-            let successor = match last_roll(&paths, &hook, past_mark)? {
+            let successor = match last_roll(&paths, &hook, past_mark.map(|p| p.check))? {
                 LastRoll::Settled => None,
                 LastRoll::Holds(prev) => {
                     // Intact, perhaps only in the page cache: make it durable
@@ -249,8 +255,12 @@ impl Log {
     }
 
     fn read_only(dir: &Path, payloads: Option<&PayloadArea>) -> Result<Log> {
-        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes));
-        let past_mark = payloads.map(|_| &check as RecordCheck<'_>);
+        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, false));
+        let never = || Ok(());
+        let past_mark = payloads.map(|_| PayloadCheck {
+            check: &check,
+            sync: &never,
+        });
         let dir = dir.to_path_buf();
         let (paths, _) = list_segments(&dir)?;
         if paths.is_empty() {
@@ -260,7 +270,7 @@ impl Log {
             )));
         }
         let mut paths = paths;
-        if let LastRoll::Torn = last_roll(&paths, &None, past_mark)? {
+        if let LastRoll::Torn = last_roll(&paths, &None, past_mark.map(|p| p.check))? {
             // What a recovering writer removes.
             paths.pop();
         }
