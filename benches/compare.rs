@@ -16,6 +16,10 @@
 //! The forks table (`compare/forks.rs`) forks a 100 MB session 100 times
 //! by reference, against the copy-fork it replaces, and restores a fork of
 //! a fork of a fork against a flat session; it checks issue 18's targets.
+//! The payload table (`compare/payloads.rs`) measures a session compacted
+//! 50 times with 64 KiB tool outputs: the disk the store takes against its
+//! unique content, with the payload area and without, and checks issue 18's
+//! target.
 //!
 //! The last table is the more favourable path: one log written through
 //! `Log::append_batch`, with the raw limit (memcpy into a prefaulted map plus
@@ -28,6 +32,8 @@
 //! cargo bench --bench compare -- --headline # the headline, creation and forks tables only (with --quick too)
 //! cargo bench --bench compare -- --create   # the creation table only (with --quick too)
 //! cargo bench --bench compare -- --forks    # the forks table only (with --quick too)
+//! cargo bench --bench compare -- --sessions # the headline table only (with --quick too)
+//! cargo bench --bench compare -- --payloads # the payload table only (with --quick too)
 //! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
 //!                                           # restore 1 GB vs 10 MB
@@ -66,6 +72,8 @@ mod common;
 mod creation;
 #[path = "compare/forks.rs"]
 mod forks;
+#[path = "compare/payloads.rs"]
+mod payloads;
 #[path = "compare/sessions.rs"]
 mod sessions;
 use common::Workload;
@@ -632,6 +640,8 @@ fn main() {
     let headline_only = args.iter().any(|a| a == "--headline");
     let create_only = args.iter().any(|a| a == "--create");
     let forks_only = args.iter().any(|a| a == "--forks");
+    let sessions_only = args.iter().any(|a| a == "--sessions");
+    let payloads_only = args.iter().any(|a| a == "--payloads");
     let reps = args.iter().position(|a| a == "--reps").map(|i| {
         args.get(i + 1)
             .and_then(|n| n.parse().ok())
@@ -656,13 +666,23 @@ fn main() {
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;
     }
+    if payloads_only {
+        payloads::run(quick, cfg.reps);
+        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     sessions::run(quick, cfg.reps);
+    if sessions_only {
+        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     creation::run(quick, cfg.reps);
     forks::run(quick, cfg.reps);
     if headline_only {
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;
     }
+    payloads::run(quick, cfg.reps);
     eprintln!(
         "compare: single log, {} mode, {} turns, {} repetitions",
         if quick { "quick" } else { "full" },
@@ -906,7 +926,8 @@ fn replay_rows(run: &mut Runner, w: &Workload, dirs: &Dirs) {
     let open_log = || {
         let mut s = RestoredState::default();
         for rec in snap.iter() {
-            s.apply_archived(rec.expect("record").entry);
+            s.apply_archived(rec.expect("record").entry)
+                .expect("applies");
         }
         s.history
     };

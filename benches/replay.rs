@@ -47,7 +47,9 @@ fn replay(c: &mut Criterion) {
         b.iter(|| {
             let mut state = RestoredState::default();
             for rec in snap.iter() {
-                state.apply_archived(rec.expect("record").entry);
+                state
+                    .apply_archived(rec.expect("record").entry)
+                    .expect("applies");
             }
             assert_eq!(state.history.len() as u64, items);
             state

@@ -25,6 +25,17 @@ pub enum Error {
         /// What failed.
         kind: CorruptKind,
     },
+    /// A record refers to an item in the store's payload area that is
+    /// missing or damaged (or the log was read without its store).
+    #[error("payload {hash} referred to at seq {seq}: {problem}")]
+    Payload {
+        /// The record that refers to it.
+        seq: u64,
+        /// The payload's BLAKE3 hash, hex.
+        hash: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// An operating-system I/O error.
     #[error("{op} {}: {source}", path.display())]
     Io {
@@ -238,6 +249,10 @@ pub enum CorruptKind {
     MissingSegment,
     /// The active segment's durable mark disagrees with its records.
     Mark(String),
+    /// A record past the durable mark refers to an item of the store's
+    /// payload area that is missing or damaged: it was not durable when
+    /// the power went, so recovery cuts the log there as a torn tail.
+    Payload(String),
 }
 
 impl fmt::Display for CorruptKind {
@@ -263,6 +278,7 @@ impl fmt::Display for CorruptKind {
             CorruptKind::Footer(why) => write!(f, "bad footer ({why})"),
             CorruptKind::MissingSegment => write!(f, "missing segment"),
             CorruptKind::Mark(why) => write!(f, "durable mark: {why}"),
+            CorruptKind::Payload(why) => write!(f, "payload not durable: {why}"),
         }
     }
 }

@@ -55,10 +55,12 @@ pub fn entry_line(
 
 impl RecordView<'_> {
     /// This record as a wire line, without the newline (`prev_hash` is
-    /// `null` at seq 0).
-    pub fn wire_line(&self) -> String {
+    /// `null` at seq 0). Items kept in the store's payload area are written
+    /// in full, so the line stands without the store; a payload that cannot
+    /// be read is [`Error::Payload`](crate::Error::Payload).
+    pub fn wire_line(&self) -> Result<String> {
         let prev = (self.seq > 0).then_some(&self.prev_hash);
-        entry_line(self.seq, &self.hash, prev, &self.entry.to_entry())
+        Ok(entry_line(self.seq, &self.hash, prev, &self.to_entry()?))
     }
 }
 

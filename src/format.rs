@@ -14,14 +14,15 @@
 //! Version 3 has version 2's layout; it says that records may hold schema 2
 //! entries (the Responses and Messages items), so that a reader built before
 //! schema 2 refuses the segment instead of taking its records for damage.
-//! Versions 4 and 5 do the same for schema 3 (`items_removed`) and schema 4
-//! (`forked_from`, the first entry of a fork by reference).
+//! Versions 4, 5 and 6 do the same for schema 3 (`items_removed`), schema 4
+//! (`forked_from`, the first entry of a fork by reference) and schema 5
+//! (`LoggedItem::External`, an item kept in the store's payload area).
 
 use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
 /// Current format version: every new segment is written with it.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest version still read.
 pub const OLDEST_VERSION: u32 = 1;
 

@@ -76,6 +76,7 @@ mod history;
 mod item;
 mod log;
 mod mmap;
+mod payload;
 mod schema;
 mod segment;
 mod state;
@@ -120,20 +121,21 @@ pub use log::{
     RecoveryReport, SealObserver, SealedSegment, Snapshot, TornTail, VerifyReport,
     DEFAULT_INITIAL_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE, LAST_RECOVERY_FILE,
 };
+pub use payload::{PayloadCollection, PayloadDamage, PayloadProblem};
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
 pub use schema::JSON_GROWTH;
 pub use schema::{
     group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
     LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedItem,
-    LoggedOutputText, LoggedRole, LoggedToolOutput, RequestConfig, SessionId, SessionOrigin,
-    WorkerResult, MAX_JSON_DEPTH,
+    LoggedOutputText, LoggedPayloadRef, LoggedRole, LoggedToolOutput, RequestConfig, SessionId,
+    SessionOrigin, WorkerResult, MAX_JSON_DEPTH,
 };
 pub use state::{
     check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
 };
 pub use store::{
     Deletion, ExportedEntry, HistoryTail, HistoryTailView, ListFilter, SessionHandle, SessionInfo,
-    Store, StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_POLL_INTERVAL,
-    MAX_FORK_DEPTH, MAX_NAME_BYTES, NAME_DOMAIN,
+    Store, StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_PAYLOAD_THRESHOLD,
+    DEFAULT_POLL_INTERVAL, MAX_FORK_DEPTH, MAX_NAME_BYTES, NAME_DOMAIN,
 };

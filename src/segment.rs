@@ -220,8 +220,8 @@ impl Scan {
 }
 
 /// How thoroughly to scan.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ScanMode {
+#[derive(Clone, Copy)]
+pub(crate) struct ScanMode<'p> {
     /// Below this offset, trust CRCs and skip chain hashing (the durable mark
     /// says those bytes were checked and synced); `mark` gives the hash there.
     pub(crate) trusted: Option<Mark>,
@@ -233,7 +233,14 @@ pub(crate) struct ScanMode {
     pub(crate) crc_below_mark: bool,
     /// An offset at which to record the scan's state ([`Scan::checkpoint`]).
     pub(crate) checkpoint: Option<u64>,
+    /// A further check of each record past the trusted mark, on its payload
+    /// bytes: a store's writer checks that the items it keeps in the
+    /// store's payload area are there (`PayloadArea::check_record`).
+    pub(crate) past_mark: Option<RecordCheck<'p>>,
 }
+
+/// What [`ScanMode::past_mark`] runs: `Err` names what is wrong.
+pub(crate) type RecordCheck<'p> = &'p (dyn Fn(&[u8]) -> std::result::Result<(), String> + Sync);
 
 impl Segment {
     /// Opens and maps an existing segment, checking its header.
@@ -389,7 +396,7 @@ impl Segment {
         limit: u64,
         next_seq: u64,
         hash: EntryHash,
-        mode: ScanMode,
+        mode: ScanMode<'_>,
     ) -> Scan {
         let limit = self.data_limit(from, limit);
         self.map.with_view(0, limit as usize, |bytes| {
@@ -523,7 +530,7 @@ pub(crate) fn scan_bytes(
     from: u64,
     mut next_seq: u64,
     mut hash: EntryHash,
-    mode: ScanMode,
+    mode: ScanMode<'_>,
 ) -> Scan {
     let mut scan = Scan {
         end: from,
@@ -624,7 +631,7 @@ fn check_record(
     hash: Option<EntryHash>,
     mark_at_end: Option<Mark>,
     in_trusted: bool,
-    mode: ScanMode,
+    mode: ScanMode<'_>,
 ) -> Result<(), CorruptKind> {
     let h = rec.header;
     if mode.crc_below_mark || !in_trusted {
@@ -659,6 +666,9 @@ fn check_record(
     if mode.check_archives {
         crate::schema::LogEntry::access_archive(rec.payload())
             .map_err(CorruptKind::InvalidArchive)?;
+    }
+    if let Some(check) = mode.past_mark.filter(|_| !in_trusted) {
+        check(rec.payload()).map_err(CorruptKind::Payload)?;
     }
     Ok(())
 }

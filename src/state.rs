@@ -9,9 +9,11 @@ use serde::Serialize;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::item::{CallLink, Item};
-use crate::log::{Log, Snapshot, TornTail};
+use crate::log::{Log, RecordView, Snapshot, TornTail};
+use crate::payload::{resolve_item, PayloadArea};
 use crate::schema::{
-    ArchivedLogEntry, JsonText, LogEntry, RequestConfig, SessionId, SessionOrigin,
+    ArchivedLogEntry, ArchivedLoggedItem, JsonText, LogEntry, RequestConfig, SessionId,
+    SessionOrigin,
 };
 
 /// Token usage of one model call, as logged.
@@ -167,8 +169,27 @@ impl RestoredState {
     }
 
     /// Folds one archived entry in, building runtime items straight from the
-    /// archived bytes: no owned `LogEntry`, no JSON.
-    pub fn apply_archived(&mut self, entry: &ArchivedLogEntry) {
+    /// archived bytes: no owned `LogEntry`, no JSON. An entry that refers
+    /// to the store's payload area cannot be folded without it
+    /// ([`Error::Payload`](crate::Error::Payload)): read such logs through
+    /// the [`Store`](crate::Store), or fold records with
+    /// [`RestoredState::apply_record`].
+    pub fn apply_archived(&mut self, entry: &ArchivedLogEntry) -> Result<()> {
+        self.apply_resolved(entry, None, 0)
+    }
+
+    /// Folds one record in: [`RestoredState::apply_archived`], with the
+    /// items it keeps in the store's payload area read from there.
+    pub fn apply_record(&mut self, rec: &RecordView<'_>) -> Result<()> {
+        self.apply_resolved(rec.entry, rec.payloads, rec.seq)
+    }
+
+    fn apply_resolved(
+        &mut self,
+        entry: &ArchivedLogEntry,
+        payloads: Option<&PayloadArea>,
+        seq: u64,
+    ) -> Result<()> {
         match entry {
             ArchivedLogEntry::SessionStart {
                 system_prompt,
@@ -182,7 +203,7 @@ impl RestoredState {
                 self.system_prompt = system_prompt.as_ref().map(|s| s.as_str().to_owned());
                 self.config = config.to_owned_config();
                 self.history.clear();
-                self.history.extend(history.iter().map(|i| i.to_item()));
+                self.extend_resolved(history.as_slice(), payloads, seq)?;
                 self.forked_from = forked_from.as_ref().map(|o| o.get());
                 self.compacted_from = compacted_from.as_ref().map(|o| o.get());
             }
@@ -191,8 +212,7 @@ impl RestoredState {
             | ArchivedLogEntry::ToolResults { .. }
             | ArchivedLogEntry::HookInjectedItems { .. } => {
                 self.entries += 1;
-                self.history
-                    .extend(entry.items().iter().map(|i| i.to_item()));
+                self.extend_resolved(entry.items(), payloads, seq)?;
             }
             ArchivedLogEntry::TurnEnd { turn_count, .. } => {
                 self.entries += 1;
@@ -210,6 +230,20 @@ impl RestoredState {
             // The rare kinds go through the owned form: one code path for them.
             _ => self.apply(&entry.to_entry()),
         }
+        Ok(())
+    }
+
+    fn extend_resolved(
+        &mut self,
+        items: &[ArchivedLoggedItem],
+        payloads: Option<&PayloadArea>,
+        seq: u64,
+    ) -> Result<()> {
+        self.history.reserve(items.len());
+        for item in items {
+            self.history.push(resolve_item(payloads, seq, item)?);
+        }
+        Ok(())
     }
 
     /// Checks what a provider would reject if this history were re-sent.
@@ -431,7 +465,7 @@ impl Snapshot {
         let from = self.last_session_start().unwrap_or(self.first_seq());
         for rec in self.iter_from(from) {
             let rec = rec?;
-            state.apply_archived(rec.entry);
+            state.apply_record(&rec)?;
             state.head = Some(rec.hash);
             state.head_seq = Some(rec.seq);
         }

@@ -1663,3 +1663,62 @@ fn grep_finds_lines_across_sessions_by_kind_with_context() {
     assert_eq!(r.stdout.lines().count(), 2, "{}", r.stdout);
     assert!(r.stderr.contains(&format!("session {b}")), "{}", r.stderr);
 }
+
+#[test]
+fn verify_names_a_missing_payload_and_gc_removes_only_unreferenced_ones() {
+    let (_tmp, root) = store_dir();
+    let big = Item::ToolResult {
+        id: None,
+        call_id: "c1".into(),
+        summary: "x".repeat(8 << 10),
+        content: None,
+    };
+    let store = Store::open(&root).unwrap();
+    let (kept, _) = store
+        .create_session(None, RequestConfig::default(), std::slice::from_ref(&big))
+        .unwrap();
+    let (gone, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    let other = Item::ToolResult {
+        id: None,
+        call_id: "c2".into(),
+        summary: "y".repeat(8 << 10),
+        content: None,
+    };
+    store.save_delta(gone, &mut head, &[other]).unwrap();
+    store.delete(gone).unwrap();
+    store.close().unwrap();
+    let kept = kept.to_string();
+    assert!(ok(&root, &["verify", &kept]).starts_with(&format!("{kept}: ok")));
+    // The deleted session's payload goes; the kept one's stays.
+    let out = ok(&root, &["gc"]);
+    assert!(out.contains("1 kept, 1 removed"), "{out}");
+    assert!(ok(&root, &["verify", &kept]).starts_with(&format!("{kept}: ok")));
+    let shown = ok(&root, &["export", &kept]);
+    assert!(
+        shown.contains(&"x".repeat(8 << 10)),
+        "export writes it inline"
+    );
+    // Its payload removed by hand: verify names the record and the hash.
+    let shard = fs::read_dir(root.join("payloads"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .unwrap()
+        .path();
+    let file = fs::read_dir(&shard)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let hash = file.file_name().unwrap().to_str().unwrap().to_string();
+    fs::remove_file(&file).unwrap();
+    let r = run(&root, &["verify", &kept]);
+    assert_eq!(r.code, Some(1), "{} {}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.trim_end(),
+        format!("{kept}: DAMAGED: payload {hash} at seq 0: missing")
+    );
+}

@@ -107,7 +107,9 @@ fn apply_archived_all(entries: &[LogEntry]) -> RestoredState {
     let archives: Vec<_> = entries.iter().map(LogEntry::to_archive).collect();
     let mut state = RestoredState::default();
     for bytes in &archives {
-        state.apply_archived(LogEntry::access_archive(bytes).unwrap());
+        state
+            .apply_archived(LogEntry::access_archive(bytes).unwrap())
+            .unwrap();
     }
     state
 }

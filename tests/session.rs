@@ -499,7 +499,8 @@ fn a_fork_keeps_state_and_then_goes_its_own_way() {
 #[test]
 fn fork_at_truncates_by_hash_and_by_seq() {
     let dir = tempdir();
-    let store = open(dir.path());
+    // Every item in its record, so that the turns span segments.
+    let store = Store::open_with(dir.path(), options().payload_threshold(usize::MAX)).unwrap();
     let initial = vec![Item::user_text("zero")];
     let (src, h0) = store
         .create_session(None, RequestConfig::model("m"), &initial)

@@ -16,7 +16,9 @@
 //! Both durabilities run: on a `Sync` store a creation or save is
 //! acknowledged when it returns; on a `Buffered` one, when the session's
 //! next sync (or the store's close) returns, and a creation that no sync
-//! covered may be lost, but only whole.
+//! covered may be lost, but only whole. Large items go to the store's
+//! payload area, so crashes also fall between a payload and its record, and
+//! every restore resolves the payloads its records refer to.
 //! Trials are seeded; a failure prints the seed, and
 //! `POWER_LOSS_STORE_SEED=<seed>` replays just that trial (in both modes).
 //! `POWER_LOSS_STORE_TRIALS` raises the count (default 600, bounded by
@@ -415,7 +417,13 @@ fn options(durability: Durability, hook: Option<Arc<dyn IoHook>>) -> StoreOption
     if let Some(h) = hook {
         log = log.hook(h);
     }
-    StoreOptions::default().log(log).max_open_sessions(2)
+    // Items of 3000 text bytes or more (about a third of the large ones)
+    // go to the payload area, so crashes land between a payload and its
+    // record too.
+    StoreOptions::default()
+        .log(log)
+        .max_open_sessions(2)
+        .payload_threshold(3000)
 }
 
 /// A directory for one trial: on tmpfs where there is one, since the

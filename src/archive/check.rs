@@ -54,6 +54,7 @@ pub(crate) fn check_object(bytes: &[u8], kind: ObjectKind) -> Result<Checked, Fa
         check_archives: true,
         crc_below_mark: true,
         checkpoint: None,
+        past_mark: None,
     };
     let len = bytes.len() as u64;
     let (data_end, footer) = match kind {

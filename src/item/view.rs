@@ -29,8 +29,11 @@ impl<'a> From<&'a Item> for ItemView<'a> {
     }
 }
 
-impl<'a> From<&'a ArchivedLoggedItem> for ItemView<'a> {
-    fn from(item: &'a ArchivedLoggedItem) -> Self {
+impl<'a> ItemView<'a> {
+    /// A view of a stored item. Never of a reference to the store's payload
+    /// area: the item it names is read and viewed instead.
+    pub(crate) fn stored(item: &'a ArchivedLoggedItem) -> Self {
+        debug_assert!(item.payload_ref().is_none());
         ItemView(Source::Stored(item))
     }
 }
@@ -338,6 +341,13 @@ fn stored_shape(item: &ArchivedLoggedItem) -> Shape<'_> {
         ArchivedLoggedItem::Opaque { role, json } => Shape::Opaque {
             role: role.as_ref().map(stored_role),
             json: json.as_str(),
+        },
+        // Views are made of the items references name, never of the
+        // references (`ItemView::stored`); were one made, it would read as
+        // an opaque item, as `ArchivedLoggedItem::to_item` gives it.
+        ArchivedLoggedItem::External(_) => Shape::Opaque {
+            role: None,
+            json: r#"{"type":"session_store_payload"}"#,
         },
     }
 }

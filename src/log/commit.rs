@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::format::Point;
 use crate::format::FIRST_RECORD_OFFSET;
 use crate::fs::{sync_dir, Hook};
+use crate::payload::PayloadArea;
 use crate::segment::Segment;
 
 #[derive(Default)]
@@ -31,6 +32,11 @@ pub(super) struct Settle {
     pub(super) dir: PathBuf,
     pub(super) hook: Hook,
     pub(super) poisoned: Arc<AtomicBool>,
+    /// The payload area of the store the log belongs to: a settle makes
+    /// the payloads written since the last sync durable before the sealed
+    /// segment, whose records recovery no longer reads once a successor
+    /// vouches for it.
+    pub(super) payloads: OnceLock<Arc<PayloadArea>>,
 }
 
 pub(super) struct Unsettled {
@@ -54,6 +60,9 @@ impl Settle {
         };
         let result = (|| {
             if let Some(sealed) = &u.sealed {
+                if let Some(payloads) = self.payloads.get() {
+                    payloads.sync_pending()?;
+                }
                 sealed.sync()?;
             }
             sync_dir(&self.dir, &self.hook)?;
@@ -137,6 +146,13 @@ impl Log {
     /// the previous commit, then `fdatasync`s the active segment.
     pub(super) fn sync_now(&self) -> Result<u64> {
         let p = self.inner.published.lock().clone();
+        // The store's payloads written since the last sync go first (every
+        // record of `p` had its payloads written before it was appended):
+        // no record may become durable, nor a mark cover it, before the
+        // payloads it names.
+        if let Some(payloads) = &self.payloads {
+            payloads.sync_pending()?;
+        }
         // A record is durable only once the roll into its segment is:
         // recovery discards the successor of a segment that is torn. Settled
         // after the snapshot, so that a roll before it is covered (one after
@@ -162,7 +178,7 @@ impl Log {
     }
 
     /// Lets the log go (its lock with it) without making anything durable,
-    /// as a `Buffered` log promises nothing more: [`Log::reopen_released`]
+    /// as a `Buffered` log promises nothing more: [`Log::open_in_store`] (`released`)
     /// recovers what the page cache holds and keeps the lagging mark (see
     /// `cut_tail_and_mark`). Only a roll not yet settled is settled first:
     /// settling writes a mark into the log, which must not happen once

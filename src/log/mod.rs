@@ -28,6 +28,7 @@ pub use reader::{Iter, RecordView, Snapshot};
 pub use verify::{Damage, VerifyReport};
 pub(crate) use writer::entry_hash;
 
+use crate::payload::PayloadArea;
 use commit::{Settle, SyncState};
 use reader::snapshot_of;
 use writer::Writer;
@@ -353,6 +354,10 @@ pub(crate) type FirstSync = Box<dyn FnOnce() -> crate::error::Result<()> + Send>
 #[derive(Clone)]
 pub struct Log {
     inner: Arc<Inner>,
+    /// The payload area of the store this log belongs to, which resolves
+    /// its records' references to large items; `None` for a log opened on
+    /// its own.
+    payloads: Option<Arc<PayloadArea>>,
 }
 
 impl std::fmt::Debug for Log {
@@ -392,7 +397,17 @@ impl Log {
     /// A consistent view of everything committed so far.
     pub fn snapshot(&self) -> Snapshot {
         let p = self.inner.published.lock().clone();
-        snapshot_of(&p)
+        let mut snap = snapshot_of(&p);
+        snap.payloads = self.payloads.clone();
+        snap
+    }
+
+    /// The same log, resolving references to large items in `payloads`.
+    pub(crate) fn with_payloads(mut self, payloads: Arc<PayloadArea>) -> Log {
+        // A log serves one store: the first area given stays.
+        let _ = self.inner.settle.payloads.set(payloads.clone());
+        self.payloads = Some(payloads);
+        self
     }
 
     /// Seq and hash of the last record, if any.

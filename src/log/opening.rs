@@ -16,7 +16,20 @@ use crate::format::{
 };
 use crate::fs::Hook;
 use crate::schema::EntryKind;
-use crate::segment::{Scan, ScanMode, Segment};
+use crate::segment::{RecordCheck, Scan, ScanMode, Segment};
+
+/// A store's check of the payloads its records name, at open (see
+/// `PayloadArea::check_record`).
+#[derive(Clone, Copy)]
+pub(super) struct PayloadCheck<'p> {
+    /// Checks a record past the durable mark: its payloads are all there.
+    pub(super) check: RecordCheck<'p>,
+    /// Makes the payloads that `check` found durable (a writer's check
+    /// notes them for the store's next sync): run before a mark or a seal's
+    /// sync vouches for the records that name them, since a crashed
+    /// writer's payloads may be in the page cache only.
+    pub(super) sync: &'p dyn Fn() -> Result<()>,
+}
 
 /// What the sealed segments of a log say about the log up to their end.
 pub(super) struct SealedPrefix {
@@ -35,7 +48,8 @@ pub(super) struct SealedPrefix {
 /// the last must be sealed; the last is the active segment (or a sealed one
 /// the log has not rolled past). A writer that `keeps_lagging_mark` leaves a
 /// mark that lags but agrees with the records as it is (see
-/// `cut_tail_and_mark`).
+/// `cut_tail_and_mark`). `payloads` checks each record of the last segment
+/// past its durable mark; one that fails it is where the torn tail starts.
 pub(super) fn open_segments(
     paths: &[(u64, PathBuf)],
     writable: bool,
@@ -43,13 +57,23 @@ pub(super) fn open_segments(
     mode: RecoveryMode,
     hook: &Hook,
     hint: Option<&ReleaseHint>,
+    payloads: Option<PayloadCheck<'_>>,
 ) -> Result<Opened> {
     let (last, sealed) = paths
         .split_last()
         .expect("open_segments is called with at least one path");
     let evicted = evicted_below(&paths[0])?;
     let prefix = open_sealed(sealed, evicted, writable, hook)?;
-    open_last(last, prefix, writable, keeps_lagging_mark, mode, hook, hint)
+    open_last(
+        last,
+        prefix,
+        writable,
+        keeps_lagging_mark,
+        mode,
+        hook,
+        hint,
+        payloads,
+    )
 }
 
 /// Opens a segment and checks that it is the one its name says, continuing
@@ -135,6 +159,7 @@ fn open_last(
     mode: RecoveryMode,
     hook: &Hook,
     hint: Option<&ReleaseHint>,
+    payloads: Option<PayloadCheck<'_>>,
 ) -> Result<Opened> {
     let seg = open_in_order(named, &mut prefix, writable, hook)?;
     // Its footer may be a seal that never became durable (its successor was
@@ -145,12 +170,15 @@ fn open_last(
     let limit = footer.map_or(seg.len() - FOOTER_LEN as u64, |f| f.data_end);
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
     // A hint this process left for this very file of this log, within the
-    // records: trusted as a durable mark is (CRCs only below it).
+    // records: trusted as a durable mark is (CRCs only below it, and no
+    // payload check: this process wrote those payloads, and the store's
+    // next sync covers any it has not synced yet).
     let hint = hint
         .filter(|h| writable && h.segment == seg.path && h.log_id == seg.header.log_id)
         .map(|h| h.point)
         .filter(|p| p.next_seq >= seg.header.first_seq && p.end <= limit);
-    let scan = scan_last(&seg, mark, limit, writable, hint);
+    let scan = scan_last(&seg, mark, limit, writable, hint, payloads.map(|p| p.check));
+    let sync_payloads = || payloads.map_or(Ok(()), |p| (p.sync)());
     let session_start = scan.last_session_start.map(|(_, offset)| offset);
     let mut last_session_start = prefix.last_session_start;
     if let Some((seq, _)) = scan.last_session_start {
@@ -165,6 +193,7 @@ fn open_last(
         if writable {
             // The seal may be in the page cache only (a process killed
             // mid-roll): make it durable before a successor can exist.
+            sync_payloads()?;
             seg.sync()?;
         }
         *seg.footer.lock() = Some(f);
@@ -196,7 +225,15 @@ fn open_last(
         session_start,
     };
     let durable_next = match writable {
-        true => cut_tail_and_mark(&seg, mark, &scan, &tip, keeps_lagging_mark, &mut report)?,
+        true => cut_tail_and_mark(
+            &seg,
+            mark,
+            &scan,
+            &tip,
+            keeps_lagging_mark,
+            &sync_payloads,
+            &mut report,
+        )?,
         false => tip.next_seq,
     };
     *seg.index.write() = scan.index;
@@ -221,13 +258,14 @@ fn open_last(
 /// A writer's `hint` (see [`ReleaseHint`]) is trusted like a durable mark
 /// when it lies past the mark: below it only CRCs are checked, and the
 /// record that ends at it must have its hash, or the scan stops there as at
-/// any bad record.
+/// any bad record. `past_mark` checks each record past the trusted point.
 fn scan_last(
     seg: &Segment,
     mark: Option<Mark>,
     limit: u64,
     writable: bool,
     hint: Option<Point>,
+    past_mark: Option<RecordCheck<'_>>,
 ) -> Scan {
     let h = seg.header;
     let durable = mark.filter(|m| m.next_seq >= h.first_seq);
@@ -251,6 +289,7 @@ fn scan_last(
                 // What the records say at the mark's end: a writer may keep
                 // a mark that lags but agrees with them (`cut_tail_and_mark`).
                 checkpoint: mark.filter(|_| writable).map(|m| m.end),
+                past_mark,
             },
         );
     };
@@ -264,6 +303,7 @@ fn scan_last(
             check_archives: false,
             crc_below_mark: false,
             checkpoint: None,
+            past_mark,
         },
     );
     tail.count += m.next_seq - h.first_seq;
@@ -326,6 +366,7 @@ fn cut_tail_and_mark(
     scan: &Scan,
     tip: &Tip,
     keeps_lagging_mark: bool,
+    sync_payloads: &dyn Fn() -> Result<()>,
     report: &mut RecoveryReport,
 ) -> Result<u64> {
     let cut = seg.zero_range(tip.end, seg.len())?;
@@ -365,7 +406,10 @@ fn cut_tail_and_mark(
     }
     if tip.end > FIRST_RECORD_OFFSET || mark.is_some() {
         // Everything kept is now durable: record it so later damage is
-        // caught (and so a mark beyond a salvage cut stops counting).
+        // caught (and so a mark beyond a salvage cut stops counting). The
+        // payloads its records name first: a crashed writer's may be in the
+        // page cache only.
+        sync_payloads()?;
         seg.sync()?;
         seg.write_mark(point)?;
         seg.sync()?;

@@ -6,6 +6,7 @@ use super::Published;
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{self, RecordRef, FIRST_RECORD_OFFSET};
+use crate::payload::{resolve_logged, with_payload, PayloadArea};
 use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
 use crate::segment::Segment;
 
@@ -30,6 +31,7 @@ pub(super) fn snapshot_of(p: &Published) -> Snapshot {
         head: p.tip.hash,
         last_session_start: p.tip.last_session_start,
         evicted: p.evicted,
+        payloads: None,
     }
 }
 
@@ -42,6 +44,8 @@ pub struct Snapshot {
     /// Seq and hash the first segment continues, when the log's prefix
     /// below it is evicted.
     pub(super) evicted: Option<(u64, EntryHash)>,
+    /// Where references to large items resolve (the store's payload area).
+    pub(super) payloads: Option<Arc<PayloadArea>>,
 }
 
 /// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
@@ -61,6 +65,8 @@ pub struct RecordView<'a> {
     pub entry: &'a ArchivedLogEntry,
     /// Payload length in bytes.
     pub payload_len: u32,
+    /// Where the entry's references to large items resolve.
+    pub(crate) payloads: Option<&'a PayloadArea>,
 }
 
 impl Snapshot {
@@ -237,7 +243,38 @@ impl Snapshot {
         seq: u64,
     ) -> impl Iterator<Item = Result<(u64, EntryHash, LogEntry)>> + '_ {
         self.iter_from(seq)
-            .map(|r| r.map(|v| (v.seq, v.hash, v.entry.to_entry())))
+            .map(|r| r.and_then(|v| Ok((v.seq, v.hash, v.to_entry()?))))
+    }
+}
+
+impl RecordView<'_> {
+    /// Calls `f` with each item of this entry that is kept in the store's
+    /// payload area, read and checked (length, BLAKE3, archive), in order.
+    pub fn for_each_payload_item(
+        &self,
+        f: &mut dyn FnMut(&crate::schema::ArchivedLoggedItem),
+    ) -> Result<()> {
+        for item in self.entry.items() {
+            if let Some(r) = item.payload_ref() {
+                with_payload(self.payloads, self.seq, &r, |i| f(i))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The owned entry, with every item that lives in the store's payload
+    /// area read back in place of its reference: the entry as it was saved.
+    pub fn to_entry(&self) -> Result<LogEntry> {
+        let mut entry = self.entry.to_entry();
+        let archived = self.entry.items();
+        if archived.iter().any(|i| i.payload_ref().is_some()) {
+            for (item, a) in entry.items_mut().iter_mut().zip(archived) {
+                if a.payload_ref().is_some() {
+                    *item = resolve_logged(self.payloads, self.seq, a)?;
+                }
+            }
+        }
+        Ok(entry)
     }
 }
 
@@ -493,7 +530,7 @@ impl Snapshot {
     /// Checks the CRC and the archive of `rec`, read at `at` from `bytes`,
     /// and finds its hash in what follows it.
     fn check<'s>(
-        &self,
+        &'s self,
         seg: &Segment,
         at: RecordPos,
         rec: RecordRef<'s>,
@@ -526,6 +563,7 @@ impl Snapshot {
             prev_hash: h.prev_hash,
             entry,
             payload_len: h.payload_len,
+            payloads: self.payloads.as_deref(),
         })
     }
 }

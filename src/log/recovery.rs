@@ -4,12 +4,12 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::commit::{Settle, SyncState};
-use super::opening::open_segments;
+use super::opening::{open_segments, PayloadCheck};
 use super::reader::snapshot_of;
 use super::writer::Writer;
 use super::{
@@ -20,7 +20,10 @@ use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
-use crate::segment::{parse_segment_name, segment_name, Prepared, ScanMode, Segment, Space};
+use crate::payload::PayloadArea;
+use crate::segment::{
+    parse_segment_name, segment_name, Prepared, RecordCheck, ScanMode, Segment, Space,
+};
 
 /// Segment files by first seq, and leftover preparations.
 type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
@@ -79,24 +82,36 @@ impl Log {
     /// [`RecoveryMode::Salvage`]). A torn tail is cut and reported in
     /// [`Log::recovery_report`].
     pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
-        Log::open_writer(dir.as_ref(), opts, false, None)
+        Log::open_writer(dir.as_ref(), opts, false, None, None)
     }
 
-    /// [`Log::open`] of a log this process let go with [`Log::release`]:
-    /// its mark lags what the page cache holds, and recovery keeps it so
-    /// (see `cut_tail_and_mark`) rather than sync everything again.
+    /// [`Log::open`] of a session of a store, whose records may refer to
+    /// the store's `payloads`: recovery also cuts the log at the first
+    /// record past the durable mark whose payloads are not all there
+    /// (written, but not yet synced, when the power went).
     ///
-    /// With `hint` (what [`Log::release`] returned), records below the
-    /// hint's point in the same file of the same log are checked by CRC
-    /// only, as below a durable mark, and the record that ends at the point
-    /// is hashed and must match it: a session's reopen then costs no hashing
-    /// of what this process wrote.
-    pub(crate) fn reopen_released(
+    /// `released` is `Some` for a log this process let go with
+    /// [`Log::release`]: its mark lags what the page cache holds, and
+    /// recovery keeps it so (see `cut_tail_and_mark`) rather than sync
+    /// everything again. With its hint (what [`Log::release`] returned),
+    /// records below the hint's point in the same file of the same log are
+    /// checked by CRC only, as below a durable mark, and the record that
+    /// ends at the point is hashed and must match it: a session's reopen
+    /// then costs no hashing of what this process wrote.
+    pub(crate) fn open_in_store(
         dir: impl AsRef<Path>,
         opts: LogOptions,
-        hint: Option<&ReleaseHint>,
+        released: Option<Option<&ReleaseHint>>,
+        payloads: Arc<PayloadArea>,
     ) -> Result<Log> {
-        Log::open_writer(dir.as_ref(), opts, true, hint)
+        let log = Log::open_writer(
+            dir.as_ref(),
+            opts,
+            released.is_some(),
+            released.flatten(),
+            Some(&payloads),
+        )?;
+        Ok(log.with_payloads(payloads))
     }
 
     fn open_writer(
@@ -104,7 +119,16 @@ impl Log {
         opts: LogOptions,
         keeps_lagging_mark: bool,
         hint: Option<&ReleaseHint>,
+        payloads: Option<&PayloadArea>,
     ) -> Result<Log> {
+        // What the check finds is noted for the store's next sync, which
+        // runs before this open writes a mark over it.
+        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, true));
+        let sync = || payloads.map_or(Ok(()), |a| a.sync_pending());
+        let past_mark = payloads.map(|_| PayloadCheck {
+            check: &check,
+            sync: &sync,
+        });
         let dir = dir.to_path_buf();
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
@@ -127,7 +151,7 @@ impl Log {
             if paths.is_empty() {
                 break create_first_segment(&dir, &opts, &hook, true)?;
             }
-            let successor = match last_roll(&paths, &hook)? {
+            let successor = match last_roll(&paths, &hook, past_mark.map(|p| p.check))? {
                 LastRoll::Settled => None,
                 LastRoll::Holds(prev) => {
                     // Intact, perhaps only in the page cache: make it durable
@@ -138,8 +162,15 @@ impl Log {
                 }
                 LastRoll::Torn => paths.pop(),
             };
-            let result =
-                open_segments(&paths, true, keeps_lagging_mark, opts.recovery, &hook, hint);
+            let result = open_segments(
+                &paths,
+                true,
+                keeps_lagging_mark,
+                opts.recovery,
+                &hook,
+                hint,
+                past_mark,
+            );
             if let (Ok(_), Some((_, p))) = (&result, &successor) {
                 // Nothing in it was durable: a record there is durable only
                 // once the segment before it is.
@@ -226,7 +257,28 @@ impl Log {
     /// Opens the log read-only, without taking the writer lock: it sees the
     /// prefix committed at open; call [`Log::refresh`] to see more.
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
-        let dir = dir.as_ref().to_path_buf();
+        Log::read_only(dir.as_ref(), None)
+    }
+
+    /// [`Log::open_read_only`] of a session of a store: the view also ends
+    /// before the first record past the durable mark whose payloads are
+    /// not all in the store's `payloads`, where a recovering writer will
+    /// cut the log (see [`Log::open_in_store`]).
+    pub(crate) fn open_read_only_in_store(
+        dir: impl AsRef<Path>,
+        payloads: Arc<PayloadArea>,
+    ) -> Result<Log> {
+        Ok(Log::read_only(dir.as_ref(), Some(&payloads))?.with_payloads(payloads))
+    }
+
+    fn read_only(dir: &Path, payloads: Option<&PayloadArea>) -> Result<Log> {
+        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, false));
+        let never = || Ok(());
+        let past_mark = payloads.map(|_| PayloadCheck {
+            check: &check,
+            sync: &never,
+        });
+        let dir = dir.to_path_buf();
         let (paths, _) = list_segments(&dir)?;
         if paths.is_empty() {
             return Err(Error::not_found(format!(
@@ -235,11 +287,19 @@ impl Log {
             )));
         }
         let mut paths = paths;
-        if let LastRoll::Torn = last_roll(&paths, &None)? {
+        if let LastRoll::Torn = last_roll(&paths, &None, past_mark.map(|p| p.check))? {
             // What a recovering writer removes.
             paths.pop();
         }
-        let opened = open_segments(&paths, false, false, RecoveryMode::Strict, &None, None)?;
+        let opened = open_segments(
+            &paths,
+            false,
+            false,
+            RecoveryMode::Strict,
+            &None,
+            None,
+            past_mark,
+        )?;
         Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
     }
 
@@ -271,6 +331,7 @@ impl Log {
             pending: Mutex::new(None),
             dir: dir.clone(),
             hook: opts.hook.clone(),
+            payloads: OnceLock::new(),
             poisoned: poisoned.clone(),
         });
         Log {
@@ -293,6 +354,7 @@ impl Log {
                 first_sync: Mutex::new(None),
                 _lock: lock,
             }),
+            payloads: None,
         }
     }
 
@@ -301,7 +363,10 @@ impl Log {
         if self.inner.writer.is_some() {
             return Ok(());
         }
-        *self = Log::open_read_only(&self.inner.dir)?;
+        *self = match self.payloads.take() {
+            Some(payloads) => Log::open_read_only_in_store(&self.inner.dir, payloads)?,
+            None => Log::open_read_only(&self.inner.dir)?,
+        };
         Ok(())
     }
 }
@@ -383,7 +448,11 @@ enum LastRoll {
     Torn,
 }
 
-fn last_roll(paths: &[(u64, PathBuf)], hook: &Hook) -> Result<LastRoll> {
+fn last_roll(
+    paths: &[(u64, PathBuf)],
+    hook: &Hook,
+    past_mark: Option<RecordCheck<'_>>,
+) -> Result<LastRoll> {
     let [.., (_, prev), (_, last)] = paths else {
         return Ok(LastRoll::Settled);
     };
@@ -418,6 +487,9 @@ fn last_roll(paths: &[(u64, PathBuf)], hook: &Hook) -> Result<LastRoll> {
             check_archives: false,
             crc_below_mark: false,
             checkpoint: None,
+            // A record past its mark whose payload is gone was never
+            // durable: the segment is torn there, and cut as a tail.
+            past_mark,
         },
     );
     Ok(if scan.agrees_with(&f) {

@@ -101,6 +101,7 @@ impl Snapshot {
                     check_archives: true,
                     crc_below_mark: true,
                     checkpoint: last_checkpoint.filter(|_| i + 1 == n),
+                    past_mark: None,
                 },
             )
         };

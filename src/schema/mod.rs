@@ -24,10 +24,11 @@ mod search;
 pub(crate) use borrowed::EntryRef;
 use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
+pub(crate) use item::item_text_len_bound;
 pub(crate) use item::{ArchivedLoggedContentPart, ArchivedLoggedRole, ArchivedLoggedToolOutput};
 pub use item::{
     ArchivedLoggedItem, LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage,
-    LoggedItem, LoggedOutputText, LoggedRole, LoggedToolOutput,
+    LoggedItem, LoggedOutputText, LoggedPayloadRef, LoggedRole, LoggedToolOutput,
 };
 pub(crate) use json::some_json_text;
 pub use json::{JsonText, MAX_JSON_DEPTH};
@@ -331,6 +332,18 @@ impl LogEntry {
             | LogEntry::ToolResults { items, .. }
             | LogEntry::HookInjectedItems { items, .. } => items,
             _ => &[],
+        }
+    }
+
+    /// The history items this entry carries, in order, to change in place.
+    pub(crate) fn items_mut(&mut self) -> &mut [LoggedItem] {
+        match self {
+            LogEntry::SessionStart { history, .. } => history,
+            LogEntry::UserInput { item, .. } => std::slice::from_mut(item),
+            LogEntry::AssistantItems { items, .. }
+            | LogEntry::ToolResults { items, .. }
+            | LogEntry::HookInjectedItems { items, .. } => items,
+            _ => &mut [],
         }
     }
 

@@ -69,6 +69,9 @@ impl ArchivedLoggedItem {
             ArchivedLoggedItem::Thinking { thinking, .. } => f(thinking.as_str()),
             ArchivedLoggedItem::RedactedThinking { .. } => {}
             ArchivedLoggedItem::Opaque { json, .. } => f(json.as_str()),
+            // Its texts are in the store's payload area, not in the record:
+            // searched there by the caller that has the area, if at all.
+            ArchivedLoggedItem::External(_) => {}
         }
     }
 }

@@ -19,6 +19,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::payloads::plan;
 use super::{now_ms, Store};
 use crate::catalog::CATALOG_FILE;
 use crate::chain::EntryHash;
@@ -284,7 +285,7 @@ impl Store {
     fn read_session(&self, id: SessionId) -> Result<Log> {
         match self.reader(id) {
             Err(Error::NotFound { .. }) if self.is_retired(id) => {
-                Log::open_read_only(self.retired_dir(id))
+                Log::open_read_only_in_store(self.retired_dir(id), self.inner.payloads.clone())
             }
             r => r,
         }
@@ -414,7 +415,7 @@ impl Store {
                     seq: rec.seq,
                     hash: rec.hash,
                     prev_hash: (rec.seq > 0).then_some(rec.prev_hash),
-                    entry: &rec.entry.to_entry(),
+                    entry: &rec.to_entry()?,
                 })?;
                 n += 1;
             }
@@ -435,9 +436,14 @@ impl Store {
                     compacted_from: None,
                 }
             } else {
-                rec.entry.to_entry()
+                rec.to_entry()?
             };
-            let hash = entry_hash(&prev.unwrap_or_else(EntryHash::genesis), n, &entry)?;
+            // The hash of the entry as this store would keep it (its large
+            // items as references), so that an import into a store of the
+            // same threshold keeps them once again (`Store::import`).
+            let stored = plan(&entry, self.payload_threshold());
+            let kept = stored.as_ref().map_or(&entry, |p| &p.entry);
+            let hash = entry_hash(&prev.unwrap_or_else(EntryHash::genesis), n, kept)?;
             f(ExportedEntry {
                 seq: n,
                 hash,
@@ -607,7 +613,7 @@ fn replay_to_link(level: &Level, base: RestoredState) -> Result<RestoredState> {
     let mut state = base;
     for rec in snap.iter_from(*from) {
         let rec = rec?;
-        state.apply_archived(rec.entry);
+        state.apply_record(&rec)?;
         if rec.seq == link.seq {
             if rec.hash != link.hash {
                 return Err(hash_mismatch(*child, link, rec.hash));

@@ -5,13 +5,16 @@
 //! `LOCK` and its `catalog`; `trash/` holds sessions being deleted;
 //! `staging/` holds what creations of older versions left (they built
 //! sessions there); this one creates them in place (`staging`).
+//! `payloads/` holds the large items of every session, once each, by
+//! BLAKE3 (`crate::payload`; `payloads` moves them there and collects them).
 //!
 //! This file holds the store itself: opening, options and the listing.
 //! The rest is one concern a file:
 //! - `shards`: the cache of open sessions (one writer each), eviction, close;
 //! - `staging`: creating a session in place, its pending durability, deleting it;
 //! - `session`: the session API, saves, restore, forks, import, reads;
-//! - `subscription`: following a session's entries as they are committed.
+//! - `subscription`: following a session's entries as they are committed;
+//! - `payloads`: large items to the payload area, their check, collection.
 
 use std::collections::HashMap;
 use std::fs;
@@ -28,11 +31,13 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
 use crate::log::{Log, LogOptions, LOCK_FILE};
+use crate::payload::PayloadArea;
 use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 
 mod commit;
 mod forks;
 mod names;
+mod payloads;
 mod session;
 mod shards;
 mod staging;
@@ -67,13 +72,23 @@ pub struct StoreOptions {
     /// Exceeded only while callers hold more handles than this: a log that
     /// another handle still uses is never evicted.
     pub max_open_sessions: usize,
+    /// Items whose strings hold at least this many bytes (tool outputs,
+    /// `encrypted_content`, images and files, long texts) are stored once
+    /// in the store-wide payload area, and records refer to them by BLAKE3
+    /// hash; `usize::MAX` keeps every item in its record. Default
+    /// [`DEFAULT_PAYLOAD_THRESHOLD`] (4 KiB).
+    pub payload_threshold: usize,
 }
+
+/// The default [`StoreOptions::payload_threshold`]: 4 KiB.
+pub const DEFAULT_PAYLOAD_THRESHOLD: usize = 4096;
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             log: LogOptions::default(),
             max_open_sessions: 256,
+            payload_threshold: DEFAULT_PAYLOAD_THRESHOLD,
         }
     }
 }
@@ -88,6 +103,13 @@ impl StoreOptions {
     /// Sets the open-session budget.
     pub fn max_open_sessions(mut self, n: usize) -> Self {
         self.max_open_sessions = n.max(1);
+        self
+    }
+
+    /// Sets the payload threshold in bytes (at least 1; `usize::MAX` keeps
+    /// every item in its record).
+    pub fn payload_threshold(mut self, bytes: usize) -> Self {
+        self.payload_threshold = bytes.max(1);
         self
     }
 }
@@ -137,6 +159,8 @@ pub struct ListFilter {
 struct Inner {
     root: PathBuf,
     opts: StoreOptions,
+    /// Large items, stored once for the whole store.
+    payloads: Arc<PayloadArea>,
     shards: Vec<Mutex<Shard>>,
     /// One per shard: signalled when an open that others wait for ends.
     opened: Vec<Condvar>,
@@ -259,6 +283,7 @@ impl Store {
         Store {
             inner: Arc::new(Inner {
                 cache,
+                payloads: Arc::new(PayloadArea::new(&root, opts.log.hook.clone())),
                 root,
                 opts,
                 shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -333,7 +358,7 @@ impl Store {
         dir.join(CATALOG_FILE).exists()
             && (!dir.join(staging::CREATING_FILE).exists()
                 || self.is_open_here(id)
-                || staging::holds_entries(&dir))
+                || staging::holds_entries(&dir, &self.inner.payloads))
     }
 
     /// All sessions, newest first, from the catalog files alone.
@@ -439,7 +464,7 @@ impl Store {
         // Written by a live writer elsewhere, stale after a crash, never
         // written, or damaged: read the log.
         let dir = self.session_dir(id);
-        let log = Log::open_read_only(&dir);
+        let log = Log::open_read_only_in_store(&dir, self.inner.payloads.clone());
         let pending = dir.join(staging::CREATING_FILE).exists();
         // A creation that a crash tore before it was durable is no session.
         // So is a fork whose registration in its parent a crash lost.

@@ -1,6 +1,7 @@
 //! The session API an agent runtime calls: saves that check the head,
 //! restore, forks and compaction, import of the wire form, and reads.
 
+use super::payloads::{plan, Planned};
 use super::staging::{user_item_text, user_text};
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::CATALOG_FILE;
@@ -10,8 +11,8 @@ use crate::export::WireLine;
 use crate::item::Item;
 use crate::log::{entry_hash, Durability, ExpectHead, Log, RecoveryReport, Snapshot};
 use crate::schema::{
-    group_delta_borrowed, Archivable, JsonText, LogEntry, RequestConfig, SessionId, SessionOrigin,
-    WorkerResult,
+    group_delta, group_delta_borrowed, item_text_len_bound, Archivable, JsonText, LogEntry,
+    LoggedItem, RequestConfig, SessionId, SessionOrigin, WorkerResult,
 };
 use crate::state::RestoredState;
 
@@ -22,11 +23,18 @@ impl Store {
     pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
         // Archived from the borrowed items: the same bytes as `group_delta`'s
         // entries, without a copy of every string first.
-        let entries = group_delta_borrowed(items, now_ms());
-        let saved = Saved::default();
-        self.save_archivable(id, head, &entries, saved, || {
-            items.iter().find_map(user_item_text)
-        })
+        let ts = now_ms();
+        let title = || items.iter().find_map(user_item_text);
+        let threshold = self.payload_threshold();
+        if items.iter().any(|i| item_text_len_bound(i) >= threshold) {
+            // Some item may go to the payload area: the owned entries, with
+            // those items replaced by references.
+            let entries = group_delta(items, ts);
+            let (entries, _payloads) = self.externalize(&entries)?;
+            return self.save_archivable(id, head, &entries, Saved::default(), title);
+        }
+        let entries = group_delta_borrowed(items, ts);
+        self.save_archivable(id, head, &entries, Saved::default(), title)
     }
 
     /// Appends entries if the head matches; advances `head`.
@@ -63,7 +71,10 @@ impl Store {
             durability,
             origins,
         };
-        self.save_archivable(id, head, entries, saved, || {
+        // Payloads first: written before any record that refers to them,
+        // and durable before it (the records' group commit syncs them).
+        let (stored, _payloads) = self.externalize(entries)?;
+        self.save_archivable(id, head, &stored, saved, || {
             entries.iter().flat_map(|e| e.items()).find_map(user_text)
         })
     }
@@ -308,6 +319,7 @@ impl Store {
         }
         let mut prev = EntryHash::genesis();
         let mut prev_shown: Option<EntryHash> = None;
+        let mut planned = Vec::with_capacity(lines.len());
         for (i, (line, w)) in lines.iter().enumerate() {
             let seq = i as u64;
             if let Some(s) = w.seq {
@@ -326,7 +338,7 @@ impl Store {
                     ));
                 }
             }
-            let hash = entry_hash(&prev, seq, &w.entry)?;
+            let (hash, stored) = self.import_entry(&prev, seq, &w.entry, w.hash)?;
             if let Some(h) = w.hash {
                 if h != hash {
                     return Err(wire(
@@ -335,13 +347,57 @@ impl Store {
                     ));
                 }
             }
+            planned.push(stored);
             prev = hash;
             prev_shown = Some(hash);
         }
-        let entries: Vec<LogEntry> = lines.iter().map(|(_, w)| w.entry.clone()).collect();
+        let _payloads = match planned.iter().any(Option::is_some) {
+            true => self.write_payloads(planned.iter().flatten())?,
+            false => None,
+        };
+        let entries: Vec<LogEntry> = lines
+            .iter()
+            .zip(planned)
+            .map(|((_, w), p)| p.map_or_else(|| w.entry.clone(), |p| p.entry))
+            .collect();
         let id = SessionId::new_v7();
-        self.create_with_entries(id, &entries)?;
+        self.create_entries(id, &entries, None, None, true)?;
         Ok(id)
+    }
+
+    /// How an imported entry is stored, and its hash so stored. The line's
+    /// `hash` commits to the records of the store it came from, which kept
+    /// the items of at least its threshold in its payload area: the entry
+    /// is stored as the first threshold that gives that hash would have
+    /// (this store's first, then each item's size, then none), so an export
+    /// re-imports to the same chain whatever threshold wrote it. Without a
+    /// hash to match, this store's threshold decides.
+    fn import_entry(
+        &self,
+        prev: &EntryHash,
+        seq: u64,
+        entry: &LogEntry,
+        want: Option<EntryHash>,
+    ) -> Result<(EntryHash, Option<Planned>)> {
+        let mine = self.payload_threshold();
+        let mut thresholds = vec![mine];
+        if want.is_some() {
+            let mut sizes: Vec<usize> = entry.items().iter().map(LoggedItem::text_len).collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            thresholds.extend(sizes.into_iter().filter(|&t| t > 0 && t != mine));
+            thresholds.push(usize::MAX);
+        }
+        let mut first = None;
+        for t in thresholds {
+            let planned = plan(entry, t);
+            let hash = entry_hash(prev, seq, planned.as_ref().map_or(entry, |p| &p.entry))?;
+            if want.is_none_or(|w| w == hash) {
+                return Ok((hash, planned));
+            }
+            first.get_or_insert((hash, planned));
+        }
+        Ok(first.expect("at least this store's threshold was tried"))
     }
 
     /// A consistent view of a session's committed records.
@@ -362,7 +418,15 @@ impl Store {
         if !dir.join(CATALOG_FILE).exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        Log::open_read_only(dir)
+        Log::open_read_only_in_store(dir, self.inner.payloads.clone())
+    }
+
+    /// A read-only view of the session's log, as [`Store::snapshot`] reads
+    /// it (this store's writer when it has the session open): its records'
+    /// references to large items resolve in the store's payload area.
+    /// Takes no lock and writes nothing.
+    pub fn read_log(&self, id: SessionId) -> Result<Log> {
+        self.reader(id)
     }
 
     /// The session's log.

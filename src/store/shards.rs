@@ -267,6 +267,8 @@ impl Store {
             Some(e) => Err(e),
             None => Ok(()),
         };
+        // Payloads of `Buffered` saves before the closes sync their records.
+        self.inner.payloads.sync_pending()?;
         for (slot, shard) in self.inner.shards.iter().enumerate() {
             // A session another handle still uses stays open: marking it
             // clean while it can still be written would mislead `list`.

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::item::Item;
 use crate::log::{Durability, ExpectHead, FirstSync, Log, ReleaseHint, LOCK_FILE};
+use crate::payload::PayloadArea;
 use crate::schema::{LogEntry, LoggedItem, RequestConfig, SessionId, SessionOrigin};
 
 /// The file that marks a session whose creation is not durable yet.
@@ -109,6 +110,21 @@ impl Store {
         durability: Option<Durability>,
         title: Option<String>,
     ) -> Result<EntryHash> {
+        self.create_entries(id, entries, durability, title, false)
+    }
+
+    /// Creates a session whose log starts with `entries`: with their large
+    /// items moved to the payload area, or, `exact`, as they are (an import,
+    /// whose entries already hold the references its hashes commit to, and
+    /// whose payloads its caller wrote and keeps locked).
+    pub(super) fn create_entries(
+        &self,
+        id: SessionId,
+        entries: &[LogEntry],
+        durability: Option<Durability>,
+        title: Option<String>,
+        exact: bool,
+    ) -> Result<EntryHash> {
         self.writable()?;
         let (history, forked_from, compacted_from) = match entries.first() {
             Some(LogEntry::SessionStart {
@@ -165,7 +181,13 @@ impl Store {
         // held until a failed creation is cleared away, so that no other
         // creator of the id claims the directory meanwhile.
         let held = lock.try_clone().map_err(hooked_fs::io_err("dup", &dir))?;
-        let built = self.build(id, &dir, lock, entries, &identity, title.as_deref());
+        // Payloads first: written before any record that refers to them,
+        // and synced by the creation's first group commit before its log.
+        let (entries, _payloads) = match exact {
+            true => (std::borrow::Cow::Borrowed(entries), None),
+            false => self.externalize(entries)?,
+        };
+        let built = self.build(id, &dir, lock, &entries, &identity, title.as_deref());
         let result = match built {
             Ok(handle) => {
                 let head = handle.log.head().map(|(_, h)| h).expect("just written");
@@ -207,7 +229,7 @@ impl Store {
             if !same {
                 continue;
             }
-            return match found(dir) {
+            return match found(dir, &self.inner.payloads) {
                 Found::Session => Err(already_exists(id)),
                 Found::Leftover => {
                     self.clear_leftover(dir)?;
@@ -270,7 +292,7 @@ impl Store {
         if matches!(entries.first(), Some(LogEntry::ForkedFrom { .. })) {
             opts.initial_segment_size = opts.initial_segment_size.min(FORK_FIRST_SEGMENT_BYTES);
         }
-        let log = Log::create_unsynced(dir, opts, lock)?;
+        let log = Log::create_unsynced(dir, opts, lock)?.with_payloads(self.inner.payloads.clone());
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
         catalog::create(&path, identity, title, self.hook())?;
@@ -335,15 +357,16 @@ impl Store {
         let opts = self.inner.opts.log.clone();
         // A log this store let go unsynced (an eviction) reopens without
         // syncing what it left; any other gets the full recovery.
-        let opened = match released {
-            Some(hint) => Log::reopen_released(dir, opts, hint),
-            None => Log::open(dir, opts),
-        };
+        let opened = Log::open_in_store(dir, opts, released, self.inner.payloads.clone());
         let log = match opened {
             Ok(log) => Some(log),
             // Damage is a pending creation's torn remains, unless its log
             // reads (then the writer's failure is news).
-            Err(e) if !pending || matches!(e, Error::Locked { .. }) || holds_entries(dir) => {
+            Err(e)
+                if !pending
+                    || matches!(e, Error::Locked { .. })
+                    || holds_entries(dir, &self.inner.payloads) =>
+            {
                 return Err(e)
             }
             Err(_) => None,
@@ -469,9 +492,9 @@ impl Store {
 /// What the holder of a session directory's lock finds in it: a session
 /// once its catalog is there, unless the `CREATING` marker says that its
 /// creation may have torn and its log holds no entry.
-fn found(dir: &Path) -> Found {
+fn found(dir: &Path, payloads: &Arc<PayloadArea>) -> Found {
     let session = dir.join(CATALOG_FILE).exists()
-        && (!dir.join(CREATING_FILE).exists() || holds_entries(dir));
+        && (!dir.join(CREATING_FILE).exists() || holds_entries(dir, payloads));
     match session {
         true => Found::Session,
         false => Found::Leftover,
@@ -485,8 +508,13 @@ fn found(dir: &Path) -> Found {
 /// A fork's creation also registers it in its parent, durably only at the
 /// fork's first sync: a marked fork that its parent does not know is what
 /// a crash left of a creation, too.
-pub(super) fn holds_entries(dir: &Path) -> bool {
-    Log::open_read_only(dir).is_ok_and(|l| l.head().is_some() && fork_is_registered(dir, &l))
+///
+/// The first entry's payloads must be there too: a creation's records name
+/// payloads that its first sync makes durable, and a crash before it may
+/// keep the records without them (the log's recovery then cuts them).
+pub(super) fn holds_entries(dir: &Path, payloads: &Arc<PayloadArea>) -> bool {
+    Log::open_read_only_in_store(dir, payloads.clone())
+        .is_ok_and(|l| l.head().is_some() && fork_is_registered(dir, &l))
 }
 
 fn already_exists(id: SessionId) -> Error {

@@ -108,11 +108,13 @@ impl Subscription {
                 }
             };
             let snap = log.snapshot();
-            let rec = snap.iter_from(self.next).next()?.map(|v| SubscribedEntry {
-                seq: v.seq,
-                hash: v.hash,
-                prev_hash: v.prev_hash,
-                entry: v.entry.to_entry(),
+            let rec = snap.iter_from(self.next).next()?.and_then(|v| {
+                Ok(SubscribedEntry {
+                    seq: v.seq,
+                    hash: v.hash,
+                    prev_hash: v.prev_hash,
+                    entry: v.to_entry()?,
+                })
             });
             if let Ok(e) = &rec {
                 self.next = e.seq + 1;

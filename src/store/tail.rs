@@ -5,7 +5,9 @@ use super::{now_ms, Store};
 use crate::chain::EntryHash;
 use crate::error::Result;
 use crate::item::{Item, ItemView};
-use crate::log::Snapshot;
+use crate::log::{RecordView, Snapshot};
+use crate::payload::{payload_item, read_payload};
+use crate::schema::{ArchivedLoggedItem, LoggedPayloadRef};
 use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
 
 /// The last items of a session's live history, from [`Store::history_tail`].
@@ -143,27 +145,20 @@ impl Snapshot {
             want: limit.unwrap_or(usize::MAX),
             hidden: 0,
             items: Vec::new(),
+            payloads: None,
         };
         match limit {
-            // Everything: one pass forward, then the entries back.
+            // Everything: one pass forward, then the records back.
             None => {
-                let entries = self
-                    .iter_from(from)
-                    .map(|r| r.map(|v| v.entry))
-                    .collect::<Result<Vec<_>>>()?;
-                for entry in entries.into_iter().rev() {
-                    tail.take(entry);
+                let records = self.iter_from(from).collect::<Result<Vec<_>>>()?;
+                for rec in records.into_iter().rev() {
+                    tail.take(rec);
                 }
             }
             Some(0) => {}
-            Some(_) => self.visit_back(from, |at| Ok(tail.take(self.read_at(at)?.entry)))?,
+            Some(_) => self.visit_back(from, |at| Ok(tail.take(self.read_at(at)?)))?,
         }
-        let mut items = tail.items;
-        items.reverse();
-        Ok(read(HistoryTailView {
-            items,
-            head: self.head().map(|(_, h)| h),
-        }))
+        tail.lend(self.head().map(|(_, h)| h), read)
     }
 
     /// [`Store::history_len`] over this snapshot; refused for a fork by
@@ -215,13 +210,24 @@ struct Taker<'a> {
     /// them all.
     hidden: u64,
     /// The items taken, last first.
-    items: Vec<ItemView<'a>>,
+    items: Vec<Taken<'a>>,
+    /// Where the payloads of items kept in the store's payload area are.
+    payloads: Option<&'a crate::payload::PayloadArea>,
+}
+
+/// An item taken: in the record, or in the store's payload area (named by
+/// its record's seq and its reference).
+enum Taken<'a> {
+    Inline(&'a ArchivedLoggedItem),
+    Payload(u64, LoggedPayloadRef),
 }
 
 impl<'a> Taker<'a> {
-    /// Takes what `entry`, the one before those already seen, adds; returns
+    /// Takes what `rec`, the record before those already seen, adds; returns
     /// whether more items are wanted.
-    fn take(&mut self, entry: &'a ArchivedLogEntry) -> bool {
+    fn take(&mut self, rec: RecordView<'a>) -> bool {
+        self.payloads = self.payloads.or(rec.payloads);
+        let entry = rec.entry;
         if let ArchivedLogEntry::ItemsRemoved { count, .. } = entry {
             self.hidden = self.hidden.saturating_add(count.to_native());
             return self.items.len() < self.want;
@@ -235,9 +241,45 @@ impl<'a> Taker<'a> {
             if self.items.len() == self.want {
                 break;
             }
-            self.items.push(item.into());
+            self.items.push(match item.payload_ref() {
+                None => Taken::Inline(item),
+                Some(r) => Taken::Payload(rec.seq, r),
+            });
         }
         self.items.len() < self.want
+    }
+
+    /// Hands the items taken, in history order, to `read`: those in the
+    /// payload area read (and checked) first, and lent from here.
+    fn lend<R>(
+        self,
+        head: Option<EntryHash>,
+        read: impl FnOnce(HistoryTailView<'_>) -> R,
+    ) -> Result<R> {
+        let mut held = Vec::new();
+        for t in &self.items {
+            if let Taken::Payload(seq, r) = t {
+                held.push(read_payload(self.payloads, *seq, r)?);
+            }
+        }
+        let mut held_items = Vec::with_capacity(held.len());
+        let mut bytes = held.iter();
+        for t in &self.items {
+            if let (Taken::Payload(seq, r), Some(b)) = (t, bytes.next()) {
+                held_items.push(payload_item(b, *seq, r)?);
+            }
+        }
+        let mut from_area = held_items.into_iter();
+        let mut items: Vec<ItemView<'_>> = self
+            .items
+            .iter()
+            .filter_map(|t| match t {
+                Taken::Inline(item) => Some(ItemView::stored(item)),
+                Taken::Payload(..) => from_area.next().map(ItemView::stored),
+            })
+            .collect();
+        items.reverse();
+        Ok(read(HistoryTailView { items, head }))
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Result};
 use regex::{Regex, RegexBuilder};
-use session_store::{EntryKind, Log, SessionId, Store};
+use session_store::{EntryKind, SessionId, Store};
 
 use crate::open_store_to_read;
 
@@ -142,7 +142,7 @@ fn search_session(store: &Store, id: SessionId, re: &Regex, a: &Args) -> Found {
         error: None,
     };
     // A read-only view: no lock, no recovery, nothing written.
-    let log = match Log::open_read_only(store.session_dir(id)) {
+    let log = match store.read_log(id) {
         Ok(log) => log,
         Err(e) => {
             found.error = Some(e.to_string());
@@ -163,7 +163,7 @@ fn search_session(store: &Store, id: SessionId, re: &Regex, a: &Args) -> Found {
         }
         let (seq, kind) = (rec.seq, rec.kind.name());
         let mut write_err = None;
-        rec.entry.searchable_texts(&mut |text| {
+        let mut on_text = |text: &str| {
             if write_err.is_some() || !re.is_match(text) {
                 return;
             }
@@ -185,7 +185,14 @@ fn search_session(store: &Store, id: SessionId, re: &Regex, a: &Args) -> Found {
                     write_err = Some(e);
                 }
             }
-        });
+        };
+        rec.entry.searchable_texts(&mut on_text);
+        // Items kept in the store's payload area are searched there.
+        let payloads = rec.for_each_payload_item(&mut |item| item.searchable_texts(&mut on_text));
+        if let Err(e) = payloads {
+            found.error = Some(e.to_string());
+            break;
+        }
         if let Some(e) = write_err {
             found.error = Some(e.to_string());
             break;

@@ -64,6 +64,8 @@ enum Command {
     },
     /// Search every session's entries with a regular expression
     Grep(grep::Args),
+    /// Remove the large payloads no session refers to any more
+    Gc(verify::GcArgs),
     /// Read other agents' transcripts
     History(history::Args),
     /// Push sessions to object storage, pull them back, list an archive
@@ -127,7 +129,7 @@ pub(crate) fn open_reader(store: &Store, id: SessionId) -> Result<Log> {
     if !store.exists(id) {
         bail!("not found: session {id}");
     }
-    Ok(Log::open_read_only(store.session_dir(id))?)
+    Ok(store.read_log(id)?)
 }
 
 fn main() -> ExitCode {
@@ -139,6 +141,7 @@ fn main() -> ExitCode {
         Command::Export(a) => transfer::export(&cli.root, a),
         Command::Import(a) => transfer::import(&cli.root, a),
         Command::Verify(a) => verify::run(&cli.root, a),
+        Command::Gc(a) => verify::gc(&cli.root, a),
         Command::Stat(a) => inspect::stat(&cli.root, a),
         Command::Tail(a) => inspect::tail(&cli.root, a),
         Command::Fork(a) => transfer::fork(&cli.root, a),

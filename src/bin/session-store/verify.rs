@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use session_store::{Error, Log, SessionId};
 
 use crate::inspect::{count, human_bytes};
-use crate::progress;
+use crate::{open_store, progress};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,14 +70,23 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                             count(r.records, "record")
                         )
                     }
-                    (None, None) => match store.verify_fork_link(id) {
+                    (None, None) => match (
+                        store.verify_fork_link(id),
+                        store.verify_payloads(id),
+                    ) {
                         // The log is whole; a fork's link to its parent
-                        // must hold too.
-                        Err(e) => {
+                        // must hold too, and every payload a record refers
+                        // to must be there and hash right. A failure is
+                        // this session's, never a stop for the others.
+                        (Err(e), _) | (_, Err(e)) => {
                             damaged += 1;
                             format!("{id}: DAMAGED: {e}")
                         }
-                        Ok(link) => format!(
+                        (Ok(_), Ok(d)) if !d.is_empty() => {
+                            damaged += 1;
+                            format!("{id}: DAMAGED: {}", d[0])
+                        }
+                        (Ok(link), Ok(_)) => format!(
                             "{id}: ok, {}, {}{}",
                             count(r.records, "record"),
                             human_bytes(r.bytes),
@@ -118,4 +127,21 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[derive(clap::Args)]
+pub struct GcArgs {}
+
+/// `gc`: removes the payloads no session refers to.
+pub fn gc(root: &Option<PathBuf>, _a: GcArgs) -> Result<ExitCode> {
+    let store = open_store(root)?;
+    let r = store.collect_payloads()?;
+    println!(
+        "payloads: {} kept, {} removed ({}), {} temporary files removed",
+        r.kept,
+        r.removed,
+        human_bytes(r.removed_bytes),
+        r.removed_temporary
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,494 @@
+//! The store-wide payload area: large items stored once, by content.
+//!
+//! ```text
+//! <root>/payloads/<first 2 hex digits>/<64 hex digits of BLAKE3>   one item's archive
+//! <root>/payloads/LOCK                                             writers: shared flock;
+//!                                                                  collection: exclusive
+//! ```
+//!
+//! A payload file holds one `LoggedItem` archived alone (rkyv, as records
+//! hold entries), named by the BLAKE3 hash of those bytes. A record refers
+//! to it with [`LoggedItem::External`](crate::LoggedItem::External) (hash and
+//! length), so a compaction snapshot or a fork that repeats a large tool
+//! output stores a reference only. A payload is written (temporary name,
+//! rename) before the record that refers to it is appended, and synced by
+//! the next group commit of any log of the store before that commit syncs
+//! its records; recovery cuts a log at the first record past its durable
+//! mark whose payload did not survive. DESIGN.md, "Payloads", has the whole
+//! argument.
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
+use crate::item::Item;
+use crate::schema::{ArchivedLoggedItem, LoggedItem, LoggedPayloadRef};
+
+/// The directory under the store root.
+pub(crate) const PAYLOADS_DIR: &str = "payloads";
+/// The lock file that keeps collection away from writers.
+const LOCK_FILE: &str = "LOCK";
+
+/// Distinguishes the temporary files of concurrent writers in one process.
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// What is wrong with a payload a record refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadProblem {
+    /// No file has its name.
+    Missing,
+    /// The file is not as long as the reference says.
+    Length {
+        /// The length the record names.
+        expected: u64,
+        /// The file's length.
+        actual: u64,
+    },
+    /// The bytes do not hash to the name.
+    Hash,
+    /// The bytes hash right but are no valid item archive.
+    Invalid(String),
+}
+
+impl std::fmt::Display for PayloadProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PayloadProblem::Missing => write!(f, "missing"),
+            PayloadProblem::Length { expected, actual } => {
+                write!(f, "{actual} bytes, the record names {expected}")
+            }
+            PayloadProblem::Hash => write!(f, "content does not match its BLAKE3 hash"),
+            PayloadProblem::Invalid(e) => write!(f, "not a valid item archive: {e}"),
+        }
+    }
+}
+
+/// A reference that does not resolve to its payload, as `verify` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadDamage {
+    /// The record that refers to the payload.
+    pub seq: u64,
+    /// The payload's BLAKE3 hash, hex.
+    pub hash: String,
+    /// What is wrong.
+    pub problem: PayloadProblem,
+}
+
+impl std::fmt::Display for PayloadDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "payload {} at seq {}: {}",
+            self.hash, self.seq, self.problem
+        )
+    }
+}
+
+/// What [`Store::collect_payloads`](crate::Store::collect_payloads) did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PayloadCollection {
+    /// Payloads some session refers to, kept.
+    pub kept: u64,
+    /// Payload files removed, nothing referring to them.
+    pub removed: u64,
+    /// Bytes of the files removed.
+    pub removed_bytes: u64,
+    /// Temporary files of interrupted writes, removed.
+    pub removed_temporary: u64,
+}
+
+/// A file of the area: its path, the hash its name spells (`None` for a
+/// temporary file or another name), its length.
+type AreaFile = (PathBuf, Option<[u8; 32]>, u64);
+
+/// The payload area of one store.
+pub(crate) struct PayloadArea {
+    dir: PathBuf,
+    hook: Hook,
+    /// Payloads written (or found) since the last sync and not known to be
+    /// durable: every group commit of a log of the store syncs them first
+    /// (`sync_pending`).
+    pending: parking_lot::Mutex<Pending>,
+    /// Held through a whole `sync_pending`, so that no sync returns while
+    /// payloads it should cover are still being synced by another.
+    syncing: parking_lot::Mutex<()>,
+    /// Payloads this process wrote, or read back and found whole, since the
+    /// area's last collection: a save that repeats one need not read it.
+    known: parking_lot::Mutex<HashSet<[u8; 32]>>,
+}
+
+/// What the next sync of the area must make durable.
+#[derive(Default)]
+struct Pending {
+    files: Vec<PathBuf>,
+    /// A shard directory was made: `payloads/` holds a new name.
+    new_shard: bool,
+}
+
+impl std::fmt::Debug for PayloadArea {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PayloadArea")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl PayloadArea {
+    /// The area under the store `root` (created at the first write).
+    pub(crate) fn new(root: &Path, hook: Hook) -> PayloadArea {
+        PayloadArea {
+            dir: root.join(PAYLOADS_DIR),
+            hook,
+            pending: parking_lot::Mutex::new(Pending::default()),
+            syncing: parking_lot::Mutex::new(()),
+            known: parking_lot::Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The file of the payload with this hash.
+    pub(crate) fn path(&self, hash: &[u8; 32]) -> PathBuf {
+        let hex = crate::chain::EntryHash(*hash).to_string();
+        self.dir.join(&hex[..2]).join(hex)
+    }
+
+    /// Takes the writers' (shared) lock: held from the first payload a save
+    /// writes or reuses until its records are appended, so that collection
+    /// (exclusive) never runs between the two.
+    pub(crate) fn lock_shared(&self) -> Result<File> {
+        let lock = self.lock_file()?;
+        lock.lock_shared().map_err(io_err("lock", &self.dir))?;
+        Ok(lock)
+    }
+
+    fn lock_file(&self) -> Result<File> {
+        if !hooked_fs::dir_exists(&self.dir)? {
+            hooked_fs::create_dir(&self.dir, &self.hook)?;
+            let root = self.dir.parent().unwrap_or(Path::new("."));
+            sync_dir(root, &self.hook)?;
+        }
+        Ok(HookedFile::open_or_create(&self.dir.join(LOCK_FILE), &self.hook)?.into_file())
+    }
+
+    /// Stores `bytes` (one item's archive) under their hash, unless the
+    /// payload is there already; returns the reference. Nothing is synced:
+    /// the payload is written under a temporary name and renamed, and the
+    /// next group commit of any log of the store (`sync_pending`, from
+    /// `Log::sync_now`, or a roll's settle) makes it durable before the
+    /// records it covers. A record that reaches the disk before its payload
+    /// (writeback, then a power loss) lies past its log's durable mark, where
+    /// recovery checks every payload and cuts the log at the first that is
+    /// not whole. The caller holds [`PayloadArea::lock_shared`].
+    pub(crate) fn put(&self, bytes: &[u8]) -> Result<LoggedPayloadRef> {
+        let hash = *blake3::hash(bytes).as_bytes();
+        let r = LoggedPayloadRef {
+            hash,
+            len: bytes.len() as u64,
+        };
+        let path = self.path(&hash);
+        let shard = path.parent().expect("a payload path has a shard directory");
+        if let Ok(m) = fs::metadata(&path) {
+            if m.len() == r.len {
+                if self.known.lock().contains(&hash) {
+                    return Ok(r);
+                }
+                // Another process's, or an earlier run's: a power loss may
+                // have left its name over torn bytes, so it is read back
+                // once, and synced by the next sync (its writer may have
+                // died before syncing it).
+                if self.read(&r).is_ok() {
+                    self.pending.lock().files.push(path);
+                    self.known.lock().insert(hash);
+                    return Ok(r);
+                }
+            }
+        }
+        if !hooked_fs::dir_exists(shard)? {
+            hooked_fs::create_dir(shard, &self.hook)?;
+            self.pending.lock().new_shard = true;
+        }
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = shard.join(format!(
+            "{}.{}.{n}.tmp",
+            crate::chain::EntryHash(hash),
+            std::process::id()
+        ));
+        let written = HookedFile::create(&tmp, &self.hook).and_then(|file| file.write_at(0, bytes));
+        if let Err(e) = written.and_then(|()| hooked_fs::rename(&tmp, &path, &self.hook)) {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.pending.lock().files.push(path);
+        self.known.lock().insert(hash);
+        Ok(r)
+    }
+
+    /// Makes every payload written since the last sync durable: each file
+    /// `fdatasync`ed, then each of their shard directories `fsync`ed (and
+    /// `payloads/` when a shard was made). Runs at the start of every group
+    /// commit of a log of the store, so that no record becomes durable
+    /// before the payloads it names. One sync at a time: a second caller
+    /// waits, so that it never returns while payloads it covers are still
+    /// being synced by the first. A payload collected since is skipped.
+    pub(crate) fn sync_pending(&self) -> Result<()> {
+        let _one = self.syncing.lock();
+        let pending = std::mem::take(&mut *self.pending.lock());
+        if pending.files.is_empty() && !pending.new_shard {
+            return Ok(());
+        }
+        let synced = (|| {
+            let mut dirs: Vec<&Path> = Vec::new();
+            for path in &pending.files {
+                match HookedFile::open(path, false, &self.hook) {
+                    Ok(f) => f.sync()?,
+                    Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                }
+                let dir = path.parent().expect("a payload path has a shard directory");
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+            }
+            if pending.new_shard {
+                dirs.push(&self.dir);
+            }
+            dirs.into_iter().try_for_each(|d| sync_dir(d, &self.hook))
+        })();
+        if synced.is_err() {
+            // Not known to be durable: the next sync tries them again.
+            let mut p = self.pending.lock();
+            p.files.extend(pending.files);
+            p.new_shard |= pending.new_shard;
+        }
+        synced
+    }
+
+    /// Recovery's check of a record past its log's durable mark, given its
+    /// payload bytes: every payload the entry refers to is there, of the
+    /// length and BLAKE3 hash the reference names. A record whose archive
+    /// does not validate is left to the checks that read it. A writer's
+    /// open (`pending`) notes each payload found for the next sync: its own
+    /// writer may have crashed before syncing it, and this open's mark will
+    /// cover the record.
+    pub(crate) fn check_record(
+        &self,
+        bytes: &[u8],
+        pending: bool,
+    ) -> std::result::Result<(), String> {
+        let Ok(entry) = crate::schema::LogEntry::access_archive(bytes) else {
+            return Ok(());
+        };
+        for r in entry.items().iter().filter_map(|i| i.payload_ref()) {
+            if let Err(problem) = self.read(&r) {
+                return Err(format!(
+                    "payload {}: {problem}",
+                    crate::chain::EntryHash(r.hash)
+                ));
+            }
+            if pending {
+                self.pending.lock().files.push(self.path(&r.hash));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the payload `r` names and checks its length, its hash and its
+    /// archive. Reads only.
+    pub(crate) fn read(
+        &self,
+        r: &LoggedPayloadRef,
+    ) -> std::result::Result<rkyv::util::AlignedVec, PayloadProblem> {
+        let path = self.path(&r.hash);
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(PayloadProblem::Missing),
+            Err(e) => return Err(PayloadProblem::Invalid(format!("cannot open: {e}"))),
+        };
+        let actual = file
+            .metadata()
+            .map_err(|e| PayloadProblem::Invalid(format!("cannot stat: {e}")))?
+            .len();
+        if actual != r.len {
+            return Err(PayloadProblem::Length {
+                expected: r.len,
+                actual,
+            });
+        }
+        let mut buf = rkyv::util::AlignedVec::<16>::with_capacity(actual as usize);
+        buf.resize(actual as usize, 0);
+        file.read_exact(&mut buf)
+            .map_err(|e| PayloadProblem::Invalid(format!("cannot read: {e}")))?;
+        if blake3::hash(&buf).as_bytes() != &r.hash {
+            return Err(PayloadProblem::Hash);
+        }
+        Ok(buf)
+    }
+
+    /// Every payload file and temporary file in the area, with its length.
+    fn files(&self) -> Result<Vec<AreaFile>> {
+        let mut out = Vec::new();
+        let shards = match fs::read_dir(&self.dir) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(Error::io("read dir", &self.dir, e)),
+        };
+        for shard in shards {
+            let shard = shard.map_err(io_err("read dir", &self.dir))?;
+            if !shard.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let shard = shard.path();
+            for f in fs::read_dir(&shard).map_err(io_err("read dir", &shard))? {
+                let f = f.map_err(io_err("read dir", &shard))?;
+                let len = f.metadata().map_or(0, |m| m.len());
+                let name = f.file_name();
+                let hash = name.to_str().and_then(parse_hash);
+                out.push((f.path(), hash, len));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes every payload not in `referenced`, and the temporary files
+    /// of interrupted writes. `mark` runs under the exclusive lock, so no
+    /// save is between writing a payload and appending its record while the
+    /// marks are taken and the files removed.
+    pub(crate) fn collect(
+        &self,
+        mark: impl FnOnce() -> Result<HashSet<[u8; 32]>>,
+    ) -> Result<PayloadCollection> {
+        let mut report = PayloadCollection::default();
+        if !hooked_fs::dir_exists(&self.dir)? {
+            return Ok(report);
+        }
+        let lock = self.lock_file()?;
+        lock.lock().map_err(io_err("lock", &self.dir))?;
+        let referenced = mark()?;
+        // What is removed must be written again by the next save that needs it.
+        self.known.lock().clear();
+        for (path, hash, len) in self.files()? {
+            match hash {
+                Some(h) if referenced.contains(&h) => report.kept += 1,
+                Some(_) => {
+                    hooked_fs::remove_file(&path, &self.hook)?;
+                    report.removed += 1;
+                    report.removed_bytes += len;
+                }
+                // A temporary file: its writer is not between its write
+                // and its record (the lock says so), so it is garbage.
+                None if path.extension().is_some_and(|e| e == "tmp") => {
+                    hooked_fs::remove_file(&path, &self.hook)?;
+                    report.removed_temporary += 1;
+                }
+                None => {}
+            }
+        }
+        drop(lock);
+        Ok(report)
+    }
+}
+
+/// The runtime item of `item`, read from the payload area when it refers
+/// there; the record's `seq` names it in errors. A log read without its
+/// store (`area` is `None`) cannot resolve a reference, and says so.
+pub(crate) fn resolve_item(
+    area: Option<&PayloadArea>,
+    seq: u64,
+    item: &ArchivedLoggedItem,
+) -> Result<Item> {
+    match item.payload_ref() {
+        None => Ok(item.to_item()),
+        Some(r) => with_payload(area, seq, &r, |i| i.to_item()),
+    }
+}
+
+/// [`resolve_item`], to the logged form (export and inlining).
+pub(crate) fn resolve_logged(
+    area: Option<&PayloadArea>,
+    seq: u64,
+    item: &ArchivedLoggedItem,
+) -> Result<LoggedItem> {
+    let deserialize = |i: &ArchivedLoggedItem| {
+        // Deserializing validated archived data into owned types has no failure path.
+        rkyv::deserialize::<LoggedItem, rkyv::rancor::Error>(i)
+            .expect("deserializing a validated archive cannot fail")
+    };
+    match item.payload_ref() {
+        None => Ok(deserialize(item)),
+        Some(r) => with_payload(area, seq, &r, deserialize),
+    }
+}
+
+pub(crate) fn with_payload<T>(
+    area: Option<&PayloadArea>,
+    seq: u64,
+    r: &LoggedPayloadRef,
+    f: impl FnOnce(&ArchivedLoggedItem) -> T,
+) -> Result<T> {
+    let bytes = read_payload(area, seq, r)?;
+    Ok(f(payload_item(&bytes, seq, r)?))
+}
+
+/// The bytes of the payload `r` names, for the record `seq`: read from
+/// `area` and checked (length, BLAKE3); [`payload_item`] checks the archive.
+pub(crate) fn read_payload(
+    area: Option<&PayloadArea>,
+    seq: u64,
+    r: &LoggedPayloadRef,
+) -> Result<rkyv::util::AlignedVec> {
+    let area = area.ok_or_else(|| {
+        payload_error(
+            seq,
+            r,
+            "the log was read without the store whose payload area holds it".into(),
+        )
+    })?;
+    area.read(r)
+        .map_err(|p| payload_error(seq, r, p.to_string()))
+}
+
+/// The item archived in `bytes`, the payload `r` of the record `seq`, read
+/// by [`read_payload`]: checked as [`check_archive`] does.
+pub(crate) fn payload_item<'b>(
+    bytes: &'b [u8],
+    seq: u64,
+    r: &LoggedPayloadRef,
+) -> Result<&'b ArchivedLoggedItem> {
+    check_archive(bytes).map_err(|p| payload_error(seq, r, p.to_string()))
+}
+
+fn payload_error(seq: u64, r: &LoggedPayloadRef, problem: String) -> Error {
+    Error::Payload {
+        seq,
+        hash: crate::chain::EntryHash(r.hash).to_string(),
+        problem,
+    }
+}
+
+/// Validates a payload's archive: a `LoggedItem` that is itself no
+/// reference (a payload never refers to another).
+pub(crate) fn check_archive(
+    bytes: &[u8],
+) -> std::result::Result<&ArchivedLoggedItem, PayloadProblem> {
+    let item = rkyv::access::<ArchivedLoggedItem, rkyv::rancor::Error>(bytes)
+        .map_err(|e| PayloadProblem::Invalid(e.to_string()))?;
+    if item.payload_ref().is_some() {
+        return Err(PayloadProblem::Invalid(
+            "a payload refers to another payload".into(),
+        ));
+    }
+    for text in item.json_texts() {
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .map_err(|e| PayloadProblem::Invalid(format!("JSON payload is not valid JSON: {e}")))?;
+    }
+    Ok(item)
+}
+
+fn parse_hash(name: &str) -> Option<[u8; 32]> {
+    name.parse::<crate::chain::EntryHash>().ok().map(|h| h.0)
+}

@@ -1,0 +1,203 @@
+//! Large items stored once, store-wide: moving them to the payload area on
+//! the way in, checking the references (`verify`), and collecting what no
+//! session refers to. The area itself is `crate::payload`.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fs::{self, File};
+
+use super::forks::RETIRED_DIR;
+use super::Store;
+use crate::error::{Error, Result};
+use crate::fs::io_err;
+use crate::log::Log;
+use crate::payload::{PayloadCollection, PayloadDamage};
+use crate::schema::{LogEntry, LoggedItem, LoggedPayloadRef, SessionId};
+
+/// An entry with its large items replaced by references, and the archives
+/// of those items, not yet written.
+pub(super) struct Planned {
+    pub(super) entry: LogEntry,
+    pub(super) payloads: Vec<rkyv::util::AlignedVec>,
+}
+
+/// `entry` with every item of at least `threshold` text bytes replaced by a
+/// reference to its archive; `None` when it has no such item.
+pub(super) fn plan(entry: &LogEntry, threshold: usize) -> Option<Planned> {
+    if !entry.items().iter().any(|i| i.text_len() >= threshold) {
+        return None;
+    }
+    let mut entry = entry.clone();
+    let mut payloads = Vec::new();
+    for item in entry.items_mut() {
+        if item.text_len() >= threshold {
+            let bytes = item.to_payload();
+            *item = LoggedItem::External(Box::new(LoggedPayloadRef {
+                hash: *blake3::hash(&bytes).as_bytes(),
+                len: bytes.len() as u64,
+            }));
+            payloads.push(bytes);
+        }
+    }
+    Some(Planned { entry, payloads })
+}
+
+/// The writers' lock of the payload area, held while a save's payloads are
+/// written and until its records are appended; `None` for a save with no
+/// large item, which never touches the area.
+pub(super) type PayloadGuard = Option<File>;
+
+impl Store {
+    /// The store's threshold: items of at least this many text bytes go to
+    /// the payload area.
+    pub(super) fn payload_threshold(&self) -> usize {
+        self.inner.opts.payload_threshold
+    }
+
+    /// `entries` with their large items moved to the payload area: each
+    /// such item's archive written (or found there) before this returns, so
+    /// the records that refer to them can be appended. Borrows
+    /// `entries` unchanged, touching nothing, when no item is large.
+    pub(super) fn externalize<'e>(
+        &self,
+        entries: &'e [LogEntry],
+    ) -> Result<(Cow<'e, [LogEntry]>, PayloadGuard)> {
+        let threshold = self.payload_threshold();
+        let planned: Vec<Option<Planned>> = entries.iter().map(|e| plan(e, threshold)).collect();
+        let given: Vec<LoggedPayloadRef> = entries
+            .iter()
+            .flat_map(|e| e.items())
+            .filter_map(|i| match i {
+                LoggedItem::External(r) => Some(**r),
+                _ => None,
+            })
+            .collect();
+        if planned.iter().all(Option::is_none) && given.is_empty() {
+            return Ok((Cow::Borrowed(entries), None));
+        }
+        let guard = self.write_payloads(planned.iter().flatten())?;
+        // A reference the caller wrote itself must name a payload this
+        // store holds, checked under the lock that keeps collection away.
+        for r in given {
+            if let Err(problem) = self.inner.payloads.read(&r) {
+                return Err(Error::invalid(format!(
+                    "an entry refers to payload {} that this store does not hold intact: {problem}",
+                    crate::chain::EntryHash(r.hash)
+                )));
+            }
+        }
+        let out = entries
+            .iter()
+            .zip(planned)
+            .map(|(e, p)| p.map_or_else(|| e.clone(), |p| p.entry))
+            .collect();
+        Ok((Cow::Owned(out), guard))
+    }
+
+    /// Writes the payloads of `planned` entries, under the writers' lock,
+    /// which the caller holds until the entries are appended. Nothing is
+    /// synced here, whatever the save's durability: the group commit that
+    /// makes the save's records durable (at once for a `Sync` save, at the
+    /// next sync for a `Buffered` one) syncs the payloads first.
+    pub(super) fn write_payloads<'p>(
+        &self,
+        planned: impl IntoIterator<Item = &'p Planned>,
+    ) -> Result<PayloadGuard> {
+        self.writable()?;
+        let area = &self.inner.payloads;
+        let guard = area.lock_shared()?;
+        for p in planned {
+            for bytes in &p.payloads {
+                area.put(bytes)?;
+            }
+        }
+        Ok(Some(guard))
+    }
+
+    /// Checks every payload the session's records refer to: present, of
+    /// the length and BLAKE3 hash the record names, a valid item archive.
+    /// Returns what does not resolve, by record; reads only.
+    pub fn verify_payloads(&self, id: SessionId) -> Result<Vec<PayloadDamage>> {
+        let snap = self.snapshot(id)?;
+        let mut damage = Vec::new();
+        let mut checked = HashSet::new();
+        for rec in snap.iter() {
+            let rec = rec?;
+            for r in rec.entry.items().iter().filter_map(|i| i.payload_ref()) {
+                // One check per payload and record is enough: a record that
+                // repeats a payload repeats its verdict.
+                if !checked.insert((rec.seq, r.hash)) {
+                    continue;
+                }
+                let problem = match self.inner.payloads.read(&r) {
+                    Ok(bytes) => crate::payload::check_archive(&bytes).err(),
+                    Err(p) => Some(p),
+                };
+                if let Some(problem) = problem {
+                    damage.push(PayloadDamage {
+                        seq: rec.seq,
+                        hash: crate::chain::EntryHash(r.hash).to_string(),
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(damage)
+    }
+
+    /// Removes the payloads no session of the store refers to (mark and
+    /// sweep). It runs under the payload area's exclusive lock, which every
+    /// save holds shared from its first payload until its records are
+    /// appended, so no save is between the two while the marks are taken
+    /// and files removed: a payload a writer is about to refer to is either
+    /// marked, or written again by that writer after the sweep. Saves of
+    /// large items wait for it; other saves do not. A crash mid-sweep
+    /// leaves unreferenced payloads for the next one.
+    ///
+    /// The mark reads every session directory, listed or not: sessions,
+    /// creations not yet durable, and retired parents that forks still
+    /// read; each as far as its log reads, unsynced records included (a
+    /// `Buffered` writer's, here or in another process). A log that cannot
+    /// be read fails the collection, naming it, rather than let it lose
+    /// what it refers to.
+    pub fn collect_payloads(&self) -> Result<PayloadCollection> {
+        self.writable()?;
+        self.inner.payloads.collect(|| {
+            let mut referenced = HashSet::new();
+            for place in ["sessions", RETIRED_DIR] {
+                let dir = self.inner.root.join(place);
+                let entries = match fs::read_dir(&dir) {
+                    Ok(e) => e,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::io("read dir", &dir, e)),
+                };
+                for entry in entries {
+                    let entry = entry.map_err(io_err("read dir", &dir))?;
+                    let Some(id) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                        continue;
+                    };
+                    let log = match self.open_log_here(id) {
+                        Some(log) => log,
+                        None => match Log::open_read_only(entry.path()) {
+                            Ok(log) => log,
+                            // A directory whose creation has not written a segment yet.
+                            Err(Error::NotFound { .. }) => continue,
+                            Err(e) => return Err(e),
+                        },
+                    };
+                    mark_references(&log, &mut referenced)?;
+                }
+            }
+            Ok(referenced)
+        })
+    }
+}
+
+/// Adds the payloads every record of `log` refers to.
+fn mark_references(log: &Log, referenced: &mut HashSet<[u8; 32]>) -> Result<()> {
+    for rec in log.snapshot().iter() {
+        let items = rec?.entry.items();
+        referenced.extend(items.iter().filter_map(|i| i.payload_ref().map(|r| r.hash)));
+    }
+    Ok(())
+}
