@@ -22,6 +22,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
@@ -147,6 +148,20 @@ impl PayloadArea {
             syncing: parking_lot::Mutex::new(()),
             known: parking_lot::Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The payload area of the store whose session directory `dir` is
+    /// (`<root>/sessions/<id>`), if that store has one: how a log opened on
+    /// its own finds the area its references resolve in.
+    pub(crate) fn of_session_dir(dir: &Path, hook: &Hook) -> Option<Arc<PayloadArea>> {
+        let sessions = dir.parent()?;
+        if sessions.file_name()? != "sessions" {
+            return None;
+        }
+        let root = sessions.parent()?;
+        root.join(PAYLOADS_DIR)
+            .is_dir()
+            .then(|| Arc::new(PayloadArea::new(root, hook.clone())))
     }
 
     /// The file of the payload with this hash.

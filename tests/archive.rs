@@ -77,17 +77,7 @@ fn sealed_count(store: &Store, id: SessionId) -> usize {
 }
 
 fn object_names(archive: &Archive, id: SessionId, dir: &str) -> Vec<String> {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let prefix = ObjectPath::from(format!("s/{id}/{dir}"));
-    let mut names: Vec<String> = rt.block_on(async {
-        use futures_util::StreamExt;
-        archive
-            .object_store()
-            .list(Some(&prefix))
-            .map(|m| m.unwrap().location.to_string())
-            .collect()
-            .await
-    });
+    let mut names = object_names_under(archive, &format!("s/{id}/{dir}"));
     names.sort();
     names
 }
@@ -295,6 +285,59 @@ fn continuous_archival_uploads_each_segment_as_it_seals() {
     drop(archiver);
     let mut head = store.head(id).unwrap().unwrap();
     add_turns(&store, id, &mut head, 80, 20);
+}
+
+#[test]
+fn continuous_archival_uploads_the_large_items_a_sealed_segment_names() {
+    let server = S3Server::start();
+    let a = archive(&server, "s");
+    let archiver = Archiver::start(a.clone()).unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = archived_store(here.path(), &archiver);
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    for n in 0..8 {
+        let output = Item::ToolOutput {
+            id: None,
+            call_id: format!("c{n}"),
+            output: Some(session_store::ToolOutput::Text(
+                format!("{n}").repeat(40 << 10),
+            )),
+            is_error: None,
+            custom: false,
+            status: None,
+        };
+        store.save_delta(id, &mut head, &[output]).unwrap();
+        add_turns(&store, id, &mut head, n * 10, 10);
+    }
+    assert!(archiver.wait_idle(Duration::from_secs(60)));
+    assert_eq!(archiver.status().failed, 0, "{:?}", archiver.failures());
+    assert!(!object_names_under(&a, "s/payloads").is_empty());
+
+    // No push ran: what the archiver uploaded alone pulls back whole, each
+    // record's large item with it.
+    let dir = tempfile::tempdir().unwrap();
+    let other = Store::open(dir.path()).unwrap();
+    let pulled = a.pull(&other, id, RestorePoint::Latest).unwrap();
+    assert!(pulled.downloaded_payloads.0 >= 1, "{pulled:?}");
+    assert!(other.verify_payloads(id).unwrap().is_empty());
+    let mine = store.restore(id).unwrap().history;
+    let theirs = other.restore(id).unwrap().history;
+    assert!(!theirs.is_empty() && mine.starts_with(&theirs));
+}
+
+fn object_names_under(archive: &Archive, prefix: &str) -> Vec<String> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use futures_util::StreamExt;
+        archive
+            .object_store()
+            .list(Some(&ObjectPath::from(prefix)))
+            .map(|m| m.unwrap().location.to_string())
+            .collect()
+            .await
+    })
 }
 
 /// The nice value of each of this process's threads whose name begins

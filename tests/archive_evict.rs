@@ -464,3 +464,136 @@ fn read_only_inspection_of_an_evicted_session_writes_nothing() {
     assert!(ro.snapshot(id).unwrap().iter().next().unwrap().is_err());
     assert_eq!(tree(here.path()), before, "a read-only store wrote");
 }
+
+/// A tool output of 40 KiB: above the default payload threshold, so it is
+/// stored once in the store's payload area and its records refer to it.
+fn big_output(n: usize) -> Item {
+    Item::ToolOutput {
+        id: None,
+        call_id: format!("c{n}"),
+        output: Some(session_store::ToolOutput::Text(
+            char::from(b'a' + (n % 26) as u8)
+                .to_string()
+                .repeat(40 << 10),
+        )),
+        is_error: None,
+        custom: false,
+        status: None,
+    }
+}
+
+/// The payload objects of a `memory://arch` archive, by hash.
+fn payload_objects(a: &Archive) -> Vec<String> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut names: Vec<String> = rt.block_on(async {
+        use futures_util::StreamExt;
+        a.object_store()
+            .list(Some(&object_store::path::Path::from("arch/payloads")))
+            .map(|m| m.unwrap().location.filename().unwrap().to_string())
+            .collect()
+            .await
+    });
+    names.sort();
+    names
+}
+
+fn local_payloads(root: &Path) -> Vec<String> {
+    let mut names: Vec<String> = walk(&root.join("payloads"))
+        .into_iter()
+        .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+        .filter(|n| n.len() == 64)
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    for n in 0..12 {
+        let turn = [Item::user_text(format!("read file {n}")), big_output(n)];
+        store.save_delta(id, &mut head, &turn).unwrap();
+        add_turns(&store, id, &mut head, 100 + n * 4, 4);
+    }
+    // The snapshot repeats the last output: a reference, not a copy.
+    head = store
+        .compact(
+            id,
+            head,
+            &[Item::assistant_text("summary of 12 reads"), big_output(11)],
+        )
+        .unwrap();
+    add_turns(&store, id, &mut head, 0, 30);
+    let exported = export(&store, id);
+    let state = store.restore(id).unwrap();
+    assert_eq!(local_payloads(here.path()).len(), 12);
+
+    // A push uploads each payload the pushed records name, once.
+    let pushed = a.push(&store, id).unwrap();
+    assert_eq!(pushed.uploaded_payloads, 12);
+    assert_eq!(payload_objects(&a), local_payloads(here.path()));
+    assert_eq!(a.push(&store, id).unwrap().uploaded_payloads, 0);
+
+    // Evicted, the old outputs are named only by archived records: the
+    // store's collection removes them, and restore (from the snapshot)
+    // still resolves the one the snapshot repeats.
+    let before = local_payloads(here.path());
+    assert!(a.evict(&store, id).unwrap().evicted_segments >= 2);
+    let collected = store.collect_payloads().unwrap();
+    assert!(collected.removed >= 1, "{collected:?}");
+    let after = local_payloads(here.path());
+    let gone: Vec<&String> = before.iter().filter(|p| !after.contains(p)).collect();
+    assert_eq!(gone.len() as u64, collected.removed);
+    assert_eq!(store.restore(id).unwrap(), state);
+
+    // A fetch-back brings the payloads its records name with them.
+    assert!(a.fetch_back(&store, id).unwrap().fetched_segments >= 2);
+    assert_eq!(local_payloads(here.path()).len(), 12);
+    assert!(store.verify_payloads(id).unwrap().is_empty());
+    assert_eq!(export(&store, id), exported);
+
+    // A pull onto another store downloads them too, before the session
+    // appears.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = Store::open_with(other_dir.path(), opts()).unwrap();
+    let pulled = a
+        .pull(&other, id, session_store::RestorePoint::Latest)
+        .unwrap();
+    assert_eq!(pulled.downloaded_payloads.0, 12);
+    assert_eq!(export(&other, id), exported);
+    assert!(other.verify_payloads(id).unwrap().is_empty());
+    assert_eq!(other.restore(id).unwrap(), state);
+
+    // A payload the archive lost fails the pull by name, and nothing of
+    // the session lands.
+    let lost = gone[0].clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(
+        a.object_store()
+            .delete(&object_store::path::Path::from(format!(
+                "arch/payloads/{lost}"
+            ))),
+    )
+    .unwrap();
+    let third_dir = tempfile::tempdir().unwrap();
+    let third = Store::open_with(third_dir.path(), opts()).unwrap();
+    let err = a
+        .pull(&third, id, session_store::RestorePoint::Latest)
+        .unwrap_err();
+    match err {
+        Error::Archive { object, .. } => assert!(object.ends_with(&lost), "{object}"),
+        other => panic!("expected an archive error, got {other}"),
+    }
+    assert!(!third.exists(id));
+    assert!(third.list().unwrap().is_empty());
+
+    // An eviction puts a payload its segments name back into the archive
+    // before it removes anything.
+    a.evict(&store, id).unwrap();
+    assert!(payload_objects(&a).contains(&lost));
+}

@@ -1670,7 +1670,7 @@ fn verify_names_a_missing_payload_and_gc_removes_only_unreferenced_ones() {
     let big = Item::ToolResult {
         id: None,
         call_id: "c1".into(),
-        summary: "x".repeat(8 << 10),
+        summary: "x".repeat(40 << 10),
         content: None,
     };
     let store = Store::open(&root).unwrap();
@@ -1683,7 +1683,7 @@ fn verify_names_a_missing_payload_and_gc_removes_only_unreferenced_ones() {
     let other = Item::ToolResult {
         id: None,
         call_id: "c2".into(),
-        summary: "y".repeat(8 << 10),
+        summary: "y".repeat(40 << 10),
         content: None,
     };
     store.save_delta(gone, &mut head, &[other]).unwrap();
@@ -1697,7 +1697,7 @@ fn verify_names_a_missing_payload_and_gc_removes_only_unreferenced_ones() {
     assert!(ok(&root, &["verify", &kept]).starts_with(&format!("{kept}: ok")));
     let shown = ok(&root, &["export", &kept]);
     assert!(
-        shown.contains(&"x".repeat(8 << 10)),
+        shown.contains(&"x".repeat(40 << 10)),
         "export writes it inline"
     );
     // Its payload removed by hand: verify names the record and the hash.

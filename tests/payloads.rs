@@ -114,8 +114,13 @@ fn a_log_read_without_its_store_reports_the_reference_not_a_different_item() {
         .create_session(None, RequestConfig::default(), &turn(0))
         .unwrap();
     store.close().unwrap();
-    let log = session_store::Log::open_read_only(dir.path().join("sessions").join(id.to_string()))
-        .unwrap();
+    // Copied out of its store, the log has no payload area to resolve in.
+    let alone = tempfile::tempdir().unwrap();
+    copy_tree(
+        &dir.path().join("sessions").join(id.to_string()),
+        &alone.path().join(id.to_string()),
+    );
+    let log = session_store::Log::open_read_only(alone.path().join(id.to_string())).unwrap();
     match log.restore() {
         Err(Error::Payload {
             seq: 0, problem, ..
@@ -124,6 +129,44 @@ fn a_log_read_without_its_store_reports_the_reference_not_a_different_item() {
         }
         other => panic!("expected a payload error, got {other:?}"),
     }
+}
+
+#[test]
+fn a_log_opened_on_its_own_in_its_store_resolves_and_checks_its_payloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, _) = store
+        .create_session(None, RequestConfig::default(), &turn(0))
+        .unwrap();
+    store.close().unwrap();
+    let session = dir.path().join("sessions").join(id.to_string());
+    let read = session_store::Log::open_read_only(&session).unwrap();
+    assert_eq!(read.restore().unwrap().history, turn(0));
+    drop(read);
+    let log = session_store::Log::open(&session, LogOptions::default()).unwrap();
+    assert_eq!(log.restore().unwrap().history, turn(0));
+    drop(log);
+
+    // Recovery through a direct open checks the payloads past the mark as
+    // the store does: the record whose payload was lost is cut, never
+    // marked durable.
+    let (image, id) = image_with_lost_payload(|p| std::fs::remove_file(p).unwrap());
+    let session = image.path().join("sessions").join(id.to_string());
+    let log = session_store::Log::open(&session, LogOptions::default()).unwrap();
+    let mut expected = vec![Item::user_text("hi")];
+    expected.extend(turn(0));
+    expected.extend(turn(1)[..2].iter().cloned());
+    assert!(log.restore().unwrap().history == expected);
+    let torn = log
+        .recovery_report()
+        .torn_tail
+        .clone()
+        .expect("a torn tail");
+    assert!(torn.reason.contains("payload"), "{}", torn.reason);
+    drop(log);
+    let store = Store::open(image.path()).unwrap();
+    assert!(store.restore(id).unwrap().history == expected);
+    assert!(store.verify_payloads(id).unwrap().is_empty());
 }
 
 #[test]
@@ -727,4 +770,49 @@ fn a_writer_recovering_a_crashed_writers_records_syncs_their_payloads_before_its
             .any(|(k, p)| *k == "fsync" && in_payloads(p)),
         "{seen:?}"
     );
+}
+
+#[test]
+fn every_flipped_byte_of_a_payload_is_named_and_never_read_as_another_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, _) = store
+        .create_session(None, RequestConfig::default(), &turn(0))
+        .unwrap();
+    store.sync(id).unwrap();
+    let files = payload_files(dir.path());
+    assert_eq!(files.len(), 1);
+    let file = &files[0];
+    let hash = file.file_name().unwrap().to_str().unwrap().to_string();
+    let whole = std::fs::read(file).unwrap();
+    let expect_named = |what: &str| {
+        match store.restore(id) {
+            Err(Error::Payload { seq, hash: h, .. }) => {
+                assert_eq!((seq, h.as_str()), (0, hash.as_str()), "{what}")
+            }
+            other => panic!("{what}: expected a payload error, got {other:?}"),
+        }
+        let damage = store.verify_payloads(id).unwrap();
+        assert_eq!(damage.len(), 1, "{what}: {damage:?}");
+        assert_eq!((damage[0].seq, damage[0].hash.as_str()), (0, hash.as_str()));
+    };
+    // Every 61st byte (a prime stride, so every position within a 16-byte
+    // field is met), each flip a different bit, and the last byte.
+    let mut offsets: Vec<usize> = (0..whole.len()).step_by(61).collect();
+    offsets.push(whole.len() - 1);
+    for (k, &at) in offsets.iter().enumerate() {
+        let mut bytes = whole.clone();
+        bytes[at] ^= 1 << (k % 8);
+        std::fs::write(file, &bytes).unwrap();
+        expect_named(&format!("byte {at} flipped"));
+    }
+    for len in [0, 1, whole.len() / 2, whole.len() - 1, whole.len() + 1] {
+        let mut bytes = whole.clone();
+        bytes.resize(len, 0);
+        std::fs::write(file, &bytes).unwrap();
+        expect_named(&format!("{len} bytes of {}", whole.len()));
+    }
+    std::fs::write(file, &whole).unwrap();
+    assert_eq!(store.restore(id).unwrap().history, turn(0));
+    assert!(store.verify_payloads(id).unwrap().is_empty());
 }

@@ -25,7 +25,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
-use session_store::{EntryHash, Item, LogEntry, RequestConfig, SessionId, Store};
+use session_store::{
+    EntryHash, Item, Log, LogEntry, RequestConfig, SessionId, Store, StoreOptions,
+};
 
 use crate::common::{self, Mix, Rng};
 use crate::{interleave_dirs, medians, sqlite_open, target, time, DirRun, Jsonl, Op};
@@ -181,6 +183,9 @@ fn parse_items<'a>(records: impl Iterator<Item = &'a [u8]>) -> Vec<Item> {
 #[derive(Clone, Copy, PartialEq)]
 enum System {
     Store,
+    /// The store with every item in its record: what the payload area
+    /// (issue 18) costs or saves the same writes, in the same run.
+    StoreInline,
     Jsonl,
     Sqlite,
     RedbNone,
@@ -193,6 +198,7 @@ enum System {
 fn systems(quick: bool) -> Vec<System> {
     let mut all = vec![
         System::Store,
+        System::StoreInline,
         System::Jsonl,
         System::Sqlite,
         System::RedbNone,
@@ -218,6 +224,9 @@ impl System {
     fn label(self) -> &'static str {
         match self {
             System::Store => "session-store (Store::save_delta, default options)",
+            System::StoreInline => {
+                "session-store, every item in its record (`payload_threshold(usize::MAX)`)"
+            }
             System::Jsonl => "JSONL + SHA-256 (file per session, flush per turn)",
             System::Sqlite => "SQLite WAL NORMAL, txn per turn",
             System::RedbNone => "redb Durability::None, txn per turn",
@@ -227,8 +236,17 @@ impl System {
 
     fn writer<'a>(self, dir: &Path, w: &'a Sessions) -> Box<dyn Writer + 'a> {
         match self {
-            System::Store => Box::new(StoreWriter {
-                store: Store::open(dir).expect("open store"),
+            System::Store | System::StoreInline => Box::new(StoreWriter {
+                store: Store::open_with(
+                    dir,
+                    match self {
+                        System::StoreInline => {
+                            StoreOptions::default().payload_threshold(usize::MAX)
+                        }
+                        _ => StoreOptions::default(),
+                    },
+                )
+                .expect("open store"),
                 ids: &w.ids,
                 heads: Vec::with_capacity(w.ids.len()),
             }),
@@ -259,7 +277,7 @@ impl System {
     fn replay(self, dir: &Path, w: &Sessions) -> f64 {
         let start = Instant::now();
         let histories: Vec<Vec<Item>> = match self {
-            System::Store => {
+            System::Store | System::StoreInline => {
                 let store = Store::open(dir).expect("open store");
                 w.ids
                     .iter()
@@ -649,9 +667,9 @@ fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report 
         .collect();
     let root = dirs[0].path();
     let one_session = one_session(root, w.ids[0], reps);
-    let one_session_items = Store::open_read_only(root)
+    let one_session_items = Log::open_read_only(session_dir(root, w.ids[0]))
         .expect("open")
-        .restore(w.ids[0])
+        .restore()
         .expect("restore")
         .history
         .len();
@@ -665,9 +683,15 @@ fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report 
     }
 }
 
+fn session_dir(root: &Path, id: SessionId) -> PathBuf {
+    let store = Store::open(root).expect("open store");
+    store.session_dir(id)
+}
+
 /// `Store::open` + `restore` of one session against the read-only path.
 /// Opening is inside the clock for both; dropping is outside, for both.
 fn one_session(root: &Path, id: SessionId, reps: usize) -> (f64, f64) {
+    let dir = session_dir(root, id);
     let through_store = || {
         let start = Instant::now();
         let store = Store::open(root).expect("open store");
@@ -678,11 +702,7 @@ fn one_session(root: &Path, id: SessionId, reps: usize) -> (f64, f64) {
     };
     let read_only = || {
         let start = Instant::now();
-        // The read-only store only resolves references to the payload
-        // area: the log is opened read-only as before.
-        let state = Store::open_read_only(root)
-            .expect("open")
-            .read_log(id)
+        let state = Log::open_read_only(&dir)
             .expect("open")
             .restore()
             .expect("restore");
@@ -812,7 +832,7 @@ fn print_report(r: &Report) {
     println!();
     let (through_store, read_only) = r.one_session;
     println!(
-        "One session ({} items): Store::open + restore {:.2} ms; Store::open_read_only + read_log + restore {:.2} ms; ratio {:.2}×",
+        "One session ({} items): Store::open + restore {:.2} ms; Log::open_read_only + restore {:.2} ms; ratio {:.2}×",
         r.one_session_items,
         through_store * 1e3,
         read_only * 1e3,

@@ -8,6 +8,7 @@ use crate::format::{
     self, Footer, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN, MARK_SLOT_0, MARK_SLOT_LEN,
     SEGMENT_HEADER_LEN,
 };
+use crate::schema::{LogEntry, LoggedPayloadRef};
 use crate::segment::{scan_bytes, ScanMode};
 
 use super::ObjectKind;
@@ -20,6 +21,8 @@ pub(crate) struct Checked {
     pub(crate) data_end: u64,
     pub(crate) next_seq: u64,
     pub(crate) last_hash: EntryHash,
+    /// The payloads its records name (see `payloads.rs`), each once.
+    pub(crate) payloads: Vec<LoggedPayloadRef>,
 }
 
 /// Where and why an object failed its check.
@@ -120,7 +123,29 @@ pub(crate) fn check_object(bytes: &[u8], kind: ObjectKind) -> Result<Checked, Fa
         data_end,
         next_seq: scan.next_seq,
         last_hash: scan.last_hash,
+        payloads: payload_refs(&bytes[..data_end as usize]),
     })
+}
+
+/// The payloads the records of checked (and aligned) segment bytes name,
+/// each once, in the order first met.
+fn payload_refs(bytes: &[u8]) -> Vec<LoggedPayloadRef> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let mut at = FIRST_RECORD_OFFSET as usize;
+    while let Ok(Some(rec)) = format::next_record(bytes, at) {
+        at += rec.len();
+        // The scan accessed every record's archive already.
+        let Ok(entry) = LogEntry::access_archive(rec.payload()) else {
+            continue;
+        };
+        for r in entry.items().iter().filter_map(|i| i.payload_ref()) {
+            if seen.insert(r.hash) {
+                out.push(r);
+            }
+        }
+    }
+    out
 }
 
 /// The end offset of record `seq` in checked segment bytes (or of the record

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::check::check_object;
 use super::evict::content_hash;
 use super::push::{archived_segment, manifest_for_catalog, read_prefix};
-use super::{hex, Archive};
+use super::{hex, Archive, ObjectKind};
 use crate::catalog::{self, CATALOG_FILE};
 use crate::error::{Error, Result};
 use crate::log::{SealObserver, SealedSegment};
+use crate::payload::PayloadArea;
 use crate::schema::SessionId;
 
 /// One upload that failed for good, after every retry.
@@ -264,7 +266,30 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
         .log_id;
     let object = archive.segment_path(id, seg.first_seq, seg.last_seq);
     let hash = content_hash(&bytes);
+    // In a store that keeps large items apart, the ones this segment's
+    // records name go up before the manifest names the segment (the
+    // segment is checked whole to find them).
+    let payloads = match PayloadArea::of_session_dir(dir, &None) {
+        Some(area) => {
+            let kind = ObjectKind::Sealed {
+                first_seq: seg.first_seq,
+                last_seq: seg.last_seq,
+            };
+            let checked =
+                check_object(&bytes, kind).map_err(|(offset, seq, kind)| Error::Corrupt {
+                    segment: seg.path.clone(),
+                    offset,
+                    seq,
+                    kind,
+                })?;
+            Some((area, checked.payloads))
+        }
+        None => None,
+    };
     archive.block_on(async {
+        if let Some((area, refs)) = &payloads {
+            archive.put_payloads(area, refs).await?;
+        }
         archive.put_immutable(&object, bytes.into()).await?;
         let cat = catalog::read(&dir.join(CATALOG_FILE)).ok();
         let mut m = match archive.get_manifest(id).await? {

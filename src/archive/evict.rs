@@ -9,13 +9,14 @@ use std::sync::Arc;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::check::check_object;
+use super::payloads::{refs_in_ranges, refs_of_images};
 use super::push::read_prefix;
 use super::{archive_err, hex, Archive, ArchivedSegment, ObjectKind, CONCURRENT_TRANSFERS};
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::log::evicted::{self, EvictedRecord, EvictedSegment};
 use crate::log::SealedSegment;
-use crate::schema::SessionId;
+use crate::schema::{LoggedPayloadRef, SessionId};
 use crate::segment::segment_name;
 use crate::store::{FetchBack, Store};
 
@@ -133,6 +134,14 @@ impl Archive {
         };
         let last_hash = last.last_hash;
         let hashes = self.verify_remote(&picks)?;
+        // The large items their records name must be archived too: the
+        // store's collection no longer sees them once the files are gone.
+        let ranges: Vec<(u64, u64)> = picks
+            .iter()
+            .map(|(s, _)| (s.first_seq, s.last_seq))
+            .collect();
+        let refs = refs_in_ranges(&snap, &ranges)?;
+        self.block_on(self.put_payloads(store.payload_area(), &refs))?;
         // The record first, durably; then the files, lowest seq first, so
         // that a crash leaves the local segments a contiguous suffix.
         let dir = store.session_dir(id);
@@ -261,8 +270,15 @@ impl Archive {
                 reason: format!("does not continue into the local log at seq {first_local}"),
             });
         }
+        // The large items their records name, durable in the store before
+        // the segments are placed, and kept from a collection (the
+        // writers' lock) until they are.
+        let refs = refs_of_images(fetched.iter().map(|(_, r)| r.as_slice()));
+        let area = store.payload_area();
+        let _writers = (!refs.is_empty()).then(|| area.lock_shared()).transpose()?;
+        self.get_payloads(area, &refs)?;
         let mut report = FetchReport::default();
-        for (s, bytes) in wanted.iter().zip(&fetched).rev() {
+        for (s, (bytes, _)) in wanted.iter().zip(&fetched).rev() {
             place(&dir, s, bytes, hook)?;
             report.fetched_segments += 1;
             report.fetched_bytes += bytes.len() as u64;
@@ -275,7 +291,8 @@ impl Archive {
 
     /// Downloads the objects of `wanted` and checks each against its entry
     /// and its own bytes, all before anything is placed.
-    fn fetch_checked(&self, wanted: &[EvictedSegment], log_id: &str) -> Result<Vec<bytes::Bytes>> {
+    /// Returns each one's bytes and the payloads its records name.
+    fn fetch_checked(&self, wanted: &[EvictedSegment], log_id: &str) -> Result<Vec<Fetched>> {
         self.block_on(
             futures_util::stream::iter(wanted.iter())
                 .map(|s| async move {
@@ -285,9 +302,9 @@ impl Archive {
                     let log_id = log_id.to_string();
                     let name = object.clone();
                     tokio::task::spawn_blocking(move || {
-                        check_fetched(&entry, &bytes, &log_id)
+                        let refs = check_fetched(&entry, &bytes, &log_id)
                             .map_err(|why| archive_err(&name, why))?;
-                        Ok::<_, Error>(bytes)
+                        Ok::<_, Error>((bytes, refs))
                     })
                     .await
                     .map_err(|e| archive_err(&object, format!("check failed: {e}")))?
@@ -298,8 +315,16 @@ impl Archive {
     }
 }
 
+/// A fetched segment's bytes and the payloads its records name.
+type Fetched = (bytes::Bytes, Vec<LoggedPayloadRef>);
+
 /// Whether fetched bytes are the evicted segment `s` of log `log_id`.
-fn check_fetched(s: &EvictedSegment, bytes: &[u8], log_id: &str) -> Result<(), String> {
+/// Returns the payloads its records name.
+fn check_fetched(
+    s: &EvictedSegment,
+    bytes: &[u8],
+    log_id: &str,
+) -> Result<Vec<LoggedPayloadRef>, String> {
     let hash = content_hash(bytes);
     if bytes.len() as u64 != s.len_bytes || hash != s.content_hash {
         return Err(format!(
@@ -327,7 +352,7 @@ fn check_fetched(s: &EvictedSegment, bytes: &[u8], log_id: &str) -> Result<(), S
             s.name
         ));
     }
-    Ok(())
+    Ok(checked.payloads)
 }
 
 /// Writes a fetched segment under a temporary name, syncs it, renames it

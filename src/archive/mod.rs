@@ -9,6 +9,7 @@
 //! <prefix>/<session-id>/segments/<first_seq:020>-<last_seq:020>.seg   a sealed segment file, byte for byte
 //! <prefix>/<session-id>/tail/<first_seq:020>-<next_seq:020>.seg       the active segment's synced prefix
 //! <prefix>/<session-id>/manifest.json                                 the session's manifest (the one object rewritten)
+//! <prefix>/payloads/<blake3 hex>                                      a large item the records name, shared by sessions
 //! ```
 //!
 //! The calls block: the archive runs its own small tokio runtime for the
@@ -28,6 +29,7 @@ use crate::state::ForkLink;
 mod check;
 mod continuous;
 mod evict;
+mod payloads;
 mod push;
 mod restore;
 

@@ -8,6 +8,7 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use super::check::clear_marks;
 use super::evict::content_hash;
+use super::payloads::refs_in_ranges;
 use super::{
     archive_err, hex, Archive, ArchivedSegment, ArchivedTail, Manifest, ObjectKind,
     CONCURRENT_TRANSFERS, MANIFEST_VERSION,
@@ -33,6 +34,9 @@ pub struct PushReport {
     pub uploaded_bytes: u64,
     /// Seq after the last archived record.
     pub next_seq: u64,
+    /// Payload objects (large items the pushed records name) this push
+    /// created.
+    pub uploaded_payloads: usize,
 }
 
 /// An upload's outcome: created (or found), bytes, whether a tail, the
@@ -206,6 +210,25 @@ impl Archive {
                     todo.push((path, t.path.clone(), t.end, true));
                 }
             }
+            // The large items the records going up name: uploaded before
+            // the manifest that publishes those records, so that an
+            // archive's records always resolve.
+            let ranges: Vec<(u64, u64)> = local
+                .sealed
+                .iter()
+                .filter(|s| todo.iter().any(|(_, file, _, _)| *file == s.path))
+                .map(|s| (s.first_seq, s.last_seq))
+                .chain(
+                    local
+                        .tail
+                        .iter()
+                        .filter(|t| t.next_seq > t.first_seq)
+                        .filter(|_| todo.iter().any(|(_, _, _, is_tail)| *is_tail))
+                        .map(|t| (t.first_seq, t.next_seq - 1)),
+                )
+                .collect();
+            let refs = refs_in_ranges(&snap, &ranges)?;
+            report.uploaded_payloads = self.put_payloads(store.payload_area(), &refs).await?;
             let total_bytes = todo.iter().map(|(_, _, n, _)| n).sum();
             let done = AtomicU64::new(0);
             let progress = &progress;

@@ -9,6 +9,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 
 use super::check::{check_object, clear_marks, find_cut, Checked};
+use super::payloads::refs_of_images;
 use super::push::{read_prefix, Transfer};
 use super::{archive_err, hex, Archive, ObjectKind, CONCURRENT_TRANSFERS};
 use crate::catalog::{self, Identity, CATALOG_FILE};
@@ -17,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::format::SEGMENT_HEADER_LEN;
 use crate::fs::{sync_dir, HookedFile};
 use crate::log::continues;
-use crate::schema::SessionId;
+use crate::schema::{LoggedPayloadRef, SessionId};
 use crate::segment::segment_name;
 use crate::state::ForkLink;
 use crate::store::{Store, MAX_FORK_DEPTH};
@@ -46,6 +47,18 @@ pub struct PullReport {
     pub downloaded_bytes: u64,
     /// Seq and hash of the restored session's last record.
     pub head: (u64, EntryHash),
+    /// Payload objects (large items its records name that the store
+    /// lacked) downloaded, and their bytes (not in `downloaded_bytes`).
+    pub downloaded_payloads: (usize, u64),
+}
+
+/// What `fetch_and_check` staged: the head it cut at, the bytes downloaded,
+/// the objects used, and the payloads their records name.
+struct Fetched {
+    head: (u64, EntryHash),
+    downloaded: u64,
+    objects: usize,
+    refs: Vec<LoggedPayloadRef>,
 }
 
 /// A checked object, staged as a file.
@@ -162,7 +175,19 @@ impl Archive {
             .join(format!("{id}-restore-{}", SessionId::new_v7()));
         std::fs::create_dir_all(&staging).map_err(|e| Error::io("mkdir", &staging, e))?;
         let result = self.fetch_and_check(&plan, &staging, point, &manifest.log_id, progress);
-        let result = result.and_then(|(report_head, downloaded, objects)| {
+        let result = result.and_then(|fetched| {
+            let Fetched {
+                head: report_head,
+                downloaded,
+                objects,
+                refs,
+            } = fetched;
+            // The large items its records name, durable in the store before
+            // the session appears, and kept from a collection (the writers'
+            // lock) until it has.
+            let area = store.payload_area();
+            let _writers = (!refs.is_empty()).then(|| area.lock_shared()).transpose()?;
+            let downloaded_payloads = self.get_payloads(area, &refs)?;
             write_catalog(&staging, &manifest)?;
             sync_dir(&staging, &None)?;
             if dest.exists() {
@@ -191,6 +216,7 @@ impl Archive {
                 objects,
                 downloaded_bytes: downloaded,
                 head: report_head,
+                downloaded_payloads,
             })
         });
         if result.is_err() {
@@ -283,7 +309,7 @@ impl Archive {
 
     /// Downloads, checks and stages every object of `plan`, checks that each
     /// continues the one before, and cuts the staged log at `point`.
-    /// Returns the head, the bytes downloaded and the objects used.
+    /// Returns what it staged.
     fn fetch_and_check(
         &self,
         plan: &[(ObjectPath, ObjectKind, u64)],
@@ -291,7 +317,7 @@ impl Archive {
         point: RestorePoint,
         log_id: &str,
         progress: &(dyn Fn(Transfer) + Send + Sync),
-    ) -> Result<((u64, EntryHash), u64, usize)> {
+    ) -> Result<Fetched> {
         let total_bytes = plan.iter().map(|(_, _, n)| n).sum();
         let done = AtomicU64::new(0);
         progress(Transfer {
@@ -390,7 +416,13 @@ impl Archive {
                 cut_at(&staged[i], |_, h| *h == hash)?
             }
         };
-        Ok((head, downloaded, objects))
+        let refs = refs_of_images(staged.iter().map(|s| s.checked.payloads.as_slice()));
+        Ok(Fetched {
+            head,
+            downloaded,
+            objects,
+            refs,
+        })
     }
 }
 

@@ -31,6 +31,15 @@ pub(super) struct PayloadCheck<'p> {
     pub(super) sync: &'p dyn Fn() -> Result<()>,
 }
 
+/// What an open trusts and checks past the last segment's durable mark.
+#[derive(Clone, Copy, Default)]
+pub(super) struct PastMark<'p> {
+    /// A release hint this process left (see [`ReleaseHint`]).
+    pub(super) hint: Option<&'p ReleaseHint>,
+    /// The store's check of the payloads the records name.
+    pub(super) payloads: Option<PayloadCheck<'p>>,
+}
+
 /// What the sealed segments of a log say about the log up to their end.
 pub(super) struct SealedPrefix {
     pub(super) segments: Vec<Arc<Segment>>,
@@ -56,8 +65,7 @@ pub(super) fn open_segments(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
-    hint: Option<&ReleaseHint>,
-    payloads: Option<PayloadCheck<'_>>,
+    past_mark: PastMark<'_>,
 ) -> Result<Opened> {
     let (last, sealed) = paths
         .split_last()
@@ -71,8 +79,7 @@ pub(super) fn open_segments(
         keeps_lagging_mark,
         mode,
         hook,
-        hint,
-        payloads,
+        past_mark,
     )
 }
 
@@ -158,9 +165,9 @@ fn open_last(
     keeps_lagging_mark: bool,
     mode: RecoveryMode,
     hook: &Hook,
-    hint: Option<&ReleaseHint>,
-    payloads: Option<PayloadCheck<'_>>,
+    past_mark: PastMark<'_>,
 ) -> Result<Opened> {
+    let PastMark { hint, payloads } = past_mark;
     let seg = open_in_order(named, &mut prefix, writable, hook)?;
     // Its footer may be a seal that never became durable (its successor was
     // not created yet), so it is only believed once the records agree.

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Condvar, Mutex};
 
 use super::commit::{Settle, SyncState};
-use super::opening::{open_segments, PayloadCheck};
+use super::opening::{open_segments, PastMark, PayloadCheck};
 use super::reader::snapshot_of;
 use super::writer::Writer;
 use super::{
@@ -81,8 +81,17 @@ impl Log {
     /// [`Error::Corrupt`] on damage at or before the durable point (unless
     /// [`RecoveryMode::Salvage`]). A torn tail is cut and reported in
     /// [`Log::recovery_report`].
+    ///
+    /// The log of a store's session (`<root>/sessions/<id>`, beside the
+    /// store's `payloads/`) opens with the store's payload area, as the
+    /// store opens it: its references to large items resolve, and recovery
+    /// checks the payloads of the records past the durable mark.
     pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
-        Log::open_writer(dir.as_ref(), opts, false, None, None)
+        let dir = dir.as_ref();
+        match PayloadArea::of_session_dir(dir, &opts.hook) {
+            Some(area) => Log::open_in_store(dir, opts, None, area),
+            None => Log::open_writer(dir, opts, false, None, None),
+        }
     }
 
     /// [`Log::open`] of a session of a store, whose records may refer to
@@ -168,8 +177,10 @@ impl Log {
                 keeps_lagging_mark,
                 opts.recovery,
                 &hook,
-                hint,
-                past_mark,
+                PastMark {
+                    hint,
+                    payloads: past_mark,
+                },
             );
             if let (Ok(_), Some((_, p))) = (&result, &successor) {
                 // Nothing in it was durable: a record there is durable only
@@ -256,8 +267,15 @@ impl Log {
 
     /// Opens the log read-only, without taking the writer lock: it sees the
     /// prefix committed at open; call [`Log::refresh`] to see more.
+    ///
+    /// The log of a store's session opens with the store's payload area, as
+    /// by [`Log::open`].
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
-        Log::read_only(dir.as_ref(), None)
+        let dir = dir.as_ref();
+        match PayloadArea::of_session_dir(dir, &None) {
+            Some(area) => Log::open_read_only_in_store(dir, area),
+            None => Log::read_only(dir, None),
+        }
     }
 
     /// [`Log::open_read_only`] of a session of a store: the view also ends
@@ -297,8 +315,10 @@ impl Log {
             false,
             RecoveryMode::Strict,
             &None,
-            None,
-            past_mark,
+            PastMark {
+                hint: None,
+                payloads: past_mark,
+            },
         )?;
         Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
     }

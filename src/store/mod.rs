@@ -76,12 +76,17 @@ pub struct StoreOptions {
     /// `encrypted_content`, images and files, long texts) are stored once
     /// in the store-wide payload area, and records refer to them by BLAKE3
     /// hash; `usize::MAX` keeps every item in its record. Default
-    /// [`DEFAULT_PAYLOAD_THRESHOLD`] (4 KiB).
+    /// [`DEFAULT_PAYLOAD_THRESHOLD`] (32 KiB).
     pub payload_threshold: usize,
 }
 
-/// The default [`StoreOptions::payload_threshold`]: 4 KiB.
-pub const DEFAULT_PAYLOAD_THRESHOLD: usize = 4096;
+/// The default [`StoreOptions::payload_threshold`]: 32 KiB. Each payload is
+/// a file of its own (a create, a rename, and an `fdatasync` at the next
+/// sync), so the threshold keeps them to the items that are worth it: the
+/// large tool outputs and attachments that compaction snapshots and forks
+/// repeat, while the few-KiB results of an ordinary turn stay in their
+/// record (see DESIGN.md, "Payloads").
+pub const DEFAULT_PAYLOAD_THRESHOLD: usize = 32 * 1024;
 
 impl Default for StoreOptions {
     fn default() -> Self {

@@ -48,6 +48,11 @@ pub(super) fn plan(entry: &LogEntry, threshold: usize) -> Option<Planned> {
 pub(super) type PayloadGuard = Option<File>;
 
 impl Store {
+    /// The store's payload area.
+    pub(crate) fn payload_area(&self) -> &crate::payload::PayloadArea {
+        &self.inner.payloads
+    }
+
     /// The store's threshold: items of at least this many text bytes go to
     /// the payload area.
     pub(super) fn payload_threshold(&self) -> usize {
@@ -121,7 +126,8 @@ impl Store {
         let snap = self.snapshot(id)?;
         let mut damage = Vec::new();
         let mut checked = HashSet::new();
-        for rec in snap.iter() {
+        // The local records: an evicted prefix's payloads are the archive's.
+        for rec in snap.iter_from(snap.first_seq()) {
             let rec = rec?;
             for r in rec.entry.items().iter().filter_map(|i| i.payload_ref()) {
                 // One check per payload and record is enough: a record that
@@ -193,9 +199,12 @@ impl Store {
     }
 }
 
-/// Adds the payloads every record of `log` refers to.
+/// Adds the payloads every local record of `log` refers to. Those that
+/// only records evicted to an archive name are not marked: the eviction put
+/// them in the archive, and a fetch-back brings them again.
 fn mark_references(log: &Log, referenced: &mut HashSet<[u8; 32]>) -> Result<()> {
-    for rec in log.snapshot().iter() {
+    let snap = log.snapshot();
+    for rec in snap.iter_from(snap.first_seq()) {
         let items = rec?.entry.items();
         referenced.extend(items.iter().filter_map(|i| i.payload_ref().map(|r| r.hash)));
     }

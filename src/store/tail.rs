@@ -7,8 +7,8 @@ use crate::error::Result;
 use crate::item::{Item, ItemView};
 use crate::log::{RecordView, Snapshot};
 use crate::payload::{payload_item, read_payload};
-use crate::schema::{ArchivedLoggedItem, LoggedPayloadRef};
 use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
+use crate::schema::{ArchivedLoggedItem, LoggedPayloadRef};
 
 /// The last items of a session's live history, from [`Store::history_tail`].
 #[derive(Debug, Clone, PartialEq)]
@@ -262,13 +262,15 @@ impl<'a> Taker<'a> {
                 held.push(read_payload(self.payloads, *seq, r)?);
             }
         }
-        let mut held_items = Vec::with_capacity(held.len());
-        let mut bytes = held.iter();
-        for t in &self.items {
-            if let (Taken::Payload(seq, r), Some(b)) = (t, bytes.next()) {
-                held_items.push(payload_item(b, *seq, r)?);
-            }
-        }
+        let wanted = self.items.iter().filter_map(|t| match t {
+            Taken::Payload(seq, r) => Some((seq, r)),
+            Taken::Inline(_) => None,
+        });
+        let held_items = held
+            .iter()
+            .zip(wanted)
+            .map(|(b, (seq, r))| payload_item(b, *seq, r))
+            .collect::<Result<Vec<_>>>()?;
         let mut from_area = held_items.into_iter();
         let mut items: Vec<ItemView<'_>> = self
             .items

@@ -70,10 +70,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
                             count(r.records, "record")
                         )
                     }
-                    (None, None) => match (
-                        store.verify_fork_link(id),
-                        store.verify_payloads(id),
-                    ) {
+                    (None, None) => match (store.verify_fork_link(id), store.verify_payloads(id)) {
                         // The log is whole; a fork's link to its parent
                         // must hold too, and every payload a record refers
                         // to must be there and hash right. A failure is
