@@ -253,6 +253,10 @@ pub enum CorruptKind {
     /// payload area that is missing or damaged: it was not durable when
     /// the power went, so recovery cuts the log there as a torn tail.
     Payload(String),
+    /// The last records of the log are the start of a batch whose last
+    /// record never reached the disk (a crash during the write): a batch
+    /// is appended whole or not at all, so recovery cuts it as a torn tail.
+    IncompleteBatch,
 }
 
 impl fmt::Display for CorruptKind {
@@ -279,6 +283,10 @@ impl fmt::Display for CorruptKind {
             CorruptKind::MissingSegment => write!(f, "missing segment"),
             CorruptKind::Mark(why) => write!(f, "durable mark: {why}"),
             CorruptKind::Payload(why) => write!(f, "payload not durable: {why}"),
+            CorruptKind::IncompleteBatch => write!(
+                f,
+                "a batch of records written together ends before its last record"
+            ),
         }
     }
 }

@@ -17,12 +17,15 @@
 //! Versions 4, 5 and 6 do the same for schema 3 (`items_removed`), schema 4
 //! (`forked_from`, the first entry of a fork by reference) and schema 5
 //! (`LoggedItem::External`, an item kept in the store's payload area).
+//! Version 7 gives every record of a batch but its last another magic
+//! ([`RECORD_MAGIC_BATCH`]), so that recovery can cut a batch a crash left
+//! incomplete; a reader built before it would take that magic for damage.
 
 use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
 /// Current format version: every new segment is written with it.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// The oldest version still read.
 pub const OLDEST_VERSION: u32 = 1;
 
@@ -30,8 +33,16 @@ pub const OLDEST_VERSION: u32 = 1;
 pub const SEGMENT_MAGIC: [u8; 8] = *b"SSLOGSEG";
 /// Footer magic.
 pub const FOOTER_MAGIC: [u8; 8] = *b"SSLOGEND";
-/// Record magic.
+/// Record magic: a record that ends its batch (every record of a segment
+/// of format version 6 or older).
 pub const RECORD_MAGIC: [u8; 4] = *b"SREC";
+/// The magic of a record that more records of the same batch follow, in the
+/// same segment (format version 7). It differs from [`RECORD_MAGIC`] in three
+/// bits, one per byte, so no single flipped bit turns one into the other.
+/// Neither the CRC nor the chain covers the magic: the chain of a batch is
+/// the chain of its entries, whatever the batch, and a flipped magic bit
+/// fails the record as any unknown magic does.
+pub const RECORD_MAGIC_BATCH: [u8; 4] = *b"Srec";
 
 /// Length of the segment header; records start here.
 pub const SEGMENT_HEADER_LEN: usize = 256;
@@ -309,12 +320,17 @@ pub struct RecordHeader {
     pub seq: u64,
     /// Timestamp, ms.
     pub ts: u64,
+    /// More records of the same batch follow ([`RECORD_MAGIC_BATCH`]).
+    pub continues: bool,
 }
 
 impl RecordHeader {
     /// Writes the header into `out[..64]`, CRC left zero (see [`seal_record`]).
     pub fn write(&self, out: &mut [u8]) {
-        out[..4].copy_from_slice(&RECORD_MAGIC);
+        out[..4].copy_from_slice(match self.continues {
+            true => &RECORD_MAGIC_BATCH,
+            false => &RECORD_MAGIC,
+        });
         out[REC_CRC..REC_CRC + 4].fill(0);
         out[REC_PREV_HASH..REC_PREV_HASH + 32].copy_from_slice(self.prev_hash.as_bytes());
         out[REC_PAYLOAD_LEN..REC_PAYLOAD_LEN + 4].copy_from_slice(&self.payload_len.to_le_bytes());
@@ -329,9 +345,11 @@ impl RecordHeader {
         if b.len() < RECORD_HEADER_LEN {
             return Err(CorruptKind::Truncated);
         }
-        if b[..4] != RECORD_MAGIC {
-            return Err(CorruptKind::Magic);
-        }
+        let continues = match &b[..4] {
+            m if m == RECORD_MAGIC => false,
+            m if m == RECORD_MAGIC_BATCH => true,
+            _ => return Err(CorruptKind::Magic),
+        };
         let payload_len = u32_at(b, REC_PAYLOAD_LEN);
         if payload_len == 0
             || payload_len as usize > MAX_PAYLOAD_LEN
@@ -345,6 +363,7 @@ impl RecordHeader {
             kind: b[REC_KIND],
             seq: u64_at(b, REC_SEQ),
             ts: u64_at(b, REC_TS),
+            continues,
         })
     }
 
@@ -753,6 +772,29 @@ mod tests {
     }
 
     #[test]
+    fn no_single_flipped_bit_turns_one_record_magic_into_the_other() {
+        for magic in [RECORD_MAGIC, RECORD_MAGIC_BATCH] {
+            let h = RecordHeader {
+                prev_hash: EntryHash([1; 32]),
+                payload_len: 16,
+                kind: 1,
+                seq: 3,
+                ts: 4,
+                continues: magic == RECORD_MAGIC_BATCH,
+            };
+            let mut rec = [0u8; RECORD_HEADER_LEN];
+            h.write(&mut rec);
+            assert_eq!(rec[..4], magic);
+            assert_eq!(RecordHeader::read(&rec), Ok(h));
+            for bit in 0..32 {
+                let mut b = rec;
+                b[bit / 8] ^= 1 << (bit % 8);
+                assert_eq!(RecordHeader::read(&b), Err(CorruptKind::Magic), "bit {bit}");
+            }
+        }
+    }
+
+    #[test]
     fn zeros_never_parse_as_a_record() {
         assert!(RecordHeader::read(&[0u8; 64]).is_err());
     }
@@ -760,7 +802,7 @@ mod tests {
     proptest! {
         #[test]
         fn record_round_trip(payload in proptest::collection::vec(any::<u8>(), 1..600), seq: u64, ts: u64, kind: u8, flip in any::<prop::sample::Index>()) {
-            let h = RecordHeader { prev_hash: EntryHash([1; 32]), payload_len: payload.len() as u32, kind, seq, ts };
+            let h = RecordHeader { prev_hash: EntryHash([1; 32]), payload_len: payload.len() as u32, kind, seq, ts, continues: seq % 2 == 0 };
             let mut rec = vec![0u8; RECORD_HEADER_LEN + payload.len()];
             h.write(&mut rec);
             rec[RECORD_HEADER_LEN..].copy_from_slice(&payload);

@@ -122,6 +122,18 @@ pub use log::{
     DEFAULT_INITIAL_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE, LAST_RECOVERY_FILE,
 };
 pub use payload::{PayloadCollection, PayloadDamage, PayloadProblem};
+
+/// Checks bytes as a payload file's content, as every read of the payload
+/// area and every download from an archive does before trusting them (an
+/// item archive, valid JSON texts, no reference itself), and returns the
+/// item. Public only to the fuzz targets (feature `whitebox`).
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub fn check_payload_bytes(bytes: &[u8]) -> std::result::Result<Item, PayloadProblem> {
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
+    aligned.extend_from_slice(bytes);
+    payload::check_archive(&aligned).map(|item| item.to_item())
+}
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
 pub use schema::JSON_GROWTH;

@@ -17,9 +17,10 @@
 //! mark whose payload did not survive. DESIGN.md, "Payloads", has the whole
 //! argument.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -118,15 +119,19 @@ pub(crate) struct PayloadArea {
     /// payloads it should cover are still being synced by another.
     syncing: parking_lot::Mutex<()>,
     /// Payloads this process wrote, or read back and found whole, since the
-    /// area's last collection: a save that repeats one need not read it.
-    known: parking_lot::Mutex<HashSet<[u8; 32]>>,
+    /// area's last collection, with the inode their file had: a save that
+    /// repeats one need not read it while its name still holds that file
+    /// (another process's collection may have removed it since, and another
+    /// writer written it again, unsynced).
+    known: parking_lot::Mutex<HashMap<[u8; 32], u64>>,
 }
 
 /// What the next sync of the area must make durable.
 #[derive(Default)]
 struct Pending {
     files: Vec<PathBuf>,
-    /// A shard directory was made: `payloads/` holds a new name.
+    /// A shard directory was made, or a payload found whose shard a crashed
+    /// writer may have made: `payloads/` is synced too.
     new_shard: bool,
 }
 
@@ -146,16 +151,24 @@ impl PayloadArea {
             hook,
             pending: parking_lot::Mutex::new(Pending::default()),
             syncing: parking_lot::Mutex::new(()),
-            known: parking_lot::Mutex::new(HashSet::new()),
+            known: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
     /// The payload area of the store whose session directory `dir` is
-    /// (`<root>/sessions/<id>`), if that store has one: how a log opened on
-    /// its own finds the area its references resolve in.
+    /// (`<root>/sessions/<id>`, or a retired parent's `<root>/retired/<id>`),
+    /// if that store has one: how a log opened on its own finds the area its
+    /// references resolve in.
     pub(crate) fn of_session_dir(dir: &Path, hook: &Hook) -> Option<Arc<PayloadArea>> {
+        // `Log::open(".")` from inside the directory names it too.
+        let dir = match dir.file_name() {
+            Some(_) => dir.to_path_buf(),
+            None => dir.canonicalize().ok()?,
+        };
         let sessions = dir.parent()?;
-        if sessions.file_name()? != "sessions" {
+        // A live session's, or a retired parent's that forks still read.
+        let place = sessions.file_name()?;
+        if place != "sessions" && place != crate::store::RETIRED_DIR {
             return None;
         }
         let root = sessions.parent()?;
@@ -207,23 +220,26 @@ impl PayloadArea {
         let shard = path.parent().expect("a payload path has a shard directory");
         if let Ok(m) = fs::metadata(&path) {
             if m.len() == r.len {
-                if self.known.lock().contains(&hash) {
+                if self.known.lock().get(&hash) == Some(&m.ino()) {
                     return Ok(r);
                 }
                 // Another process's, or an earlier run's: a power loss may
                 // have left its name over torn bytes, so it is read back
                 // once, and synced by the next sync (its writer may have
                 // died before syncing it).
-                if self.read(&r).is_ok() {
-                    self.pending.lock().files.push(path);
-                    self.known.lock().insert(hash);
+                if self.adopt(&r).is_ok() {
                     return Ok(r);
                 }
             }
         }
-        if !hooked_fs::dir_exists(shard)? {
-            hooked_fs::create_dir(shard, &self.hook)?;
-            self.pending.lock().new_shard = true;
+        {
+            // Made and noted under one lock: a sync that sees the shard sees
+            // that `payloads/` must be synced for it.
+            let mut pending = self.pending.lock();
+            if !hooked_fs::dir_exists(shard)? {
+                hooked_fs::create_dir(shard, &self.hook)?;
+                pending.new_shard = true;
+            }
         }
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = shard.join(format!(
@@ -236,9 +252,34 @@ impl PayloadArea {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
+        let ino = fs::metadata(&path).map_or(0, |m| m.ino());
         self.pending.lock().files.push(path);
-        self.known.lock().insert(hash);
+        self.known.lock().insert(hash, ino);
         Ok(r)
+    }
+
+    /// Takes a payload already in the area, found rather than written: it is
+    /// read back whole (length, BLAKE3, archive), and noted for the next
+    /// sync, with its shard's entry in `payloads/`, since the process that
+    /// wrote it may have died before syncing either. What names it may be
+    /// appended, or placed, once that sync has run.
+    pub(crate) fn adopt(&self, r: &LoggedPayloadRef) -> std::result::Result<(), PayloadProblem> {
+        let bytes = self.read(r)?;
+        check_archive(&bytes)?;
+        let path = self.path(&r.hash);
+        let ino = fs::metadata(&path).map_or(0, |m| m.ino());
+        let mut pending = self.pending.lock();
+        pending.files.push(path);
+        pending.new_shard = true;
+        drop(pending);
+        self.known.lock().insert(r.hash, ino);
+        Ok(())
+    }
+
+    /// Forgets what this process knew of payload `hash`: the next `put` of
+    /// it reads the file back, and writes it again if it is not whole.
+    pub(crate) fn forget(&self, hash: &[u8; 32]) {
+        self.known.lock().remove(hash);
     }
 
     /// Makes every payload written since the last sync durable: each file
@@ -306,7 +347,10 @@ impl PayloadArea {
                 ));
             }
             if pending {
-                self.pending.lock().files.push(self.path(&r.hash));
+                // Found, not written: its shard's entry too.
+                let mut p = self.pending.lock();
+                p.files.push(self.path(&r.hash));
+                p.new_shard = true;
             }
         }
         Ok(())

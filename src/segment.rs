@@ -524,6 +524,20 @@ impl Segment {
     }
 }
 
+/// Where a batch whose last record a scan has not met began, and the scan's
+/// state before it.
+struct BatchStart {
+    off: usize,
+    next_seq: u64,
+    count: u64,
+    index_len: usize,
+    last_session_start: Option<(u64, u64)>,
+    /// The chain hash before it, when the scan knew it (not below a
+    /// trusted mark).
+    hash: Option<EntryHash>,
+    last_start: Option<(usize, usize)>,
+}
+
 /// The scan itself, over the bytes `0..limit` of a segment.
 pub(crate) fn scan_bytes(
     bytes: &[u8],
@@ -549,6 +563,9 @@ pub(crate) fn scan_bytes(
     let mut last_start = None;
     let mut off = from as usize;
     let mut last_indexed: Option<u64> = None;
+    // The scan as it was before the first record of a batch whose last
+    // record has not been met yet (`RECORD_MAGIC_BATCH`).
+    let mut batch_open: Option<BatchStart> = None;
     loop {
         if let Some(m) = trusted {
             if off as u64 == m.end {
@@ -595,6 +612,19 @@ pub(crate) fn scan_bytes(
             hash = rec.link();
             hash_known = true;
         }
+        if h.continues && batch_open.is_none() {
+            batch_open = Some(BatchStart {
+                off,
+                next_seq,
+                count: scan.count,
+                index_len: scan.index.len(),
+                last_session_start: scan.last_session_start,
+                hash: expected_hash,
+                last_start,
+            });
+        } else if !h.continues {
+            batch_open = None;
+        }
         last_start = Some((off, body_end));
         if h.kind == EntryKind::SessionStart as u8 {
             scan.last_session_start = Some((h.seq, off as u64));
@@ -611,6 +641,32 @@ pub(crate) fn scan_bytes(
         off = rec_end;
         scan.end = off as u64;
         scan.next_seq = next_seq;
+    }
+    if let Some(b) = batch_open {
+        // A crash cut the batch short: the scan ends before it, as a torn
+        // tail starting at its first record (whatever stopped it after).
+        scan.end = b.off as u64;
+        scan.next_seq = b.next_seq;
+        scan.count = b.count;
+        scan.index.truncate(b.index_len);
+        scan.last_session_start = b.last_session_start;
+        // The reason is the damage that stopped the scan inside the batch,
+        // if any (a record past the mark whose payload was lost, say), else
+        // that the batch ends before its last record.
+        let why = scan
+            .stop
+            .take()
+            .map_or(CorruptKind::IncompleteBatch, |(_, _, k)| k);
+        scan.stop = Some((b.off as u64, Some(b.next_seq), why));
+        scan.checkpoint = scan.checkpoint.filter(|p| p.end <= b.off as u64);
+        last_start = b.last_start;
+        match b.hash {
+            Some(h) => {
+                hash = h;
+                hash_known = true;
+            }
+            None => hash_known = false,
+        }
     }
     scan.last_hash = match (hash_known, last_start) {
         (true, _) | (false, None) => hash,

@@ -569,6 +569,31 @@ fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
     assert!(other.verify_payloads(id).unwrap().is_empty());
     assert_eq!(other.restore(id).unwrap(), state);
 
+    // A store that holds a damaged copy of a payload (same length, other
+    // bytes) gets it written anew by the pull, never kept.
+    let fourth_dir = tempfile::tempdir().unwrap();
+    let fourth = Store::open_with(fourth_dir.path(), opts()).unwrap();
+    let (_, mut fourth_head) = fourth
+        .create_session(None, RequestConfig::model("gpt-5"), &[big_output(11)])
+        .unwrap();
+    let _ = &mut fourth_head;
+    let damaged = walk(&fourth_dir.path().join("payloads"))
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n.len() == 64))
+        .unwrap();
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    bytes[100] ^= 0xFF;
+    std::fs::write(&damaged, &bytes).unwrap();
+    let pulled = a
+        .pull(&fourth, id, session_store::RestorePoint::Latest)
+        .unwrap();
+    assert_eq!(
+        pulled.downloaded_payloads.0, 12,
+        "the damaged one is fetched too"
+    );
+    assert!(fourth.verify_payloads(id).unwrap().is_empty());
+    assert_eq!(export(&fourth, id), exported);
+
     // A payload the archive lost fails the pull by name, and nothing of
     // the session lands.
     let lost = gone[0].clone();
@@ -594,6 +619,6 @@ fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
 
     // An eviction puts a payload its segments name back into the archive
     // before it removes anything.
-    a.evict(&store, id).unwrap();
+    assert!(a.evict(&store, id).unwrap().evicted_segments >= 1);
     assert!(payload_objects(&a).contains(&lost));
 }

@@ -153,9 +153,9 @@ fn a_log_opened_on_its_own_in_its_store_resolves_and_checks_its_payloads() {
     let (image, id) = image_with_lost_payload(|p| std::fs::remove_file(p).unwrap());
     let session = image.path().join("sessions").join(id.to_string());
     let log = session_store::Log::open(&session, LogOptions::default()).unwrap();
+    // Turn 1's save is one batch: cut whole at its lost payload.
     let mut expected = vec![Item::user_text("hi")];
     expected.extend(turn(0));
-    expected.extend(turn(1)[..2].iter().cloned());
     assert!(log.restore().unwrap().history == expected);
     let torn = log
         .recovery_report()
@@ -630,6 +630,29 @@ fn an_entry_that_names_a_payload_the_store_lacks_is_refused() {
     let err = store.save_entries(id, &mut head, &[entry]).unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     assert_eq!(store.head(id).unwrap(), Some(before));
+
+    // A file that has the hash its name says, but is no item archive: the
+    // length and hash check pass, the archive check refuses it.
+    let garbage = vec![0xA5u8; 4096];
+    let hash = blake3::hash(&garbage);
+    let hex = hash.to_hex().to_string();
+    let shard = dir.path().join("payloads").join(&hex[..2]);
+    std::fs::create_dir_all(&shard).unwrap();
+    std::fs::write(shard.join(&hex), &garbage).unwrap();
+    let forged = session_store::LoggedItem::External(Box::new(session_store::LoggedPayloadRef {
+        hash: *hash.as_bytes(),
+        len: garbage.len() as u64,
+    }));
+    let entry = session_store::LogEntry::ToolResults {
+        ts: 1,
+        items: vec![forged],
+    };
+    let err = store.save_entries(id, &mut head, &[entry]).unwrap_err();
+    match &err {
+        Error::InvalidInput { what } => assert!(what.contains(&hex), "{what}"),
+        other => panic!("expected invalid input, got {other}"),
+    }
+    assert_eq!(store.head(id).unwrap(), Some(before));
 }
 
 /// Copies a directory tree: what a power loss would keep if every page
@@ -692,10 +715,10 @@ fn recovery_cuts_the_log_at_a_record_past_the_mark_whose_payload_was_lost() {
         let store = Store::open(image.path()).unwrap();
         let mut expected = vec![Item::user_text("hi")];
         expected.extend(turn(0));
-        // Turn 1 is cut at its tool output's record, as a torn tail: no
-        // record names a payload that is not there (the question and the
-        // call, recorded before it, stay).
-        expected.extend(turn(1)[..2].iter().cloned());
+        // Turn 1 is cut as a torn tail where its tool output's record
+        // names a payload that is not there; its question and call,
+        // recorded before it in the same batch (one save), go with it: a
+        // batch is in the log whole or not at all.
         // A reader's view ends where the writer will cut...
         let restored = store.restore(id).unwrap().history;
         assert!(restored == expected, "{} items", restored.len());

@@ -464,3 +464,113 @@ fn torn_tail_in_salvage_mode_is_not_marked_salvaged() {
     assert_ne!(fs::read(&seg).unwrap(), orig);
     assert_prefix_and_continue(dir.path(), log, 8);
 }
+
+/// A log of [`RECORDS`] single appends, then one batch of four entries (seqs
+/// `RECORDS..RECORDS + 4`), none of it synced.
+fn log_ending_in_a_batch(dir: &Path) -> (Vec<u8>, Vec<Span>) {
+    let log = Log::open(dir, opts(SEG)).unwrap();
+    for i in 0..RECORDS {
+        log.append(&entry(i, size(i))).unwrap();
+    }
+    let batch: Vec<_> = (RECORDS..RECORDS + 4).map(|i| entry(i, size(i))).collect();
+    log.append_batch(&batch, Durability::Buffered, session_store::ExpectHead::Any)
+        .unwrap();
+    drop(log);
+    let seg = &segment_files(dir)[0];
+    let bytes = fs::read(seg).unwrap();
+    let sp = spans(&bytes);
+    assert_eq!(sp.len() as u64, RECORDS + 4);
+    (bytes, sp)
+}
+
+#[test]
+fn a_batch_cut_short_by_a_crash_is_cut_whole() {
+    let dir = sweep_tempdir();
+    let (orig, sp) = log_ending_in_a_batch(dir.path());
+    let seg = segment_files(dir.path())[0].clone();
+    let batch = &sp[RECORDS as usize..];
+    // The batch's records but its last carry the batch magic.
+    for s in &batch[..3] {
+        assert_eq!(
+            &orig[s.start..s.start + 4],
+            session_store::format::RECORD_MAGIC_BATCH
+        );
+    }
+    assert_eq!(
+        &orig[batch[3].start..batch[3].start + 4],
+        session_store::format::RECORD_MAGIC
+    );
+    // Zeroed from any offset inside the batch (a crash during its write):
+    // the log keeps the records before it, none of it, and says why.
+    let from = batch[0].start + 1;
+    let to = batch[3].body_end;
+    for cut in (from..to)
+        .step_by(7)
+        .chain([batch[1].start, batch[3].start])
+    {
+        let mut b = orig.clone();
+        b[cut..].fill(0);
+        fs::write(&seg, &b).unwrap();
+        if survivors(&orig, &sp, cut) == sp.len() {
+            // Only bytes that were zero already: the batch is whole.
+            let log = Log::open(dir.path(), opts(SEG)).unwrap();
+            assert_eq!(log.next_seq(), RECORDS + 4, "cut at {cut}");
+            continue;
+        }
+        // A reader's view ends before the batch as the writer's will.
+        let read = Log::open_read_only(dir.path()).unwrap();
+        assert_eq!(read.next_seq(), RECORDS, "cut at {cut}: read-only view");
+        drop(read);
+        let log = Log::open(dir.path(), opts(SEG))
+            .unwrap_or_else(|e| panic!("cut at {cut}: open failed: {e}"));
+        let t = log
+            .recovery_report()
+            .torn_tail
+            .clone()
+            .unwrap_or_else(|| panic!("cut at {cut}: no torn tail"));
+        assert_eq!(t.offset, batch[0].start as u64, "cut at {cut}");
+        assert_eq!(t.seq, Some(RECORDS));
+        // Cut at a record's start (zeros follow a whole record), the reason
+        // is the batch; otherwise it is the damage the scan met in it.
+        if batch[1..].iter().any(|s| s.start == cut) {
+            assert!(t.reason.contains("batch"), "cut at {cut}: {}", t.reason);
+        }
+        // Its first records are gone from the file, not just skipped.
+        let after = fs::read(&seg).unwrap();
+        assert!(
+            after[batch[0].start..].iter().all(|&x| x == 0),
+            "cut at {cut}"
+        );
+        assert_prefix_and_continue(dir.path(), log, RECORDS);
+    }
+    // Whole, it stays whole.
+    fs::write(&seg, &orig).unwrap();
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(log.recovery_report().torn_tail, None);
+    assert_eq!(log.next_seq(), RECORDS + 4);
+}
+
+#[test]
+fn a_batch_that_does_not_fit_the_active_segment_starts_the_next_one() {
+    let dir = sweep_tempdir();
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    // Fill most of the first segment, then a batch bigger than what is left.
+    let mut i = 0;
+    while log.bytes() < SEG - 6_000 {
+        log.append(&entry(i, 1_000)).unwrap();
+        i += 1;
+    }
+    let batch: Vec<_> = (i..i + 8).map(|i| entry(i, 1_000)).collect();
+    log.append_batch(&batch, Durability::Buffered, session_store::ExpectHead::Any)
+        .unwrap();
+    drop(log);
+    let files = segment_files(dir.path());
+    assert_eq!(files.len(), 2, "the batch rolled the log first");
+    let second = spans(&fs::read(&files[1]).unwrap());
+    assert_eq!(second.len(), 8, "the whole batch is in the new segment");
+    assert_eq!(second[0].seq, i);
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(log.recovery_report().torn_tail, None);
+    assert_eq!(log.next_seq(), i + 8);
+    assert_eq!(log.verify().damage, None);
+}

@@ -21,8 +21,9 @@ pub(crate) struct Checked {
     pub(crate) data_end: u64,
     pub(crate) next_seq: u64,
     pub(crate) last_hash: EntryHash,
-    /// The payloads its records name (see `payloads.rs`), each once.
-    pub(crate) payloads: Vec<LoggedPayloadRef>,
+    /// The payloads its records name (see `payloads.rs`), each once, with
+    /// the seq of the first record that names it.
+    pub(crate) payloads: Vec<(u64, LoggedPayloadRef)>,
 }
 
 /// Where and why an object failed its check.
@@ -123,25 +124,28 @@ pub(crate) fn check_object(bytes: &[u8], kind: ObjectKind) -> Result<Checked, Fa
         data_end,
         next_seq: scan.next_seq,
         last_hash: scan.last_hash,
-        payloads: payload_refs(&bytes[..data_end as usize]),
+        payloads: payload_refs(&bytes[..data_end as usize], header.first_seq),
     })
 }
 
 /// The payloads the records of checked (and aligned) segment bytes name,
-/// each once, in the order first met.
-fn payload_refs(bytes: &[u8]) -> Vec<LoggedPayloadRef> {
+/// each once, in the order first met, with the seq of the record that
+/// first names it (the first record's is `first_seq`).
+fn payload_refs(bytes: &[u8], first_seq: u64) -> Vec<(u64, LoggedPayloadRef)> {
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     let mut at = FIRST_RECORD_OFFSET as usize;
+    let mut seq = first_seq;
     while let Ok(Some(rec)) = format::next_record(bytes, at) {
         at += rec.len();
+        seq += 1;
         // The scan accessed every record's archive already.
         let Ok(entry) = LogEntry::access_archive(rec.payload()) else {
             continue;
         };
         for r in entry.items().iter().filter_map(|i| i.payload_ref()) {
             if seen.insert(r.hash) {
-                out.push(r);
+                out.push((seq - 1, r));
             }
         }
     }
@@ -169,6 +173,21 @@ pub(crate) fn find_cut(
         seq += 1;
     }
     None
+}
+
+/// Gives the record of checked segment bytes that ends at `end` the magic of
+/// a batch's last record. Neither its CRC nor the chain covers the magic, so
+/// the record stays the same record with the same hash.
+pub(crate) fn end_batch_at(bytes: &mut [u8], end: u64) {
+    let mut at = FIRST_RECORD_OFFSET as usize;
+    while let Ok(Some(rec)) = format::next_record(bytes, at) {
+        let next = at + rec.len();
+        if next as u64 >= end {
+            bytes[at..at + 4].copy_from_slice(&format::RECORD_MAGIC);
+            return;
+        }
+        at = next;
+    }
 }
 
 /// Clears a segment header's durable-mark slots: a mark is a claim about a

@@ -282,13 +282,14 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
                     seq,
                     kind,
                 })?;
-            Some((area, checked.payloads))
+            let refs: Vec<_> = checked.payloads.into_iter().map(|(_, r)| r).collect();
+            Some((area, refs))
         }
         None => None,
     };
     archive.block_on(async {
         if let Some((area, refs)) = &payloads {
-            archive.put_payloads(area, refs).await?;
+            archive.put_payloads(area, refs, false).await?;
         }
         archive.put_immutable(&object, bytes.into()).await?;
         let cat = catalog::read(&dir.join(CATALOG_FILE)).ok();

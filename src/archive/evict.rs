@@ -141,7 +141,7 @@ impl Archive {
             .map(|(s, _)| (s.first_seq, s.last_seq))
             .collect();
         let refs = refs_in_ranges(&snap, &ranges)?;
-        self.block_on(self.put_payloads(store.payload_area(), &refs))?;
+        self.block_on(self.put_payloads(store.payload_area(), &refs, true))?;
         // The record first, durably; then the files, lowest seq first, so
         // that a crash leaves the local segments a contiguous suffix.
         let dir = store.session_dir(id);
@@ -273,7 +273,7 @@ impl Archive {
         // The large items their records name, durable in the store before
         // the segments are placed, and kept from a collection (the
         // writers' lock) until they are.
-        let refs = refs_of_images(fetched.iter().map(|(_, r)| r.as_slice()));
+        let refs = refs_of_images(fetched.iter().map(|(_, r)| r.as_slice()), u64::MAX);
         let area = store.payload_area();
         let _writers = (!refs.is_empty()).then(|| area.lock_shared()).transpose()?;
         self.get_payloads(area, &refs)?;
@@ -316,15 +316,15 @@ impl Archive {
 }
 
 /// A fetched segment's bytes and the payloads its records name.
-type Fetched = (bytes::Bytes, Vec<LoggedPayloadRef>);
+type Fetched = (bytes::Bytes, Vec<(u64, LoggedPayloadRef)>);
 
 /// Whether fetched bytes are the evicted segment `s` of log `log_id`.
-/// Returns the payloads its records name.
+/// Returns the payloads its records name, with the seq that first names each.
 fn check_fetched(
     s: &EvictedSegment,
     bytes: &[u8],
     log_id: &str,
-) -> Result<Vec<LoggedPayloadRef>, String> {
+) -> Result<Vec<(u64, LoggedPayloadRef)>, String> {
     let hash = content_hash(bytes);
     if bytes.len() as u64 != s.len_bytes || hash != s.content_hash {
         return Err(format!(

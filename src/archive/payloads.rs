@@ -36,13 +36,17 @@ impl Archive {
     }
 
     /// Uploads each payload of `refs` (read from `area`, whose read checks
-    /// length and BLAKE3) that the archive does not hold; an object already
-    /// there must have the payload's length. Returns how many this call
-    /// created. Runs before the manifest naming the records is written.
+    /// length and BLAKE3) that the archive does not hold. An object already
+    /// there must have the payload's length, and with `check_existing` its
+    /// bytes are downloaded and must have its hash (an eviction's check: the
+    /// local copy may be collected once the records that name it are gone).
+    /// Returns how many this call created. Runs before the manifest, or the
+    /// eviction record, that depends on them is written.
     pub(crate) async fn put_payloads(
         &self,
         area: &PayloadArea,
         refs: &[LoggedPayloadRef],
+        check_existing: bool,
     ) -> Result<usize> {
         let created: Vec<bool> = futures_util::stream::iter(refs.iter())
             .map(|r| async move {
@@ -61,20 +65,24 @@ impl Archive {
                     // unless the object was changed in the archive, which
                     // its length shows (and every download checks the hash).
                     Err(object_store::Error::AlreadyExists { .. }) => {
-                        let meta = self
-                            .inner
-                            .objects
-                            .head(&object)
-                            .await
-                            .map_err(|e| remote(&object, e))?;
-                        if meta.size as u64 != r.len {
+                        let size = self.object_size(&object).await?;
+                        if size != r.len {
                             return Err(archive_err(
                                 &object,
                                 format!(
-                                    "already exists with {} bytes, the payload has {}; an archived object is never overwritten",
-                                    meta.size, r.len
+                                    "already exists with {size} bytes, the payload has {}; an archived object is never overwritten",
+                                    r.len
                                 ),
                             ));
+                        }
+                        if check_existing {
+                            let there = self.get_bytes(&object).await?;
+                            if blake3::hash(&there).as_bytes() != &r.hash {
+                                return Err(archive_err(
+                                    &object,
+                                    "already exists with other bytes than its name's hash; an archived object is never overwritten",
+                                ));
+                            }
                         }
                         Ok(false)
                     }
@@ -87,9 +95,23 @@ impl Archive {
         Ok(created.into_iter().filter(|c| *c).count())
     }
 
-    /// Downloads each payload of `refs` that `area` lacks (or holds damaged),
-    /// checks its length, BLAKE3 hash and archive, and writes it into
-    /// `area`; then makes every one durable. The caller holds the area's
+    /// The size of an object, from a HEAD request.
+    async fn object_size(&self, object: &ObjectPath) -> Result<u64> {
+        let meta = self
+            .inner
+            .objects
+            .head(object)
+            .await
+            .map_err(|e| remote(object, e))?;
+        Ok(meta.size as u64)
+    }
+
+    /// Brings each payload of `refs` into `area`, durable: one already there
+    /// whole is taken as found (read back, and synced, since whoever wrote
+    /// it may not have); any other is downloaded (its size checked by a
+    /// HEAD request first, so that a hostile archive cannot make it
+    /// allocate more), checked (length, BLAKE3, archive) and written, as it
+    /// arrives. Then every one is synced. The caller holds the area's
     /// writers' lock ([`PayloadArea::lock_shared`]) until the records that
     /// name them are in place, so that no collection removes them between.
     /// Returns how many were downloaded and their bytes.
@@ -98,37 +120,50 @@ impl Archive {
         area: &PayloadArea,
         refs: &[LoggedPayloadRef],
     ) -> Result<(usize, u64)> {
-        let missing: Vec<&LoggedPayloadRef> =
-            refs.iter().filter(|r| area.read(r).is_err()).collect();
-        let fetched: Vec<(ObjectPath, bytes::Bytes)> = self.block_on(
+        let mut missing = Vec::new();
+        for r in refs {
+            if area.adopt(r).is_err() {
+                // Damaged or absent: written anew, never taken as known.
+                area.forget(&r.hash);
+                missing.push(r);
+            }
+        }
+        let fetched: Vec<u64> = self.block_on(
             futures_util::stream::iter(missing)
                 .map(|r| async move {
                     let object = self.payload_path(&r.hash);
+                    let lacking = |reason: String| {
+                        archive_err(
+                            &object,
+                            format!(
+                                "a record names this payload, and the archive cannot give it: {reason}"
+                            ),
+                        )
+                    };
+                    let size = match self.object_size(&object).await {
+                        Err(Error::Archive { reason, .. }) => return Err(lacking(reason)),
+                        other => other?,
+                    };
+                    if size != r.len {
+                        return Err(archive_err(
+                            &object,
+                            format!("holds {size} bytes, the record names {}", r.len),
+                        ));
+                    }
                     let bytes = match self.get_bytes(&object).await {
-                        Err(Error::Archive { reason, .. }) => {
-                            return Err(archive_err(
-                                &object,
-                                format!(
-                                    "a record names this payload, and the archive cannot give it: {reason}"
-                                ),
-                            ))
-                        }
+                        Err(Error::Archive { reason, .. }) => return Err(lacking(reason)),
                         other => other?,
                     };
                     check_payload(&bytes, r).map_err(|why| archive_err(&object, why))?;
-                    Ok::<_, Error>((object, bytes))
+                    area.put(&bytes)
+                        .map_err(|e| archive_err(&object, format!("cannot be stored: {e}")))?;
+                    Ok::<_, Error>(bytes.len() as u64)
                 })
                 .buffer_unordered(CONCURRENT_TRANSFERS)
                 .try_collect(),
         )?;
-        let mut bytes = 0;
-        for (object, b) in &fetched {
-            area.put(b)
-                .map_err(|e| archive_err(object, format!("cannot be stored: {e}")))?;
-            bytes += b.len() as u64;
-        }
         area.sync_pending()?;
-        Ok((fetched.len(), bytes))
+        Ok((fetched.len(), fetched.iter().sum()))
     }
 }
 
@@ -177,14 +212,15 @@ pub(crate) fn refs_in_ranges(
 }
 
 /// [`refs_in_ranges`] over checked segment images: the payloads their
-/// records name, each once.
+/// records up to seq `last` name, each once.
 pub(crate) fn refs_of_images<'a>(
-    refs: impl IntoIterator<Item = &'a [LoggedPayloadRef]>,
+    refs: impl IntoIterator<Item = &'a [(u64, LoggedPayloadRef)]>,
+    last: u64,
 ) -> Vec<LoggedPayloadRef> {
     let mut seen = HashSet::new();
     refs.into_iter()
         .flatten()
-        .filter(|r| seen.insert(r.hash))
-        .copied()
+        .filter(|(seq, r)| *seq <= last && seen.insert(r.hash))
+        .map(|(_, r)| *r)
         .collect()
 }

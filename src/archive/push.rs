@@ -228,7 +228,9 @@ impl Archive {
                 )
                 .collect();
             let refs = refs_in_ranges(&snap, &ranges)?;
-            report.uploaded_payloads = self.put_payloads(store.payload_area(), &refs).await?;
+            report.uploaded_payloads = self
+                .put_payloads(store.payload_area(), &refs, false)
+                .await?;
             let total_bytes = todo.iter().map(|(_, _, n, _)| n).sum();
             let done = AtomicU64::new(0);
             let progress = &progress;

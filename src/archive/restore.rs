@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 
-use super::check::{check_object, clear_marks, find_cut, Checked};
+use super::check::{check_object, clear_marks, end_batch_at, find_cut, Checked};
 use super::payloads::refs_of_images;
 use super::push::{read_prefix, Transfer};
 use super::{archive_err, hex, Archive, ObjectKind, CONCURRENT_TRANSFERS};
@@ -416,7 +416,8 @@ impl Archive {
                 cut_at(&staged[i], |_, h| *h == hash)?
             }
         };
-        let refs = refs_of_images(staged.iter().map(|s| s.checked.payloads.as_slice()));
+        // Only what the records up to the cut name.
+        let refs = refs_of_images(staged.iter().map(|s| s.checked.payloads.as_slice()), head.0);
         Ok(Fetched {
             head,
             downloaded,
@@ -446,10 +447,13 @@ fn cut_at(s: &Staged, stop: impl Fn(u64, &EntryHash) -> bool) -> Result<(u64, En
 
 /// Rewrites a staged segment as an active one: its header (marks cleared)
 /// and records below `end`, then zeros (a hole) to its full length, so that
-/// the log's recovery reads it as a segment that was being written.
+/// the log's recovery reads it as a segment that was being written. The
+/// record that ends at `end` ends its batch: a restore point inside a batch
+/// is where the restored log's history ends, not an incomplete batch.
 fn rewrite_unsealed(s: &Staged, end: u64) -> Result<()> {
     let mut bytes = read_prefix(&s.file, end)?;
     clear_marks(&mut bytes[..SEGMENT_HEADER_LEN]);
+    end_batch_at(&mut bytes, end);
     std::fs::remove_file(&s.file).map_err(|e| Error::io("remove", &s.file, e))?;
     write_file(&s.file, &bytes, Some(s.checked.header.segment_len))
 }

@@ -164,7 +164,9 @@ impl Log {
                 LastRoll::Settled => None,
                 LastRoll::Holds(prev) => {
                     // Intact, perhaps only in the page cache: make it durable
-                    // before anything is written after it.
+                    // before anything is written after it, the payloads its
+                    // records name first.
+                    past_mark.map_or(Ok(()), |p| (p.sync)())?;
                     prev.sync()?;
                     sync_dir(&dir, &hook)?;
                     None

@@ -77,6 +77,8 @@ pub(crate) fn entry_hash(prev: &EntryHash, seq: u64, entry: &LogEntry) -> Result
         kind: entry.kind() as u8,
         seq,
         ts: entry.ts(),
+        // The magic is outside the chain: any batch gives the same hash.
+        continues: false,
     };
     Ok(format::write_record_header(&mut buf, &header))
 }
@@ -116,7 +118,10 @@ impl Log {
     /// Appends entries in order under one lock, and (with `Sync`) one sync.
     ///
     /// Nothing is written unless the log's head is what `expect_head` says;
-    /// otherwise the result is [`Error::HeadConflict`].
+    /// otherwise the result is [`Error::HeadConflict`]. The batch is in the
+    /// log whole or not at all, after a crash too: it goes into one segment,
+    /// and recovery cuts a batch whose last record a crash kept from the
+    /// disk (see DESIGN.md, recovery step 6).
     pub fn append_batch(
         &self,
         entries: &[LogEntry],
@@ -220,6 +225,13 @@ impl Log {
     /// few `pwrite`s as the segment boundaries allow. Records are
     /// position-independent, so a record that does not fit is written to the
     /// next segment unchanged.
+    ///
+    /// A batch of several records goes into one segment (the log rolls
+    /// first when the active one cannot hold it all), and every record of
+    /// it but the last gets [`format::RECORD_MAGIC_BATCH`]: after a crash in
+    /// the middle of its write, recovery cuts what reached the disk of it
+    /// (see DESIGN.md, "The durable mark, and recovery"), so a batch is in
+    /// the log whole or not at all.
     fn write_entries(
         &self,
         w: &mut Writer,
@@ -227,6 +239,25 @@ impl Log {
         records: &[Encoded],
         out: &mut Vec<(u64, EntryHash)>,
     ) -> Result<()> {
+        let mut batch = records.len() > 1;
+        if batch {
+            let start = records[0].start;
+            let len = (buf.len() - start) as u64;
+            // Room for the index entries the batch may add, too.
+            let need = len + (len / INDEX_STRIDE_BYTES + 2) * INDEX_ENTRY_LEN as u64;
+            let holds = |w: &Writer| {
+                !w.active_sealed
+                    && w.segments.last().is_some_and(|s| {
+                        s.header.version == FORMAT_VERSION && s.fits(w.tip.end, need)
+                    })
+            };
+            if !holds(w) {
+                self.roll(w, need)?;
+                // A fresh segment is made to hold it; were it not, the batch
+                // would span segments and is written unmarked, as before.
+                batch = holds(w);
+            }
+        }
         // `buf[flushed..]` is not written yet; it goes to the active segment at `at`.
         let mut flushed = 0usize;
         let mut at = w.tip.end;
@@ -253,6 +284,7 @@ impl Log {
                 kind: r.kind as u8,
                 seq: w.tip.next_seq,
                 ts: r.ts,
+                continues: batch && k + 1 < records.len(),
             };
             let hash = format::write_record_header(&mut buf[r.start..], &header);
             if w.last_indexed

@@ -89,8 +89,9 @@ impl Store {
 
     /// Appends a whole turn (its items, its usage and its `TurnEnd`) as one
     /// batch if the head is `head`: all of it or none of it is in the log,
-    /// and under `Sync` it costs one `fdatasync` (shared with concurrent
-    /// commits), not one per entry. Returns the new head.
+    /// after an error or a crash alike (recovery cuts a batch a crash left
+    /// short), and under `Sync` it costs one `fdatasync` (shared with
+    /// concurrent commits), not one per entry. Returns the new head.
     pub fn commit_turn(
         &self,
         id: SessionId,

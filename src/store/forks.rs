@@ -35,7 +35,7 @@ const FORKS_DIR: &str = "forks";
 /// The flock in [`FORKS_DIR`] that fork creation and deletion take.
 const FORKS_LOCK: &str = "LOCK";
 /// Under the store's root: sessions deleted while forks still read them.
-pub(super) const RETIRED_DIR: &str = "retired";
+pub(crate) const RETIRED_DIR: &str = "retired";
 
 /// The first segment of a fork's log, where it is reserved (a log that
 /// syncs; a sparse one takes the blocks it holds): the smallest a log

@@ -46,6 +46,7 @@ mod tail;
 mod transfer;
 
 pub use commit::Turn;
+pub(crate) use forks::RETIRED_DIR;
 pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;

@@ -82,9 +82,11 @@ impl Store {
         }
         let guard = self.write_payloads(planned.iter().flatten())?;
         // A reference the caller wrote itself must name a payload this
-        // store holds, checked under the lock that keeps collection away.
+        // store holds, checked under the lock that keeps collection away,
+        // and made durable with the records that name it (its writer may
+        // not have synced it).
         for r in given {
-            if let Err(problem) = self.inner.payloads.read(&r) {
+            if let Err(problem) = self.inner.payloads.adopt(&r) {
                 return Err(Error::invalid(format!(
                     "an entry refers to payload {} that this store does not hold intact: {problem}",
                     crate::chain::EntryHash(r.hash)

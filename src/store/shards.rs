@@ -267,8 +267,9 @@ impl Store {
             Some(e) => Err(e),
             None => Ok(()),
         };
-        // Payloads of `Buffered` saves before the closes sync their records.
-        self.inner.payloads.sync_pending()?;
+        // Payloads of `Buffered` saves before the closes sync their records
+        // (each log's own sync would too); a failure stands with the rest.
+        result = result.and(self.inner.payloads.sync_pending());
         for (slot, shard) in self.inner.shards.iter().enumerate() {
             // A session another handle still uses stays open: marking it
             // clean while it can still be written would mislead `list`.
