@@ -278,6 +278,8 @@ impl PayloadArea {
 
     /// Forgets what this process knew of payload `hash`: the next `put` of
     /// it reads the file back, and writes it again if it is not whole.
+    // Only the archive's pull and fetch-back forget.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
     pub(crate) fn forget(&self, hash: &[u8; 32]) {
         self.known.lock().remove(hash);
     }

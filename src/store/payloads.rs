@@ -49,6 +49,7 @@ pub(super) type PayloadGuard = Option<File>;
 
 impl Store {
     /// The store's payload area.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
     pub(crate) fn payload_area(&self) -> &crate::payload::PayloadArea {
         &self.inner.payloads
     }
