@@ -20,11 +20,11 @@ mod ids;
 mod item;
 mod json;
 mod search;
+mod size;
 
 pub(crate) use borrowed::EntryRef;
 use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
-pub(crate) use item::item_text_len_bound;
 pub(crate) use item::{ArchivedLoggedContentPart, ArchivedLoggedRole, ArchivedLoggedToolOutput};
 pub use item::{
     ArchivedLoggedItem, LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage,
@@ -32,6 +32,7 @@ pub use item::{
 };
 pub(crate) use json::some_json_text;
 pub use json::{JsonText, MAX_JSON_DEPTH};
+pub(crate) use size::item_text_len_bound;
 
 /// The longest line of the JSON wire form that import reads, in bytes.
 /// The log refuses an entry whose line would be longer
