@@ -9,6 +9,12 @@
 //!  512 identity (512 B): magic "SSCI", crc u32, len u32, JSON {created_ms, forked_from, compacted_from}
 //! ```
 //!
+//! The file may be empty (0 bytes, no block on disk; see [`create_empty`]):
+//! a fork by reference's, which holds nothing its log and its parent do not
+//! say, until it must (a title of its own, new origins). Readers take its
+//! identity from the log, its title from its parent, its numbers from the
+//! log; its head slot lives in the listing cache only.
+//!
 //! The head slot is flagged dirty while a writer has the session open: the
 //! writer's open writes it dirty and syncs it before the log changes, and a
 //! clean close (after the log is synced) writes it clean with the final
@@ -83,6 +89,10 @@ pub(crate) struct CatalogRecord {
     pub(crate) head: Option<HeadSlot>,
     pub(crate) title: Option<String>,
     pub(crate) identity: Option<Identity>,
+    /// The file is empty ([`create_empty`]): not damage, but a session
+    /// whose identity is its log's and whose title is its parent's, and
+    /// whose head slot was never written (its numbers are the log's).
+    pub(crate) empty: bool,
 }
 
 fn framed(magic: [u8; 4], body: &[u8]) -> Vec<u8> {
@@ -159,16 +169,31 @@ pub(crate) fn create(
     hook: &Hook,
 ) -> Result<HookedFile> {
     let file = HookedFile::create(path, hook)?;
+    file.write_at(0, &encode(identity, title, None)?)?;
+    Ok(file)
+}
+
+/// Creates an empty catalog file (0600), which takes no block on disk: the
+/// session exists, and what a catalog would hold is what its log and its
+/// parent say (a fork by reference that inherits its parent's title; see
+/// [`CatalogRecord::empty`]).
+pub(crate) fn create_empty(path: &Path, hook: &Hook) -> Result<HookedFile> {
+    HookedFile::create(path, hook)
+}
+
+/// A whole catalog file's bytes.
+fn encode(identity: &Identity, title: Option<&str>, head: Option<&HeadSlot>) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; CATALOG_LEN];
+    if let Some(head) = head {
+        buf[HEAD_AT as usize..HEAD_AT as usize + HEAD_LEN].copy_from_slice(&head.encode());
+    }
     let framed_ident = identity_slot(identity)?;
     buf[IDENT_AT as usize..IDENT_AT as usize + framed_ident.len()].copy_from_slice(&framed_ident);
     if let Some(t) = title {
-        let t = excerpt(t);
-        let f = framed(TITLE_MAGIC, t.as_bytes());
+        let f = framed(TITLE_MAGIC, excerpt(t).as_bytes());
         buf[TITLE_AT as usize..TITLE_AT as usize + f.len()].copy_from_slice(&f);
     }
-    file.write_at(0, &buf)?;
-    Ok(file)
+    Ok(buf)
 }
 
 /// Rewrites the head slot.
@@ -216,6 +241,7 @@ fn read_from(file: &File, path: &Path) -> Result<CatalogRecord> {
             .unwrap_or(&[])
     };
     Ok(CatalogRecord {
+        empty: bytes.is_empty(),
         head: HeadSlot::decode(part(HEAD_AT, HEAD_LEN)),
         title: unframe(TITLE_MAGIC, part(TITLE_AT, 384), TITLE_MAX)
             .and_then(|b| std::str::from_utf8(b).ok())
@@ -254,6 +280,10 @@ struct CatalogState {
     head: HeadSlot,
     /// This writer's token, stamped on every head slot it writes.
     writer: u32,
+    /// Whether the file holds slots: an empty one ([`create_empty`]) stays
+    /// empty, its head kept in the cache only, until there is something the
+    /// log and the parent cannot say (a title of its own, new origins).
+    stored: bool,
 }
 
 impl SessionCatalog {
@@ -280,9 +310,40 @@ impl SessionCatalog {
                 identity,
                 head: record.head.unwrap_or_default(),
                 writer: writer_token(),
+                stored: !record.empty,
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         })
+    }
+
+    /// Whether the file is empty: the identity and the title are to be
+    /// taken from the log and the parent ([`SessionCatalog::adopt`]).
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.state.lock().stored
+    }
+
+    /// Takes the identity and the title of a session whose file is empty,
+    /// as its log and its parent say them; kept in memory and in the cache.
+    pub(crate) fn adopt(&self, identity: Identity, title: Option<String>) {
+        let mut state = self.state.lock();
+        debug_assert!(!state.stored, "adopt is for an empty catalog");
+        state.identity = identity;
+        state.title = title;
+    }
+
+    /// The recorded title.
+    pub(crate) fn title(&self) -> Option<String> {
+        self.state.lock().title.clone()
+    }
+
+    /// Writes every slot into an empty file, once it must hold what the log
+    /// and the parent cannot say. The head goes as it is in memory: dirty
+    /// while a writer has the session, as the cache's copy is.
+    fn store(&self, state: &mut CatalogState) -> Result<()> {
+        let bytes = encode(&state.identity, state.title.as_deref(), Some(&state.head))?;
+        self.file.write_at(0, &bytes)?;
+        state.stored = true;
+        Ok(())
     }
 
     /// The session's own default durability, if it chose one.
@@ -302,8 +363,13 @@ impl SessionCatalog {
 
     /// Records the title (the next `set_head` copies it to the cache).
     pub(crate) fn set_title(&self, title: &str) -> Result<()> {
+        let mut state = self.state.lock();
+        if !state.stored {
+            state.title = Some(excerpt(title));
+            return self.store(&mut state);
+        }
         write_title(&self.file, title)?;
-        self.state.lock().title = Some(excerpt(title));
+        state.title = Some(excerpt(title));
         Ok(())
     }
 
@@ -325,6 +391,9 @@ impl SessionCatalog {
         }
         state.identity.forked_from = forked_from;
         state.identity.compacted_from = compacted_from;
+        if !state.stored {
+            return self.store(&mut state);
+        }
         self.file
             .write_at(IDENT_AT, &identity_slot(&state.identity)?)
     }
@@ -376,7 +445,11 @@ impl SessionCatalog {
             ..head
         };
         state.head = head;
-        if head.dirty {
+        if !state.stored {
+            // Nothing on file to keep in step: an empty catalog's numbers
+            // are the log's, and the cache is the only copy.
+            self.write_cache(&state)?;
+        } else if head.dirty {
             self.write_cache(&state)?;
             write_head(&self.file, &head)?;
         } else {

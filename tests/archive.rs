@@ -642,6 +642,18 @@ fn a_pulled_fork_brings_its_parent_or_fails_before_writing() {
     a.push(&store, parent).unwrap();
     a.push(&store, fork).unwrap();
     a.pull(&other, fork, RestorePoint::Latest).unwrap();
+    // The fork's catalog file is empty (it holds nothing its log and its
+    // parent do not say): its title, the parent's, its creation time and
+    // its origin reach the manifest and the pulled store all the same.
+    let catalog = store.session_dir(fork).join("catalog");
+    assert_eq!(std::fs::metadata(catalog).unwrap().len(), 0);
+    let info = store.info(fork).unwrap().unwrap();
+    let want = (info.title, info.created_ms, info.forked_from);
+    assert!(want.0.is_some() && want.1 > 0 && want.2.is_some());
+    let m = a.manifest(fork).unwrap().unwrap();
+    assert_eq!((m.title, m.created_ms, m.forked_from), want);
+    let pulled = other.info(fork).unwrap().unwrap();
+    assert_eq!((pulled.title, pulled.created_ms, pulled.forked_from), want);
     assert!(other.exists(parent));
     assert_eq!(other.forks_of(parent), vec![fork]);
     assert_eq!(other.restore(fork).unwrap(), state);

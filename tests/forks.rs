@@ -620,3 +620,130 @@ fn a_fork_whose_registration_a_crash_lost_before_its_first_sync_is_no_session() 
         .create_session_with_id(fork, None, RequestConfig::default(), &[])
         .unwrap();
 }
+
+fn catalog_len(root: &Path, id: SessionId) -> u64 {
+    let path = root.join("sessions").join(id.to_string()).join("catalog");
+    fs::metadata(path).unwrap().len()
+}
+
+/// What `list` says of each session, but the time of its last write
+/// (which the cache and the log may tell apart by a few ms), by id.
+type Listed = (SessionId, Option<String>, u64, u64, Option<EntryHash>);
+fn listed(store: &Store) -> Vec<(Listed, Option<SessionOrigin>, Option<SessionOrigin>)> {
+    let mut out: Vec<_> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|i| {
+            assert_eq!(i.error, None, "{}", i.id);
+            let row = (i.id, i.title, i.created_ms, i.entries, i.head);
+            (row, i.forked_from, i.compacted_from)
+        })
+        .collect();
+    out.sort_by_key(|l| l.0 .0);
+    out
+}
+
+#[test]
+fn a_fork_keeps_an_empty_catalog_and_lists_from_its_log_and_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (parent, fork, fork2, from_cache) = {
+        let store = open(root);
+        let (parent, head) = session(&store, 2);
+        let (fork, fork_head) = store.fork_at(parent, head).unwrap();
+        let (fork2, _) = store.fork_at(fork, fork_head).unwrap();
+        store.close().unwrap();
+        (parent, fork, fork2, listed(&store))
+    };
+    // No block for a fork's catalog: it says nothing its log and its
+    // parent do not.
+    assert_eq!(catalog_len(root, parent), 1024);
+    assert_eq!((catalog_len(root, fork), catalog_len(root, fork2)), (0, 0));
+    let title = from_cache
+        .iter()
+        .find(|l| l.0 .0 == fork2)
+        .unwrap()
+        .0
+         .1
+        .clone();
+    assert_eq!(title.as_deref(), Some("task"));
+    // Without the listing cache, `list` reads the catalogs and the logs,
+    // and says the same; read-only, it writes nothing.
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = Store::open_read_only(root).unwrap();
+    assert_eq!(listed(&store), from_cache);
+    let info = store.info(fork2).unwrap().unwrap();
+    assert_eq!(info.forked_from.unwrap().session_id, fork);
+    drop(store);
+    assert_eq!((catalog_len(root, fork), catalog_len(root, fork2)), (0, 0));
+    // A deleted parent is retired: its forks still take their title there.
+    let store = open(root);
+    store.delete(parent).unwrap();
+    store.close().unwrap();
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = open(root);
+    for id in [fork, fork2] {
+        let info = store.info(id).unwrap().unwrap();
+        assert_eq!((info.title.as_deref(), info.error), (Some("task"), None));
+    }
+}
+
+#[test]
+fn a_reopened_fork_keeps_its_parents_title_and_a_compaction_fills_its_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (parent, fork) = {
+        let store = open(root);
+        let (parent, head) = session(&store, 1);
+        let (fork, _) = store.fork_at(parent, head).unwrap();
+        store.close().unwrap();
+        (parent, fork)
+    };
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = open(root);
+    // Its own first question does not become its title: it has one.
+    let mut head = store.snapshot(fork).unwrap().head().unwrap().1;
+    store.save_delta(fork, &mut head, &turn(7, 10)).unwrap();
+    store.close().unwrap();
+    assert_eq!(catalog_len(root, fork), 0);
+    let info = store.info(fork).unwrap().unwrap();
+    assert_eq!((info.title.as_deref(), info.error), (Some("task"), None));
+    assert_eq!(info.forked_from.unwrap().session_id, parent);
+    // A compaction in place names new origins, which the log's first
+    // record does not: the catalog then holds every slot.
+    let store = open(root);
+    store
+        .compact(fork, head, &[Item::user_text("summary")])
+        .unwrap();
+    store.close().unwrap();
+    let from_cache = listed(&store);
+    assert_eq!(catalog_len(root, fork), 1024);
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = Store::open_read_only(root).unwrap();
+    assert_eq!(listed(&store), from_cache);
+    let info = store.info(fork).unwrap().unwrap();
+    assert_eq!(info.title.as_deref(), Some("task"));
+    assert!(info.compacted_from.is_some());
+}
+
+#[test]
+fn a_fork_of_an_untitled_parent_keeps_a_catalog_and_takes_its_own_title() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = open(root);
+    let (parent, head) = store
+        .create_session(Some("sys"), RequestConfig::model("m"), &[])
+        .unwrap();
+    let (fork, mut fork_head) = store.fork_at(parent, head).unwrap();
+    assert_eq!(catalog_len(root, fork), 1024);
+    store
+        .save_delta(fork, &mut fork_head, &turn(1, 10))
+        .unwrap();
+    store.close().unwrap();
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = Store::open_read_only(root).unwrap();
+    let info = store.info(fork).unwrap().unwrap();
+    assert_eq!(info.title.as_deref(), Some("question 1"));
+    assert_eq!(store.info(parent).unwrap().unwrap().title, None);
+}

@@ -13,7 +13,6 @@ use super::check::check_object;
 use super::evict::content_hash;
 use super::push::{archived_segment, manifest_for_catalog, read_prefix};
 use super::{hex, Archive, ObjectKind};
-use crate::catalog::{self, CATALOG_FILE};
 use crate::error::{Error, Result};
 use crate::log::{SealObserver, SealedSegment};
 use crate::payload::PayloadArea;
@@ -292,7 +291,7 @@ fn upload_sealed(archive: &Archive, seg: &SealedSegment) -> Result<()> {
             archive.put_payloads(area, refs, false).await?;
         }
         archive.put_immutable(&object, bytes.into()).await?;
-        let cat = catalog::read(&dir.join(CATALOG_FILE)).ok();
+        let cat = crate::store::read_catalog(id, dir).ok();
         let mut m = match archive.get_manifest(id).await? {
             Some(m) => m,
             None => {

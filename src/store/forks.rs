@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use super::payloads::plan;
 use super::{now_ms, Store};
-use crate::catalog::CATALOG_FILE;
+use crate::catalog::{self, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::entry_line;
@@ -650,4 +650,32 @@ fn hash_mismatch(child: SessionId, link: &ForkLink, found: EntryHash) -> Error {
             link.hash
         ),
     }
+}
+
+/// The title a fork by reference inherited, for one whose catalog file is
+/// empty (it holds no title of its own: `catalog::create_empty`): the title
+/// of the nearest ancestor whose catalog holds slots, in `sessions/` or in
+/// `retired/` under `root`. Reads only. `None` when a link of the chain
+/// cannot be read, or the chain loops or is longer than [`MAX_FORK_DEPTH`].
+pub(crate) fn inherited_title(root: &Path, log: &Log) -> Option<String> {
+    let mut parent = log.snapshot().fork_link().ok().flatten()?.parent;
+    let mut seen = HashSet::new();
+    for _ in 0..MAX_FORK_DEPTH {
+        if !seen.insert(parent) {
+            return None;
+        }
+        let dir = [
+            root.join("sessions").join(parent.to_string()),
+            root.join(RETIRED_DIR).join(parent.to_string()),
+        ]
+        .into_iter()
+        .find(|d| d.join(CATALOG_FILE).exists())?;
+        let record = catalog::read(&dir.join(CATALOG_FILE)).ok()?;
+        if !record.empty {
+            return record.title;
+        }
+        let log = Log::open_read_only(&dir).ok()?;
+        parent = log.snapshot().fork_link().ok().flatten()?.parent;
+    }
+    None
 }

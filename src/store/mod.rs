@@ -46,7 +46,7 @@ mod tail;
 mod transfer;
 
 pub use commit::Turn;
-pub(crate) use forks::RETIRED_DIR;
+pub(crate) use forks::{inherited_title, RETIRED_DIR};
 pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
@@ -458,7 +458,11 @@ impl Store {
                 .identity
                 .unwrap_or_else(|| rebuilt_identity(id, &handle.log));
             let head = handle.head_slot(true, Some(handle.catalog.updated_ms()));
-            return Ok(Some(session_info(id, &identity, &head, record.title)));
+            let title = match record.empty {
+                true => handle.catalog.title(),
+                false => record.title,
+            };
+            return Ok(Some(session_info(id, &identity, &head, title)));
         }
         let trusted = record
             .head
@@ -480,6 +484,12 @@ impl Store {
         }
         let log = log?;
         let head = head_slot_read(&log, record.head);
+        // An empty catalog is no damage: the identity is the log's, the
+        // title the parent's (`catalog::create_empty`).
+        let title = match record.empty {
+            true => inherited_title(&self.inner.root, &log),
+            false => record.title,
+        };
         let mut info = match &record.identity {
             // A crash may have come between a compaction in the log and
             // its identity slot: the origins come from the log too.
@@ -490,12 +500,12 @@ impl Store {
                     compacted_from,
                     ..identity.clone()
                 };
-                session_info(id, &identity, &head, record.title)
+                session_info(id, &identity, &head, title)
             }
-            None => session_info(id, &rebuilt_identity(id, &log), &head, record.title),
+            None => session_info(id, &rebuilt_identity(id, &log), &head, title),
         };
         // A catalog that no sync covered yet is lost to a crash, not damaged.
-        if record.identity.is_none() && !pending {
+        if record.identity.is_none() && !pending && !record.empty {
             info.error = Some(format!(
                 "damaged catalog {}: identity rebuilt from the log",
                 path.display()
@@ -566,6 +576,21 @@ fn rebuilt_identity(id: SessionId, log: &Log) -> Identity {
         compacted_from,
         durability: None,
     }
+}
+
+/// The catalog of the session `id` in `dir` (under a store's
+/// `sessions/`), as [`catalog::read`] reads it, with an empty one's
+/// identity and title filled in from its log and its parent. Reads only.
+pub(crate) fn read_catalog(id: SessionId, dir: &Path) -> Result<catalog::CatalogRecord> {
+    let mut record = catalog::read(&dir.join(CATALOG_FILE))?;
+    if record.empty {
+        let log = Log::open_read_only(dir)?;
+        record.identity = Some(rebuilt_identity(id, &log));
+        if let Some(root) = dir.parent().and_then(Path::parent) {
+            record.title = inherited_title(root, &log);
+        }
+    }
+    Ok(record)
 }
 
 /// The fork and compaction origins of the log's last `SessionStart`.

@@ -244,6 +244,10 @@ impl Store {
             Some(self.writable()?),
             self.hook(),
         )?);
+        if catalog.is_empty() {
+            let title = super::inherited_title(&self.inner.root, &log);
+            catalog.adopt(super::rebuilt_identity(id, &log), title);
+        }
         let handle = SessionHandle { id, log, catalog };
         if left.is_some_and(|left| handle.catalog.resume(left)) {
             return Ok(handle);
@@ -306,7 +310,8 @@ impl Store {
         let mut result = Ok(());
         for (id, released) in released {
             let path = self.session_dir(id).join(CATALOG_FILE);
-            if !catalog::read(&path).is_ok_and(|r| r.head == Some(released.left)) {
+            // An empty catalog holds no head: its slot was the cache's only.
+            if !catalog::read(&path).is_ok_and(|r| r.empty || r.head == Some(released.left)) {
                 continue;
             }
             self.inner.released.lock().insert(id, released);

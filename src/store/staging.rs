@@ -289,24 +289,33 @@ impl Store {
         // A fork holds one small record: where its first segment is
         // reserved (a log that syncs), it is the smallest one, and rolls
         // double from there if the fork grows.
-        if matches!(entries.first(), Some(LogEntry::ForkedFrom { .. })) {
+        if parent_of(entries).is_some() {
             opts.initial_segment_size = opts.initial_segment_size.min(FORK_FIRST_SEGMENT_BYTES);
         }
         let log = Log::create_unsynced(dir, opts, lock)?.with_payloads(self.inner.payloads.clone());
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
-        catalog::create(&path, identity, title, self.hook())?;
+        // A fork by reference whose title is its parent's has nothing of
+        // its own to keep that its log and its parent do not say: its
+        // catalog is empty, and takes no block on disk (issue 18).
+        let empty =
+            parent_of(entries).is_some() && title.is_some() && identity.durability.is_none();
+        match empty {
+            true => catalog::create_empty(&path, self.hook())?,
+            false => catalog::create(&path, identity, title, self.hook())?,
+        };
         cache.place_new(id);
         let catalog = Arc::new(SessionCatalog::open(id, path, Some(cache), self.hook())?);
+        if empty {
+            catalog.adopt(identity.clone(), title.map(catalog::excerpt));
+        }
         let handle = SessionHandle { id, log, catalog };
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
         handle.write_head(true, None)?;
-        let parent = match entries.first() {
-            Some(LogEntry::ForkedFrom { parent, .. }) => Some(*parent),
-            _ => None,
-        };
-        handle.log.on_first_sync(self.first_sync(dir, parent));
+        handle
+            .log
+            .on_first_sync(self.first_sync(dir, parent_of(entries)));
         if durability == Durability::Sync {
             handle.log.sync()?;
         }
@@ -377,7 +386,7 @@ impl Store {
                 // Its catalog, which no sync covered, may be lost: written
                 // again from the log, before the first sync makes it durable.
                 let path = dir.join(CATALOG_FILE);
-                if catalog::read(&path).map_or(true, |r| r.identity.is_none()) {
+                if catalog::read(&path).map_or(true, |r| r.identity.is_none() && !r.empty) {
                     let identity = super::rebuilt_identity(id, &log);
                     catalog::create(&path, &identity, None, self.hook())?;
                 }
@@ -552,4 +561,12 @@ pub(super) fn user_item_text(item: &Item) -> Option<String> {
     }
     let t = item.text()?;
     (!t.trim().is_empty()).then_some(t)
+}
+
+/// The parent a new session's entries fork by reference, if they do.
+fn parent_of(entries: &[LogEntry]) -> Option<SessionId> {
+    match entries.first() {
+        Some(LogEntry::ForkedFrom { parent, .. }) => Some(*parent),
+        _ => None,
+    }
 }
