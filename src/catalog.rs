@@ -10,10 +10,11 @@
 //! ```
 //!
 //! The file may be empty (0 bytes, no block on disk; see [`create_empty`]):
-//! a fork by reference's, which holds nothing its log and its parent do not
-//! say, until it must (a title of its own, new origins). Readers take its
-//! identity from the log, its title from its parent, its numbers from the
-//! log; its head slot lives in the listing cache only.
+//! a fork by reference's, or an untitled new session's, which holds nothing
+//! its log (and a fork's parent) do not say, until it must (a title of its
+//! own, new origins). Readers take its identity from the log, a fork's title
+//! from its parent, its numbers from the log; its head slot lives in the
+//! listing cache only.
 //!
 //! The head slot is flagged dirty while a writer has the session open: the
 //! writer's open writes it dirty and syncs it before the log changes, and a
@@ -90,8 +91,9 @@ pub(crate) struct CatalogRecord {
     pub(crate) title: Option<String>,
     pub(crate) identity: Option<Identity>,
     /// The file is empty ([`create_empty`]): not damage, but a session
-    /// whose identity is its log's and whose title is its parent's, and
-    /// whose head slot was never written (its numbers are the log's).
+    /// whose identity is its log's, whose title is its parent's (none if it
+    /// is no fork), and whose head slot was never written (its numbers are
+    /// the log's).
     pub(crate) empty: bool,
 }
 
@@ -174,9 +176,9 @@ pub(crate) fn create(
 }
 
 /// Creates an empty catalog file (0600), which takes no block on disk: the
-/// session exists, and what a catalog would hold is what its log and its
-/// parent say (a fork by reference that inherits its parent's title; see
-/// [`CatalogRecord::empty`]).
+/// session exists, and what a catalog would hold is what its log (and a
+/// fork's parent) say: a fork by reference that inherits its parent's
+/// title, or a session with no title yet (see [`CatalogRecord::empty`]).
 pub(crate) fn create_empty(path: &Path, hook: &Hook) -> Result<HookedFile> {
     HookedFile::create(path, hook)
 }

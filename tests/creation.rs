@@ -437,3 +437,49 @@ fn a_failed_buffered_creation_leaves_nothing_and_its_id_stays_free() {
         vec![Item::user_text("second")]
     );
 }
+
+#[test]
+fn a_session_with_nothing_of_its_own_to_keep_has_an_empty_catalog_until_it_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let catalog_len = |id: SessionId| {
+        let path = root.join("sessions").join(id.to_string()).join("catalog");
+        fs::metadata(path).unwrap().len()
+    };
+    let cfg = || RequestConfig::model("m");
+    let store = Store::open(root).unwrap();
+    let (untitled, mut head) = store.create_session(Some("sys"), cfg(), &[]).unwrap();
+    let task = [Item::user_text("task")];
+    let (titled, _) = store.create_session(Some("sys"), cfg(), &task).unwrap();
+    let (chosen, _) = store
+        .create_session_with_durability(Some("sys"), cfg(), &[], Durability::Sync)
+        .unwrap();
+    store.close().unwrap();
+    // No block for what the log says already: an untitled session's
+    // identity. A title or a durability of its own needs the file.
+    let lens = [untitled, titled, chosen].map(catalog_len);
+    assert_eq!(lens, [0, 1024, 1024]);
+    // Without the listing cache, read-only: listed from its log, no
+    // damage, its creation time its id's, and nothing written.
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = Store::open_read_only(root).unwrap();
+    let info = store.info(untitled).unwrap().unwrap();
+    assert_eq!((info.title, info.error), (None, None));
+    assert_eq!(info.created_ms, untitled.created_ms().unwrap());
+    assert_eq!(info.head, Some(head));
+    let listed = store.list().unwrap();
+    assert!(listed.iter().all(|i| i.error.is_none()), "{listed:?}");
+    drop(store);
+    assert_eq!(catalog_len(untitled), 0);
+    // Its first question becomes its title, which the catalog then keeps.
+    let store = Store::open(root).unwrap();
+    let question = [Item::user_text("first question")];
+    store.save_delta(untitled, &mut head, &question).unwrap();
+    store.close().unwrap();
+    assert_eq!(catalog_len(untitled), 1024);
+    fs::remove_file(root.join("list.cache")).unwrap();
+    let store = Store::open_read_only(root).unwrap();
+    let info = store.info(untitled).unwrap().unwrap();
+    assert_eq!(info.title.as_deref(), Some("first question"));
+    assert_eq!((info.error, info.head), (None, Some(head)));
+}

@@ -295,11 +295,16 @@ impl Store {
         let log = Log::create_unsynced(dir, opts, lock)?.with_payloads(self.inner.payloads.clone());
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
-        // A fork by reference whose title is its parent's has nothing of
-        // its own to keep that its log and its parent do not say: its
-        // catalog is empty, and takes no block on disk (issue 18).
-        let empty =
-            parent_of(entries).is_some() && title.is_some() && identity.durability.is_none();
+        // A session with nothing of its own to keep that its log (and a
+        // fork's parent) do not say has an empty catalog, which takes no
+        // block on disk (issue 18): a fork by reference whose title is its
+        // parent's, or a session with no title yet whose id tells its
+        // creation time. Either chose no durability of its own.
+        let inherits = match parent_of(entries) {
+            Some(_) => title.is_some(),
+            None => title.is_none() && id.created_ms() == Some(identity.created_ms),
+        };
+        let empty = inherits && identity.durability.is_none();
         match empty {
             true => catalog::create_empty(&path, self.hook())?,
             false => catalog::create(&path, identity, title, self.hook())?,
