@@ -1073,6 +1073,51 @@ fn list_after_a_clean_reopen_reads_only_the_catalog() {
     assert_eq!(again, restored);
 }
 
+/// An evicted session whose catalog file is empty (a fork, an untitled
+/// session) has its head in the listing cache only: `Store::close` must
+/// still close it clean, or `list` reads its log ever after.
+#[test]
+fn an_evicted_session_with_an_empty_catalog_is_closed_clean_by_store_close() {
+    let dir = tempdir();
+    let store = Store::open_with(dir.path(), options().max_open_sessions(1)).unwrap();
+    let user = [Item::user_text("a")];
+    let (a, mut ah) = store
+        .create_session(None, RequestConfig::default(), &user)
+        .unwrap();
+    store.save_delta(a, &mut ah, &turn(0, 100)).unwrap();
+    // Each open evicts the one before, which a Buffered store lets go dirty.
+    let (fork, mut fh) = store.fork_at(a, ah).unwrap();
+    store.save_delta(fork, &mut fh, &turn(1, 100)).unwrap();
+    let (untitled, mut uh) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    store
+        .save_delta(untitled, &mut uh, &[answer("no question")])
+        .unwrap();
+    store.log(a).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let catalog = |id: SessionId| {
+        let path = dir.path().join("sessions").join(id.to_string());
+        fs::metadata(path.join("catalog")).unwrap().len()
+    };
+    assert_eq!([a, fork, untitled].map(catalog), [1024, 0, 0]);
+    let listed = open(dir.path()).list().unwrap();
+    // Without their segments, only clean list-cache slots can list them.
+    let hidden = tempdir();
+    for id in [fork, untitled] {
+        let sdir = dir.path().join("sessions").join(id.to_string());
+        for e in fs::read_dir(&sdir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "seg") {
+                let name = format!("{id}-{}", path.file_name().unwrap().to_str().unwrap());
+                fs::rename(&path, hidden.path().join(name)).unwrap();
+            }
+        }
+    }
+    assert_eq!(open(dir.path()).list().unwrap(), listed);
+}
+
 /// Copies the files of a session directory whose names pass `keep`.
 fn copy_session(from: &Path, to: &Path, keep: impl Fn(&str) -> bool) {
     fs::create_dir_all(to).unwrap();
