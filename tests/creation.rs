@@ -483,3 +483,37 @@ fn a_session_with_nothing_of_its_own_to_keep_has_an_empty_catalog_until_it_does(
     assert_eq!(info.title.as_deref(), Some("first question"));
     assert_eq!((info.error, info.head), (None, Some(head)));
 }
+
+/// A fork's empty catalog is no catalog lost to a crash: the writer that
+/// reopens a fork whose creation no sync covered keeps it empty, and the
+/// fork keeps its parent's title (a rewritten catalog would have none).
+#[test]
+fn a_fork_reopened_before_its_first_sync_keeps_its_empty_catalog_and_title() {
+    let dir = tempfile::tempdir().unwrap();
+    let fork = {
+        let live = tempfile::tempdir().unwrap();
+        let store = Store::open(live.path()).unwrap();
+        let (parent, head) = store
+            .create_session(None, RequestConfig::default(), &[Item::user_text("p")])
+            .unwrap();
+        let (fork, _) = store.fork_at(parent, head).unwrap();
+        copy_tree(live.path(), dir.path());
+        fork
+    };
+    let fork_dir = dir.path().join("sessions").join(fork.to_string());
+    assert!(fork_dir.join("CREATING").exists(), "no sync covered it");
+    let store = Store::open(dir.path()).unwrap();
+    let mut head = store.snapshot(fork).unwrap().head().unwrap().1;
+    let question = [Item::user_text("question")];
+    store.save_delta(fork, &mut head, &question).unwrap();
+    store.close().unwrap();
+    assert!(!fork_dir.join("CREATING").exists());
+    assert_eq!(fs::metadata(fork_dir.join("catalog")).unwrap().len(), 0);
+    fs::remove_file(dir.path().join("list.cache")).unwrap();
+    let info = Store::open_read_only(dir.path())
+        .unwrap()
+        .info(fork)
+        .unwrap()
+        .unwrap();
+    assert_eq!((info.title.as_deref(), info.error), (Some("p"), None));
+}
