@@ -287,6 +287,31 @@ fn continuous_archival_uploads_each_segment_as_it_seals() {
     add_turns(&store, id, &mut head, 80, 20);
 }
 
+/// A fork's catalog file is empty: the manifest that continuous archival
+/// makes at its first seal takes its identity from its log and its title
+/// from its parent all the same.
+#[test]
+fn continuous_archival_names_a_forks_title_and_origin_without_its_catalog() {
+    let server = S3Server::start();
+    let a = archive(&server, "s");
+    let archiver = Archiver::start(a.clone()).unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = archived_store(here.path(), &archiver);
+    let parent = session(&store, 2);
+    let head = store.head(parent).unwrap().unwrap();
+    let (fork, mut fork_head) = store.fork_at(parent, head).unwrap();
+    add_turns(&store, fork, &mut fork_head, 10, 40);
+    assert!(archiver.wait_idle(Duration::from_secs(60)));
+    assert!(sealed_count(&store, fork) > 0);
+    let catalog = store.session_dir(fork).join("catalog");
+    assert_eq!(std::fs::metadata(catalog).unwrap().len(), 0);
+    let info = store.info(fork).unwrap().unwrap();
+    let want = (info.title, info.created_ms, info.forked_from);
+    assert!(want.0.is_some() && want.1 > 0 && want.2.is_some());
+    let m = a.manifest(fork).unwrap().unwrap();
+    assert_eq!((m.title, m.created_ms, m.forked_from), want);
+}
+
 #[test]
 fn continuous_archival_uploads_the_large_items_a_sealed_segment_names() {
     let server = S3Server::start();
