@@ -31,6 +31,35 @@ fn archived_store(root: &std::path::Path, archiver: &Archiver) -> Store {
     Store::open_with(root, StoreOptions::default().log(log)).unwrap()
 }
 
+/// A server, an archive on it, its continuous archiver, and a store (in
+/// the temporary directory) whose seals it uploads.
+fn continuously_archived() -> (S3Server, Archive, Archiver, tempfile::TempDir, Store) {
+    let server = S3Server::start();
+    let a = archive(&server, "s");
+    let archiver = Archiver::start(a.clone()).unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = archived_store(here.path(), &archiver);
+    (server, a, archiver, here, store)
+}
+
+/// A session's title, creation time and fork origin.
+type Named = (Option<String>, u64, Option<session_store::SessionOrigin>);
+
+/// Checks that `fork`'s catalog file is empty (it holds nothing its log and
+/// its parent do not say) and that `a`'s manifest of it names its title
+/// (its parent's), its creation time and its origin all the same; returns
+/// them.
+fn names_the_fork(store: &Store, a: &Archive, fork: SessionId) -> Named {
+    let catalog = store.session_dir(fork).join("catalog");
+    assert_eq!(std::fs::metadata(catalog).unwrap().len(), 0);
+    let info = store.info(fork).unwrap().unwrap();
+    let want = (info.title, info.created_ms, info.forked_from);
+    assert!(want.0.is_some() && want.1 > 0 && want.2.is_some());
+    let m = a.manifest(fork).unwrap().unwrap();
+    assert_eq!((m.title, m.created_ms, m.forked_from), want);
+    want
+}
+
 /// A server, an archive on it, and a session of `turns` turns pushed there.
 fn pushed(turns: usize) -> (S3Server, Archive, tempfile::TempDir, Store, SessionId) {
     let server = S3Server::start();
@@ -254,11 +283,7 @@ impl EntryHashExt {
 
 #[test]
 fn continuous_archival_uploads_each_segment_as_it_seals() {
-    let server = S3Server::start();
-    let a = archive(&server, "s");
-    let archiver = Archiver::start(a.clone()).unwrap();
-    let here = tempfile::tempdir().unwrap();
-    let store = archived_store(here.path(), &archiver);
+    let (_server, a, archiver, _here, store) = continuously_archived();
     let id = session(&store, 80);
     assert!(archiver.wait_idle(Duration::from_secs(60)));
     let sealed = sealed_count(&store, id);
@@ -292,33 +317,19 @@ fn continuous_archival_uploads_each_segment_as_it_seals() {
 /// from its parent all the same.
 #[test]
 fn continuous_archival_names_a_forks_title_and_origin_without_its_catalog() {
-    let server = S3Server::start();
-    let a = archive(&server, "s");
-    let archiver = Archiver::start(a.clone()).unwrap();
-    let here = tempfile::tempdir().unwrap();
-    let store = archived_store(here.path(), &archiver);
+    let (_server, a, archiver, _here, store) = continuously_archived();
     let parent = session(&store, 2);
     let head = store.head(parent).unwrap().unwrap();
     let (fork, mut fork_head) = store.fork_at(parent, head).unwrap();
     add_turns(&store, fork, &mut fork_head, 10, 40);
     assert!(archiver.wait_idle(Duration::from_secs(60)));
     assert!(sealed_count(&store, fork) > 0);
-    let catalog = store.session_dir(fork).join("catalog");
-    assert_eq!(std::fs::metadata(catalog).unwrap().len(), 0);
-    let info = store.info(fork).unwrap().unwrap();
-    let want = (info.title, info.created_ms, info.forked_from);
-    assert!(want.0.is_some() && want.1 > 0 && want.2.is_some());
-    let m = a.manifest(fork).unwrap().unwrap();
-    assert_eq!((m.title, m.created_ms, m.forked_from), want);
+    names_the_fork(&store, &a, fork);
 }
 
 #[test]
 fn continuous_archival_uploads_the_large_items_a_sealed_segment_names() {
-    let server = S3Server::start();
-    let a = archive(&server, "s");
-    let archiver = Archiver::start(a.clone()).unwrap();
-    let here = tempfile::tempdir().unwrap();
-    let store = archived_store(here.path(), &archiver);
+    let (_server, a, archiver, _here, store) = continuously_archived();
     let (id, mut head) = store
         .create_session(None, RequestConfig::model("gpt-5"), &[])
         .unwrap();
@@ -667,16 +678,9 @@ fn a_pulled_fork_brings_its_parent_or_fails_before_writing() {
     a.push(&store, parent).unwrap();
     a.push(&store, fork).unwrap();
     a.pull(&other, fork, RestorePoint::Latest).unwrap();
-    // The fork's catalog file is empty (it holds nothing its log and its
-    // parent do not say): its title, the parent's, its creation time and
-    // its origin reach the manifest and the pulled store all the same.
-    let catalog = store.session_dir(fork).join("catalog");
-    assert_eq!(std::fs::metadata(catalog).unwrap().len(), 0);
-    let info = store.info(fork).unwrap().unwrap();
-    let want = (info.title, info.created_ms, info.forked_from);
-    assert!(want.0.is_some() && want.1 > 0 && want.2.is_some());
-    let m = a.manifest(fork).unwrap().unwrap();
-    assert_eq!((m.title, m.created_ms, m.forked_from), want);
+    // The fork's catalog is empty: what it would say reaches the manifest
+    // and the pulled store all the same.
+    let want = names_the_fork(&store, &a, fork);
     let pulled = other.info(fork).unwrap().unwrap();
     assert_eq!((pulled.title, pulled.created_ms, pulled.forked_from), want);
     assert!(other.exists(parent));
