@@ -410,16 +410,25 @@ impl SessionCatalog {
     }
 
     /// Takes the session over from `left`, the slot this store wrote when
-    /// it let the session go, if the file still holds exactly that: no
+    /// it let the session go, if the file still holds exactly that (or, for
+    /// an empty file, which holds no head, the list cache's slot): no
     /// writer has opened the session since (each writes its own token), so
     /// the slots are still dirty, durably so since this store's earlier
     /// [`SessionCatalog::begin_writing`], and there is nothing to write or
     /// sync. Returns whether it did.
     pub(crate) fn resume(&self, left: HeadSlot) -> bool {
         let mut state = self.state.lock();
-        let unchanged = left.dirty && state.head == left;
+        let now = match state.stored {
+            true => Some(state.head),
+            false => self.cache.as_ref().and_then(|(cache, slot)| {
+                let entry = cache.read_slot(*slot)?;
+                (entry.id == self.id).then_some(entry.head)
+            }),
+        };
+        let unchanged = left.dirty && now == Some(left);
         if unchanged {
             state.writer = left.writer;
+            state.head = left;
         }
         unchanged
     }
@@ -712,6 +721,15 @@ impl ListCache {
 
     fn sync(&self) -> Result<()> {
         self.file.sync()
+    }
+
+    /// One slot's entry as the file holds it now; `None` if it does not
+    /// read (missing, damaged).
+    fn read_slot(&self, slot: u32) -> Option<CachedSession> {
+        let mut b = [0u8; CACHE_SLOT_LEN];
+        let at = u64::from(slot) * CACHE_SLOT_LEN as u64;
+        self.file.file().read_exact_at(&mut b, at).ok()?;
+        CachedSession::decode(&b)
     }
 
     fn write(&self, slot: u32, entry: &CachedSession) -> Result<()> {
