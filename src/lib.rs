@@ -147,7 +147,8 @@ pub use state::{
     check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
 };
 pub use store::{
-    Deletion, ExportedEntry, HistoryTail, HistoryTailView, ListFilter, SessionHandle, SessionInfo,
-    Store, StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_PAYLOAD_THRESHOLD,
-    DEFAULT_POLL_INTERVAL, MAX_FORK_DEPTH, MAX_NAME_BYTES, NAME_DOMAIN,
+    default_max_open_sessions, open_budget_for, Deletion, ExportedEntry, HistoryTail,
+    HistoryTailView, ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry,
+    Subscription, Turn, DEFAULT_PAYLOAD_THRESHOLD, DEFAULT_POLL_INTERVAL, FDS_PER_OPEN_SESSION,
+    MAX_FORK_DEPTH, MAX_NAME_BYTES, NAME_DOMAIN,
 };

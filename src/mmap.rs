@@ -1,5 +1,6 @@
-//! The one module with `unsafe`: read-only memory maps of segment files, and
-//! the `posix_fallocate` call that reserves their space.
+//! The one module with `unsafe`: read-only memory maps of segment files, the
+//! `posix_fallocate` call that reserves their space, and the few other
+//! syscalls `std` lacks (holes, writeback, the open-file limit).
 //!
 //! Writers never write through a map: they `pwrite` into the page cache, which
 //! the shared map then shows. Soundness rests on two rules:
@@ -120,6 +121,22 @@ pub(crate) fn fallocate(file: &File, len: u64) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// The process's soft limit on open file descriptors (`RLIMIT_NOFILE`);
+/// `None` if it cannot be read, `u64::MAX` if it is unlimited.
+pub(crate) fn open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscall wrapper writing into a local struct it owns.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    match (rc, limit.rlim_cur) {
+        (0, libc::RLIM_INFINITY) => Some(u64::MAX),
+        (0, soft) => Some(soft),
+        _ => None,
     }
 }
 

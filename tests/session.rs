@@ -1698,6 +1698,69 @@ fn the_open_log_budget_holds_exactly_when_it_is_not_a_multiple_of_the_shards() {
 // Subscriptions.
 // ---------------------------------------------------------------------------
 
+/// The child of `the_default_open_budget_keeps_the_process_under_its_file_limit`,
+/// run under a soft limit of 200 open files.
+fn open_budget_child(root: &Path) {
+    assert_eq!(session_store::default_max_open_sessions(), 50);
+    let store = Store::open(root).unwrap();
+    let mut sessions = Vec::new();
+    for s in 0..300 {
+        let initial = vec![Item::user_text(format!("session {s}"))];
+        let (id, head) = store
+            .create_session(None, RequestConfig::default(), &initial)
+            .unwrap();
+        sessions.push((id, head, initial));
+    }
+    for round in 0..3 {
+        for (id, head, expected) in sessions.iter_mut() {
+            let delta = vec![answer(&format!("round {round}"))];
+            store.save_delta(*id, head, &delta).unwrap();
+            expected.extend(stripped(&delta));
+        }
+    }
+    for (id, head, expected) in &sessions {
+        let state = store.restore(*id).unwrap();
+        assert_eq!(&state.history, expected, "session {id}");
+        assert_eq!(state.head, Some(*head));
+    }
+    store.close().unwrap();
+}
+
+/// The default open-log budget follows the process's open-file limit, so
+/// that a store with default options never runs the process out of file
+/// descriptors: under a soft limit of 200, 300 sessions saved round-robin
+/// all restore (a fixed budget of 256 sessions, three descriptors each,
+/// fails with "too many open files"), and a higher limit gives a budget
+/// that holds more sessions than the old 256.
+#[test]
+fn the_default_open_budget_keeps_the_process_under_its_file_limit() {
+    if let Ok(root) = std::env::var("OPEN_BUDGET_CHILD") {
+        open_budget_child(Path::new(&root));
+        return;
+    }
+    use session_store::open_budget_for;
+    assert_eq!(open_budget_for(Some(1024)), 256);
+    assert_eq!(open_budget_for(Some(20_000)), 5_000);
+    assert_eq!(open_budget_for(Some(200)), 50);
+    assert_eq!(open_budget_for(Some(20)), 16);
+    assert_eq!(open_budget_for(Some(u64::MAX)), 16_384);
+    assert_eq!(open_budget_for(None), 256);
+
+    let dir = tempdir();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 200 && exec \"$0\" --exact \"$1\" --nocapture --test-threads=1")
+        .arg(std::env::current_exe().unwrap())
+        .arg("the_default_open_budget_keeps_the_process_under_its_file_limit")
+        .env("OPEN_BUDGET_CHILD", dir.path())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the child under `ulimit -n 200` failed: {status}"
+    );
+}
+
 #[test]
 fn a_subscription_sees_every_entry_once_in_order_across_rolls() {
     let dir = tempdir();

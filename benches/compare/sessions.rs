@@ -59,7 +59,12 @@ pub fn shapes(quick: bool) -> [Shape; 2] {
         },
         Shape {
             name: "B",
-            sessions: if quick { 400 } else { 10_000 },
+            // `COMPARE_B_SESSIONS` sets B's sessions in either mode (the
+            // issue's 10,000 beside a quick A, say).
+            sessions: std::env::var("COMPARE_B_SESSIONS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(if quick { 400 } else { 10_000 }),
             turns: 5,
             mix: common::SMALL,
             seed: 22,
@@ -784,6 +789,10 @@ pub fn run(quick: bool, reps: usize) {
     println!(
         "## Headline: many sessions through `Store` ({} mode; median of {reps} interleaved repetitions)",
         if quick { "quick" } else { "full" }
+    );
+    println!(
+        "Store's default open-session budget here: {} sessions (from the soft open-file limit; `max_open_sessions`)",
+        session_store::default_max_open_sessions()
     );
     for r in &reports {
         print_report(r);

@@ -71,7 +71,8 @@ pub struct StoreOptions {
     pub log: LogOptions,
     /// How many session logs may be open at once (file descriptors and maps).
     /// Exceeded only while callers hold more handles than this: a log that
-    /// another handle still uses is never evicted.
+    /// another handle still uses is never evicted. Default
+    /// [`default_max_open_sessions`]: from the process's open-file limit.
     pub max_open_sessions: usize,
     /// Items whose strings hold at least this many bytes (tool outputs,
     /// `encrypted_content`, images and files, long texts) are stored once
@@ -89,11 +90,41 @@ pub struct StoreOptions {
 /// record (see DESIGN.md, "Payloads").
 pub const DEFAULT_PAYLOAD_THRESHOLD: usize = 32 * 1024;
 
+/// File descriptors an open session holds: its `LOCK`, its active segment
+/// and its catalog.
+pub const FDS_PER_OPEN_SESSION: usize = 3;
+
+/// The default [`StoreOptions::max_open_sessions`]: as many sessions as
+/// hold three quarters of the process's soft open-file limit
+/// (`RLIMIT_NOFILE`, read when the options are made), leaving a quarter to
+/// the application, between 16 and 16,384 (each open session also holds a
+/// memory map, and `vm.max_map_count` is 65,530 by default). At the common
+/// limit of 1,024 that is 256 sessions; at 20,000, 5,000. Sessions over the
+/// budget still work, each save reopening its log; a budget that holds the
+/// sessions a process keeps busy saves that reopen (issue 14, workload B).
+/// Raise the soft limit (`ulimit -n`, `LimitNOFILE=`) to raise this default.
+pub fn default_max_open_sessions() -> usize {
+    open_budget_for(crate::mmap::open_file_limit())
+}
+
+/// [`default_max_open_sessions`] for a soft limit of `limit` descriptors
+/// (`None`: unknown, which gives 256).
+#[doc(hidden)]
+pub fn open_budget_for(limit: Option<u64>) -> usize {
+    const MIN: usize = 16;
+    const MAX: usize = 16_384;
+    let Some(limit) = limit else {
+        return 256;
+    };
+    let fds = usize::try_from(limit / 4 * 3).unwrap_or(usize::MAX);
+    (fds / FDS_PER_OPEN_SESSION).clamp(MIN, MAX)
+}
+
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             log: LogOptions::default(),
-            max_open_sessions: 256,
+            max_open_sessions: default_max_open_sessions(),
             payload_threshold: DEFAULT_PAYLOAD_THRESHOLD,
         }
     }
