@@ -126,15 +126,30 @@ pub(crate) fn sync_dir(dir: &Path, hook: &Hook) -> Result<()> {
     })
 }
 
-/// Creates a directory and its missing parents, 0700 (session logs hold
-/// credentials). Not durable until its parent is synced.
 /// Whether `path` is a directory: `false` only when nothing is there. A
 /// path that cannot be looked at (no search permission on a parent) is an
 /// error that says so, not a missing directory to create; a path that is
 /// something else is [`Error::InvalidInput`].
 pub(crate) fn dir_exists(path: &Path) -> Result<bool> {
+    dir_links(path).map(|links| links.is_some())
+}
+
+/// Whether a directory's link count (from [`dir_links`]) says it holds no
+/// subdirectory.
+pub(crate) fn holds_no_subdirectory(links: u64) -> bool {
+    links == 2
+}
+
+/// The link count of the directory `path`, if it exists (as
+/// [`dir_exists`] tells). On file systems that count them (ext4, xfs,
+/// tmpfs) it is 2 plus the subdirectories; where they do not (btrfs) it is
+/// always one. So exactly 2 says "no subdirectory", and a sweep of a
+/// directory that holds only directories can skip listing it
+/// ([`holds_no_subdirectory`]).
+pub(crate) fn dir_links(path: &Path) -> Result<Option<u64>> {
+    use std::os::unix::fs::MetadataExt;
     match fs::metadata(path) {
-        Ok(m) if m.is_dir() => Ok(true),
+        Ok(m) if m.is_dir() => Ok(Some(m.nlink())),
         Ok(_) => Err(Error::invalid(format!(
             "{} exists and is not a directory",
             path.display()
@@ -146,12 +161,14 @@ pub(crate) fn dir_exists(path: &Path) -> Result<bool> {
                 io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
             ) =>
         {
-            Ok(false)
+            Ok(None)
         }
         Err(e) => Err(Error::io("stat", path, e)),
     }
 }
 
+/// Creates a directory and its missing parents, 0700 (session logs hold
+/// credentials). Not durable until its parent is synced.
 pub(crate) fn create_dir(path: &Path, hook: &Hook) -> Result<()> {
     hooked(hook, IoOp::CreateDir { path }, "create dir", path, || {
         DirBuilder::new().recursive(true).mode(0o700).create(path)

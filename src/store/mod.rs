@@ -265,13 +265,21 @@ impl Store {
         let hook = &opts.log.hook;
         let new_root = !hooked_fs::dir_exists(&root)?;
         let mut created = new_root;
-        for dir in ["sessions", "trash", "staging"] {
+        // Whether each may hold a subdirectory (trash and staging hold
+        // nothing else): the sweeps below list only those that may.
+        let mut may_hold = [true; 3];
+        for (dir, may_hold) in ["sessions", "trash", "staging"].iter().zip(&mut may_hold) {
             let dir = root.join(dir);
-            if !hooked_fs::dir_exists(&dir)? {
-                hooked_fs::create_dir(&dir, hook)?;
-                created = true;
+            match hooked_fs::dir_links(&dir)? {
+                Some(links) => *may_hold = !hooked_fs::holds_no_subdirectory(links),
+                None => {
+                    hooked_fs::create_dir(&dir, hook)?;
+                    created = true;
+                    *may_hold = false;
+                }
             }
         }
+        let [_, trash_may_hold, staging_may_hold] = may_hold;
         // The directories hold every session: their names must be durable
         // before any session in them is acknowledged.
         if created {
@@ -283,7 +291,11 @@ impl Store {
         }
         // Finish deletions a crash interrupted; not one still running
         // (its deleter holds the session's lock until the removal is done).
-        if let Ok(entries) = fs::read_dir(root.join("trash")) {
+        let trash = match trash_may_hold {
+            true => fs::read_dir(root.join("trash")).ok(),
+            false => None,
+        };
+        if let Some(entries) = trash {
             for e in entries.flatten() {
                 let dir = e.path();
                 let running = fs::File::open(dir.join(LOCK_FILE))
@@ -295,7 +307,9 @@ impl Store {
         }
         let cache = Some(Arc::new(ListCache::open(&root, hook)?));
         let store = Store::with_parts(root, opts, cache);
-        store.sweep_staging();
+        if staging_may_hold {
+            store.sweep_staging();
+        }
         store.sweep_retired();
         Ok(store)
     }
