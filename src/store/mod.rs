@@ -626,6 +626,7 @@ fn rebuilt_identity(id: SessionId, log: &Log) -> Identity {
 /// The catalog of the session `id` in `dir` (under a store's
 /// `sessions/`), as [`catalog::read`] reads it, with an empty one's
 /// identity and title filled in from its log and its parent. Reads only.
+#[cfg(feature = "archive")]
 pub(crate) fn read_catalog(id: SessionId, dir: &Path) -> Result<catalog::CatalogRecord> {
     let mut record = catalog::read(&dir.join(CATALOG_FILE))?;
     if record.empty {
