@@ -77,6 +77,13 @@ fn a_buffered_creation_syncs_nothing_until_the_session_first_syncs() {
     assert_eq!(count.take(), vec![], "the creation synced or renamed");
     let session = store.session_dir(id);
     assert!(session.join("CREATING").exists());
+    // The marker is a second name of the lock file: no inode of its own.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let marker = std::fs::metadata(session.join("CREATING")).unwrap();
+        let lock = std::fs::metadata(session.join("LOCK")).unwrap();
+        assert_eq!((marker.dev(), marker.ino()), (lock.dev(), lock.ino()));
+    }
     store
         .save_delta(id, &mut head, &[Item::assistant_text("hello")])
         .unwrap();

@@ -200,7 +200,10 @@ fn a_failed_write_of_the_name_leaves_it_free_and_no_session() {
             "sync",
             |op| matches!(op, IoOp::Sync { path } if in_names(path)),
         ),
-        ("link", |op| matches!(op, IoOp::Link { .. })),
+        (
+            "link",
+            |op| matches!(op, IoOp::Link { to, .. } if in_names(to)),
+        ),
     ];
     for (what, pick) in picks {
         let dir = tempfile::tempdir().unwrap();

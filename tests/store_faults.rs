@@ -160,6 +160,15 @@ impl Recording {
                     self.events.push(Event::Write(node, *len, Vec::new()));
                 }
             }
+            IoOp::Link { from, to } => {
+                // A second name of an existing file.
+                let (from, to) = (self.rel(from), self.rel(to));
+                let node = self.node_of(&from);
+                let (parent, name) = self.split(&to);
+                self.paths.insert(to, node);
+                self.events
+                    .push(Event::Meta(Meta::Link { parent, name, node }));
+            }
             IoOp::Write { path, offset, data } => {
                 let node = self.node_of(&self.rel(path));
                 self.events.push(Event::Write(node, *offset, data.to_vec()));
@@ -298,14 +307,17 @@ fn materialize(
         .collect();
     children.sort();
     for (name, node) in children {
-        // A directory linked twice (a rename both kept and not) appears once.
-        if !seen.insert(node) {
-            continue;
-        }
         let path = at.join(name);
         if dirs.contains(&node) {
+            // A directory linked twice (a rename both kept and not) appears
+            // once.
+            if !seen.insert(node) {
+                continue;
+            }
             materialize(node, &path, entries, dirs, files, rng, seen);
         } else {
+            // A file with two names (a hard link) appears under each, as a
+            // copy: the store never writes through a second name.
             let data = files.get(&node).cloned().unwrap_or_default();
             std::fs::write(&path, file_bytes(&data, rng)).unwrap();
         }

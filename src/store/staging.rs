@@ -248,7 +248,14 @@ impl Store {
     fn clear_leftover(&self, dir: &Path) -> Result<()> {
         let creating = dir.join(CREATING_FILE);
         if !creating.exists() {
-            HookedFile::create(&creating, self.hook())?;
+            // The marker is a name (its presence is what counts, and a
+            // directory's names reach the disk in order), so a second name
+            // of the lock file serves: no inode of its own to allocate,
+            // which is most of what a creation costs on a busy ext4. A file
+            // system without hard links gets a file.
+            if hooked_fs::link(&dir.join(LOCK_FILE), &creating, self.hook()).is_err() {
+                HookedFile::create(&creating, self.hook())?;
+            }
         }
         // The catalog first: without it, nothing here passes for a session.
         let catalog = dir.join(CATALOG_FILE);
