@@ -118,8 +118,12 @@ fn figures(mut ns: Vec<u64>) -> Figures {
     }
 }
 
-/// `count` creations one after another.
-fn one_at_a_time(peer: Peer, durability: Durability, count: usize) -> Figures {
+/// `count` creations one after another. The directory is returned, to be
+/// removed only after every pass: on ext4, inodes freed in the last minute
+/// are skipped by each allocation (`recently_deleted`), so removing a
+/// pass's files before the next pass slowed that pass's creations up to
+/// 20×, whichever system it was.
+fn one_at_a_time(peer: Peer, durability: Durability, count: usize) -> (Figures, tempfile::TempDir) {
     let dir = common::tempdir();
     let c = Creator::new(peer, durability, dir.path());
     // Untimed: the first creation warms the directories and the cache file.
@@ -133,12 +137,12 @@ fn one_at_a_time(peer: Peer, durability: Durability, count: usize) -> Figures {
         })
         .collect();
     c.close_open();
-    figures(ns)
+    (figures(ns), dir)
 }
 
 /// `rounds` rounds of `AT_ONCE` threads creating one session each, started
-/// together at a barrier.
-fn at_once(peer: Peer, durability: Durability, rounds: usize) -> Figures {
+/// together at a barrier; the directory is kept as by [`one_at_a_time`].
+fn at_once(peer: Peer, durability: Durability, rounds: usize) -> (Figures, tempfile::TempDir) {
     let dir = common::tempdir();
     let c = Arc::new(Creator::new(peer, durability, dir.path()));
     c.create_one(u64::MAX);
@@ -157,7 +161,8 @@ fn at_once(peer: Peer, durability: Durability, rounds: usize) -> Figures {
         ns.extend(threads.into_iter().map(|t| t.join().expect("thread")));
         c.close_open();
     }
-    figures(ns)
+    drop(c);
+    (figures(ns), dir)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -180,9 +185,16 @@ fn row(
     how: &'static str,
     creations: usize,
     reps: usize,
-    pass: impl Fn() -> Figures,
+    kept: &mut Vec<tempfile::TempDir>,
+    pass: impl Fn() -> (Figures, tempfile::TempDir),
 ) -> Row {
-    let passes: Vec<Figures> = (0..reps).map(|_| pass()).collect();
+    let passes: Vec<Figures> = (0..reps)
+        .map(|_| {
+            let (f, dir) = pass();
+            kept.push(dir);
+            f
+        })
+        .collect();
     Row {
         peer,
         durability,
@@ -199,18 +211,27 @@ fn row(
 pub fn run(quick: bool, reps: usize) {
     let (alone, rounds) = if quick { (100, 4) } else { (400, 16) };
     let mut rows = Vec::new();
+    // Every pass's files, removed together at the end (see `one_at_a_time`).
+    let mut kept = Vec::new();
     for durability in [Durability::Buffered, Durability::Sync] {
         for peer in [Peer::Store, Peer::Jsonl] {
             eprintln!("compare: creation, {} {:?}", peer.label(), durability);
-            rows.push(row(peer, durability, "one at a time", alone, reps, || {
-                one_at_a_time(peer, durability, alone)
-            }));
+            rows.push(row(
+                peer,
+                durability,
+                "one at a time",
+                alone,
+                reps,
+                &mut kept,
+                || one_at_a_time(peer, durability, alone),
+            ));
             rows.push(row(
                 peer,
                 durability,
                 "64 at once",
                 rounds * AT_ONCE,
                 reps,
+                &mut kept,
                 || at_once(peer, durability, rounds),
             ));
         }
