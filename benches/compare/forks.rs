@@ -269,6 +269,9 @@ pub fn run(quick: bool, reps: usize) {
     println!("| --- | --- | --- | --- | --- | --- |");
     let mut big_buffered = None;
     let mut small_median = None;
+    // Every case's files, removed together at the end: a removal just
+    // before a case slows its forks (new inodes) on ext4, see `creation`.
+    let mut kept = Vec::new();
     for durability in [Durability::Buffered, Durability::Sync] {
         for (w, label) in [(&small, "small"), (&big, "large")] {
             let tmp = crate::fresh();
@@ -297,6 +300,7 @@ pub fn run(quick: bool, reps: usize) {
                     }
                 }
             }
+            kept.push(tmp);
         }
     }
     for durability in [Durability::Buffered, Durability::Sync] {
