@@ -308,6 +308,19 @@ impl Error {
         Error::NotFound { what: what.into() }
     }
 
+    /// Whether this is an I/O error for too many open files: this
+    /// process's limit (`EMFILE`) or the system's (`ENFILE`). A store that
+    /// meets it in its own opens closes its idle sessions and tries once
+    /// more before returning it.
+    pub fn is_out_of_descriptors(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether this is an I/O error for a full disk (`ENOSPC`) or an
     /// exceeded quota (`EDQUOT`): freeing space and reopening goes on.
     pub fn is_storage_full(&self) -> bool {

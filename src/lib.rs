@@ -35,7 +35,7 @@
 //! |---|---|---|
 //! | [`Error::HeadMismatch`] | another writer (or an earlier, half-known attempt) moved the session: nothing was written | read [`Store::head`] (it carries the stored head), reconcile, retry with it; or [`Store::ensure_head_or_fork`] |
 //! | [`Error::Locked`] | another process writes this session | retry later, or read it through a read-only view ([`Store::open_read_only`], [`Store::subscribe`]) |
-//! | [`Error::Io`] | the OS refused: a full disk ([`Error::is_storage_full`]), a permission, a read-only medium; it names the operation and the file | fix the cause; the call did not return its result, so read the head before retrying a save |
+//! | [`Error::Io`] | the OS refused: a full disk ([`Error::is_storage_full`]), too many open files ([`Error::is_out_of_descriptors`], returned only after the store closed its idle sessions and tried once more), a permission, a read-only medium; it names the operation and the file | fix the cause; the call did not return its result, so read the head before retrying a save |
 //! | [`Error::Poisoned`] | an earlier write or sync of this session failed, and its writer refuses more | fix the cause, then call again: once no handle holds the poisoned writer, the store reopens the session through recovery, and its head says what was kept |
 //! | [`Error::Corrupt`] | bytes on disk failed their check at or before the durable point; it names the segment, offset and seq | stop writing that session; `session-store verify`, then salvage ([`RecoveryMode::Salvage`]), restore from a copy, or delete it: other sessions are unaffected |
 //! | [`Error::NotFound`] | no such session (or entry, for a fork) | — |

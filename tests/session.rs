@@ -1698,34 +1698,6 @@ fn the_open_log_budget_holds_exactly_when_it_is_not_a_multiple_of_the_shards() {
 // Subscriptions.
 // ---------------------------------------------------------------------------
 
-/// The child of `the_default_open_budget_keeps_the_process_under_its_file_limit`,
-/// run under a soft limit of 200 open files.
-fn open_budget_child(root: &Path) {
-    assert_eq!(session_store::default_max_open_sessions(), 50);
-    let store = Store::open(root).unwrap();
-    let mut sessions = Vec::new();
-    for s in 0..300 {
-        let initial = vec![Item::user_text(format!("session {s}"))];
-        let (id, head) = store
-            .create_session(None, RequestConfig::default(), &initial)
-            .unwrap();
-        sessions.push((id, head, initial));
-    }
-    for round in 0..3 {
-        for (id, head, expected) in sessions.iter_mut() {
-            let delta = vec![answer(&format!("round {round}"))];
-            store.save_delta(*id, head, &delta).unwrap();
-            expected.extend(stripped(&delta));
-        }
-    }
-    for (id, head, expected) in &sessions {
-        let state = store.restore(*id).unwrap();
-        assert_eq!(&state.history, expected, "session {id}");
-        assert_eq!(state.head, Some(*head));
-    }
-    store.close().unwrap();
-}
-
 /// The default open-log budget follows the process's open-file limit, so
 /// that a store with default options never runs the process out of file
 /// descriptors: under a soft limit of 200, 300 sessions saved round-robin
@@ -1735,7 +1707,8 @@ fn open_budget_child(root: &Path) {
 #[test]
 fn the_default_open_budget_keeps_the_process_under_its_file_limit() {
     if let Ok(root) = std::env::var("OPEN_BUDGET_CHILD") {
-        open_budget_child(Path::new(&root));
+        assert_eq!(session_store::default_max_open_sessions(), 50);
+        many_sessions_round_robin(Path::new(&root), StoreOptions::default(), 300);
         return;
     }
     use session_store::open_budget_for;
@@ -1746,18 +1719,74 @@ fn the_default_open_budget_keeps_the_process_under_its_file_limit() {
     assert_eq!(open_budget_for(Some(u64::MAX)), 16_384);
     assert_eq!(open_budget_for(None), 256);
 
+    run_under_file_limit(
+        "the_default_open_budget_keeps_the_process_under_its_file_limit",
+        "OPEN_BUDGET_CHILD",
+        200,
+    );
+}
+
+/// Creates, saves to round-robin and restores `sessions` sessions of a
+/// store at `root` opened with `options`.
+fn many_sessions_round_robin(root: &Path, options: StoreOptions, sessions: usize) {
+    let store = Store::open_with(root, options).unwrap();
+    let mut all = Vec::new();
+    for s in 0..sessions {
+        let initial = vec![Item::user_text(format!("session {s}"))];
+        let (id, head) = store
+            .create_session(None, RequestConfig::default(), &initial)
+            .unwrap();
+        all.push((id, head, initial));
+    }
+    for round in 0..3 {
+        for (id, head, expected) in all.iter_mut() {
+            let delta = vec![answer(&format!("round {round}"))];
+            store.save_delta(*id, head, &delta).unwrap();
+            expected.extend(stripped(&delta));
+        }
+    }
+    for (id, head, expected) in &all {
+        let state = store.restore(*id).unwrap();
+        assert_eq!(&state.history, expected, "session {id}");
+        assert_eq!(state.head, Some(*head));
+    }
+    store.close().unwrap();
+}
+
+/// Runs this binary's test `test` in a child under `ulimit -n <limit>`,
+/// with `env` naming a fresh directory; asserts that it passed.
+fn run_under_file_limit(test: &str, env: &str, limit: u32) {
     let dir = tempdir();
     let status = std::process::Command::new("sh")
         .arg("-c")
-        .arg("ulimit -n 200 && exec \"$0\" --exact \"$1\" --nocapture --test-threads=1")
+        .arg(format!(
+            "ulimit -n {limit} && exec \"$0\" --exact \"$1\" --nocapture --test-threads=1"
+        ))
         .arg(std::env::current_exe().unwrap())
-        .arg("the_default_open_budget_keeps_the_process_under_its_file_limit")
-        .env("OPEN_BUDGET_CHILD", dir.path())
+        .arg(test)
+        .env(env, dir.path())
         .status()
         .unwrap();
     assert!(
         status.success(),
-        "the child under `ulimit -n 200` failed: {status}"
+        "{test} under `ulimit -n {limit}`: {status}"
+    );
+}
+
+/// A budget set above what the process may open does not fail the store:
+/// an open that runs out of file descriptors closes the idle sessions and
+/// tries again (under `ulimit -n 64`, 100 sessions with a budget of 10,000
+/// fail with "too many open files" without it).
+#[test]
+fn running_out_of_file_descriptors_closes_idle_sessions_and_goes_on() {
+    if let Ok(root) = std::env::var("SHED_CHILD") {
+        many_sessions_round_robin(Path::new(&root), options().max_open_sessions(10_000), 100);
+        return;
+    }
+    run_under_file_limit(
+        "running_out_of_file_descriptors_closes_idle_sessions_and_goes_on",
+        "SHED_CHILD",
+        64,
     );
 }
 

@@ -117,7 +117,13 @@ impl Store {
         }
         shard.opening.insert(id);
         drop(shard);
-        let opened = self.open_session(id);
+        let opened = match self.open_session(id) {
+            // Out of file descriptors: this store's idle sessions make room.
+            Err(e) if e.is_out_of_descriptors() && self.shed_open_sessions() => {
+                self.open_session(id)
+            }
+            opened => opened,
+        };
         let mut shard = self.inner.shards[slot].lock();
         shard.opening.remove(&id);
         self.inner.opened[slot].notify_all();
@@ -153,7 +159,33 @@ impl Store {
     /// closed outside the shard locks. A store over budget because all its
     /// sessions are in use comes back under it at the next open.
     fn evict_over_budget(&self, keep: SessionId) -> Vec<(usize, (SessionId, OpenSession))> {
-        let max = self.inner.opts.max_open_sessions;
+        self.evict_down_to(self.inner.opts.max_open_sessions, Some(keep))
+    }
+
+    /// Closes the least recently used half of the sessions open here that
+    /// no handle holds, after an open ran out of file descriptors (the
+    /// process's limit is lower than the budget assumed, or the
+    /// application holds many); returns whether any was closed, and so
+    /// whether another try may succeed.
+    pub(super) fn shed_open_sessions(&self) -> bool {
+        let half = self.inner.open_count.load(Ordering::Acquire) / 2;
+        let mut shed = false;
+        for (slot, evicted) in self.evict_down_to(half, None) {
+            shed = true;
+            if let Err(e) = self.close_sessions(slot, vec![evicted], Closing::Evict) {
+                self.inner.eviction_failure.lock().get_or_insert(e);
+            }
+        }
+        shed
+    }
+
+    /// Takes sessions out of the shards as [`Store::evict_over_budget`]
+    /// does, until at most `max` are open.
+    fn evict_down_to(
+        &self,
+        max: usize,
+        keep: Option<SessionId>,
+    ) -> Vec<(usize, (SessionId, OpenSession))> {
         let mut out = Vec::new();
         while self.inner.open_count.load(Ordering::Acquire) > max {
             let mut oldest: Option<(u64, usize, SessionId)> = None;
@@ -162,7 +194,7 @@ impl Store {
                 let lru = shard
                     .open
                     .iter()
-                    .filter(|(id, s)| **id != keep && s.log.is_unshared())
+                    .filter(|(id, s)| Some(**id) != keep && s.log.is_unshared())
                     .min_by_key(|(_, s)| s.tick);
                 if let Some((id, s)) = lru {
                     if oldest.is_none_or(|(tick, _, _)| s.tick < tick) {

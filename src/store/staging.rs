@@ -176,31 +176,40 @@ impl Store {
             compacted_from,
             durability,
         };
-        let lock = self.claim(id, &dir)?;
-        // The log takes the lock; this second descriptor of it keeps it
-        // held until a failed creation is cleared away, so that no other
-        // creator of the id claims the directory meanwhile.
-        let held = lock.try_clone().map_err(hooked_fs::io_err("dup", &dir))?;
-        // Payloads first: written before any record that refers to them,
-        // and synced by the creation's first group commit before its log.
-        let (entries, _payloads) = match exact {
-            true => (std::borrow::Cow::Borrowed(entries), None),
-            false => self.externalize(entries)?,
+        // One retry when the process ran out of file descriptors: this
+        // store's idle sessions are closed to make room (a failed attempt
+        // is cleared away as any failed creation is).
+        let attempt = || -> Result<EntryHash> {
+            let lock = self.claim(id, &dir)?;
+            // The log takes the lock; this second descriptor of it keeps it
+            // held until a failed creation is cleared away, so that no other
+            // creator of the id claims the directory meanwhile.
+            let held = lock.try_clone().map_err(hooked_fs::io_err("dup", &dir))?;
+            // Payloads first: written before any record that refers to them,
+            // and synced by the creation's first group commit before its log.
+            let (entries, _payloads) = match exact {
+                true => (std::borrow::Cow::Borrowed(entries), None),
+                false => self.externalize(entries)?,
+            };
+            let built = self.build(id, &dir, lock, &entries, &identity, title.as_deref());
+            let result = match built {
+                Ok(handle) => {
+                    let head = handle.log.head().map(|(_, h)| h).expect("just written");
+                    self.keep_open(self.shard(id).lock(), &handle);
+                    Ok(head)
+                }
+                Err(e) => {
+                    self.discard_creation(&dir);
+                    Err(e)
+                }
+            };
+            drop(held);
+            result
         };
-        let built = self.build(id, &dir, lock, &entries, &identity, title.as_deref());
-        let result = match built {
-            Ok(handle) => {
-                let head = handle.log.head().map(|(_, h)| h).expect("just written");
-                self.keep_open(self.shard(id).lock(), &handle);
-                Ok(head)
-            }
-            Err(e) => {
-                self.discard_creation(&dir);
-                Err(e)
-            }
-        };
-        drop(held);
-        result
+        match attempt() {
+            Err(e) if e.is_out_of_descriptors() && self.shed_open_sessions() => attempt(),
+            result => result,
+        }
     }
 
     /// Makes `id`'s directory (or finds it) and takes its writer lock, for
