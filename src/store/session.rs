@@ -418,12 +418,7 @@ impl Store {
         if !dir.join(CATALOG_FILE).exists() {
             return Err(Error::not_found(format!("session {id}")));
         }
-        let open = || Log::open_read_only_in_store(&dir, self.inner.payloads.clone());
-        match open() {
-            // Out of file descriptors: this store's idle sessions make room.
-            Err(e) if e.is_out_of_descriptors() && self.shed_open_sessions() => open(),
-            opened => opened,
-        }
+        self.making_room(|| Log::open_read_only_in_store(&dir, self.inner.payloads.clone()))
     }
 
     /// A read-only view of the session's log, as [`Store::snapshot`] reads

@@ -117,13 +117,7 @@ impl Store {
         }
         shard.opening.insert(id);
         drop(shard);
-        let opened = match self.open_session(id) {
-            // Out of file descriptors: this store's idle sessions make room.
-            Err(e) if e.is_out_of_descriptors() && self.shed_open_sessions() => {
-                self.open_session(id)
-            }
-            opened => opened,
-        };
+        let opened = self.making_room(|| self.open_session(id));
         let mut shard = self.inner.shards[slot].lock();
         shard.opening.remove(&id);
         self.inner.opened[slot].notify_all();
@@ -162,12 +156,21 @@ impl Store {
         self.evict_down_to(self.inner.opts.max_open_sessions, Some(keep))
     }
 
+    /// Runs `open`, an open of this store's own, and once more if it ran
+    /// out of file descriptors and [`Store::shed_open_sessions`] made room.
+    pub(super) fn making_room<T>(&self, open: impl Fn() -> Result<T>) -> Result<T> {
+        match open() {
+            Err(e) if e.is_out_of_descriptors() && self.shed_open_sessions() => open(),
+            opened => opened,
+        }
+    }
+
     /// Closes the least recently used half of the sessions open here that
     /// no handle holds, after an open ran out of file descriptors (the
     /// process's limit is lower than the budget assumed, or the
     /// application holds many); returns whether any was closed, and so
     /// whether another try may succeed.
-    pub(super) fn shed_open_sessions(&self) -> bool {
+    fn shed_open_sessions(&self) -> bool {
         let half = self.inner.open_count.load(Ordering::Acquire) / 2;
         let mut shed = false;
         for (slot, evicted) in self.evict_down_to(half, None) {

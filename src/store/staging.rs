@@ -206,10 +206,7 @@ impl Store {
             drop(held);
             result
         };
-        match attempt() {
-            Err(e) if e.is_out_of_descriptors() && self.shed_open_sessions() => attempt(),
-            result => result,
-        }
+        self.making_room(attempt)
     }
 
     /// Makes `id`'s directory (or finds it) and takes its writer lock, for
