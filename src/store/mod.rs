@@ -73,6 +73,8 @@ pub struct StoreOptions {
     /// Exceeded only while callers hold more handles than this: a log that
     /// another handle still uses is never evicted. Default
     /// [`default_max_open_sessions`]: from the process's open-file limit.
+    /// A store whose open runs out of file descriptors closes half of its
+    /// idle sessions and keeps at most that many open from then on.
     pub max_open_sessions: usize,
     /// Items whose strings hold at least this many bytes (tool outputs,
     /// `encrypted_content`, images and files, long texts) are stored once
@@ -206,6 +208,11 @@ struct Inner {
     /// Sessions open in all shards together: eviction starts only when
     /// this passes `max_open_sessions`, however they spread over shards.
     open_count: AtomicUsize,
+    /// The most sessions this store keeps open, lowered from
+    /// `max_open_sessions` to what it kept after an open ran out of file
+    /// descriptors, so that it stays clear of the process's limit from
+    /// then on (`Store::making_room`).
+    open_ceiling: AtomicUsize,
     /// The clock of last use, store-wide, so that eviction picks the least
     /// recently used session of all shards.
     tick: AtomicU64,
@@ -343,6 +350,7 @@ impl Store {
                 released: Mutex::new(HashMap::new()),
                 fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),
+                open_ceiling: AtomicUsize::new(usize::MAX),
                 tick: AtomicU64::new(0),
             }),
         }
@@ -403,13 +411,15 @@ impl Store {
         self.inner.root.join("sessions").join(id.to_string())
     }
 
-    /// Whether a session exists.
+    /// Whether a session exists. A session whose creation is not durable
+    /// yet, and whose log cannot be opened now for a reason that says
+    /// nothing about it (out of file descriptors, say), counts as one.
     pub fn exists(&self, id: SessionId) -> bool {
         let dir = self.session_dir(id);
         dir.join(CATALOG_FILE).exists()
             && (!dir.join(staging::CREATING_FILE).exists()
                 || self.is_open_here(id)
-                || staging::holds_entries(&dir, &self.inner.payloads))
+                || staging::holds_entries(&dir, &self.inner.payloads).unwrap_or(true))
     }
 
     /// All sessions, newest first, from the catalog files alone.
@@ -523,11 +533,13 @@ impl Store {
         let pending = dir.join(staging::CREATING_FILE).exists();
         // A creation that a crash tore before it was durable is no session.
         // So is a fork whose registration in its parent a crash lost.
-        let torn = |l: &Log| l.head().is_none() || !forks::fork_is_registered(&dir, l);
-        if pending && log.as_ref().map_or(true, torn) {
-            return Ok(None);
-        }
-        let log = log?;
+        let log = match pending {
+            true => match staging::torn_or(log)? {
+                Some(l) if l.head().is_some() && forks::fork_is_registered(&dir, &l) => l,
+                _ => return Ok(None),
+            },
+            false => log?,
+        };
         let head = head_slot_read(&log, record.head);
         // An empty catalog is no damage: the identity is the log's, the
         // title the parent's (`catalog::create_empty`).

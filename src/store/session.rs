@@ -255,7 +255,9 @@ impl Store {
     /// there has the hash the fork recorded ([`Error::BrokenFork`] if not),
     /// then replays its own entries.
     pub fn restore(&self, id: SessionId) -> Result<RestoredState> {
-        self.restore_session(id)
+        // Reads only: tried again whole if the process ran out of file
+        // descriptors at any of the files it opens.
+        self.making_room(|| self.restore_session(id))
     }
 
     /// Checks every CRC, chain link and archive of the session's log, as

@@ -153,7 +153,8 @@ impl Store {
     /// closed outside the shard locks. A store over budget because all its
     /// sessions are in use comes back under it at the next open.
     fn evict_over_budget(&self, keep: SessionId) -> Vec<(usize, (SessionId, OpenSession))> {
-        self.evict_down_to(self.inner.opts.max_open_sessions, Some(keep))
+        let ceiling = self.inner.open_ceiling.load(Ordering::Acquire);
+        self.evict_down_to(self.inner.opts.max_open_sessions.min(ceiling), Some(keep))
     }
 
     /// Runs `open`, an open of this store's own, and once more if it ran
@@ -170,6 +171,11 @@ impl Store {
     /// process's limit is lower than the budget assumed, or the
     /// application holds many); returns whether any was closed, and so
     /// whether another try may succeed.
+    ///
+    /// The store keeps no more than that half open from then on: the
+    /// descriptors the other half held stay free for what the store opens
+    /// outside [`Store::making_room`] (a segment at a roll, the directories
+    /// a first sync syncs) and for the application.
     fn shed_open_sessions(&self) -> bool {
         let half = self.inner.open_count.load(Ordering::Acquire) / 2;
         let mut shed = false;
@@ -178,6 +184,11 @@ impl Store {
             if let Err(e) = self.close_sessions(slot, vec![evicted], Closing::Evict) {
                 self.inner.eviction_failure.lock().get_or_insert(e);
             }
+        }
+        if shed {
+            self.inner
+                .open_ceiling
+                .fetch_min(half.max(1), Ordering::AcqRel);
         }
         shed
     }

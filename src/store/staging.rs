@@ -235,7 +235,7 @@ impl Store {
             if !same {
                 continue;
             }
-            return match found(dir, &self.inner.payloads) {
+            return match found(dir, &self.inner.payloads)? {
                 Found::Session => Err(already_exists(id)),
                 Found::Leftover => {
                     self.clear_leftover(dir)?;
@@ -389,11 +389,7 @@ impl Store {
             Ok(log) => Some(log),
             // Damage is a pending creation's torn remains, unless its log
             // reads (then the writer's failure is news).
-            Err(e)
-                if !pending
-                    || matches!(e, Error::Locked { .. })
-                    || holds_entries(dir, &self.inner.payloads) =>
-            {
+            Err(e) if !pending || !is_torn(&e) || holds_entries(dir, &self.inner.payloads)? => {
                 return Err(e)
             }
             Err(_) => None,
@@ -519,13 +515,13 @@ impl Store {
 /// What the holder of a session directory's lock finds in it: a session
 /// once its catalog is there, unless the `CREATING` marker says that its
 /// creation may have torn and its log holds no entry.
-fn found(dir: &Path, payloads: &Arc<PayloadArea>) -> Found {
+fn found(dir: &Path, payloads: &Arc<PayloadArea>) -> Result<Found> {
     let session = dir.join(CATALOG_FILE).exists()
-        && (!dir.join(CREATING_FILE).exists() || holds_entries(dir, payloads));
-    match session {
+        && (!dir.join(CREATING_FILE).exists() || holds_entries(dir, payloads)?);
+    Ok(match session {
         true => Found::Session,
         false => Found::Leftover,
-    }
+    })
 }
 
 /// Whether the log in `dir` reads (read-only, as `list` reads it) and holds
@@ -539,9 +535,42 @@ fn found(dir: &Path, payloads: &Arc<PayloadArea>) -> Found {
 /// The first entry's payloads must be there too: a creation's records name
 /// payloads that its first sync makes durable, and a crash before it may
 /// keep the records without them (the log's recovery then cuts them).
-pub(super) fn holds_entries(dir: &Path, payloads: &Arc<PayloadArea>) -> bool {
-    Log::open_read_only_in_store(dir, payloads.clone())
-        .is_ok_and(|l| l.head().is_some() && fork_is_registered(dir, &l))
+///
+/// An open that fails for a reason that says nothing about the log (the
+/// process ran out of file descriptors, a permission, an I/O error) is that
+/// error: a session must not pass for a torn creation, and be cleared away,
+/// because the process could not open it now.
+pub(super) fn holds_entries(dir: &Path, payloads: &Arc<PayloadArea>) -> Result<bool> {
+    let opened = Log::open_read_only_in_store(dir, payloads.clone());
+    Ok(torn_or(opened)?.is_some_and(|l| l.head().is_some() && fork_is_registered(dir, &l)))
+}
+
+/// A pending creation's log as its open found it: `None` where the open
+/// failed as what a crash leaves of a creation fails (a segment missing,
+/// short, unwritten or damaged), and the error where it failed for any
+/// other reason ([`is_torn`]).
+pub(super) fn torn_or(opened: Result<Log>) -> Result<Option<Log>> {
+    match opened {
+        Ok(log) => Ok(Some(log)),
+        Err(e) if is_torn(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `e`, the failure to open a pending creation's log, may be what
+/// a crash left of it; not where the process or the machine failed the
+/// open (out of file descriptors or memory, a permission, an I/O error),
+/// or where another writer holds the log.
+fn is_torn(e: &Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        Error::Io { source, .. } => matches!(
+            source.kind(),
+            ErrorKind::NotFound | ErrorKind::UnexpectedEof | ErrorKind::InvalidData
+        ),
+        Error::Locked { .. } => false,
+        _ => true,
+    }
 }
 
 fn already_exists(id: SessionId) -> Error {
