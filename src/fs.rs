@@ -291,20 +291,23 @@ impl HookedFile {
     /// Opens a file for reading and writing, creating it (0600, empty) if it
     /// does not exist; an existing file keeps its bytes.
     pub(crate) fn open_or_create(path: &Path, hook: &Hook) -> Result<HookedFile> {
-        let exists = path.exists();
-        let open = || {
+        let open = |create: bool| {
             OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(true)
+                .create(create)
                 .truncate(false)
                 .mode(0o600)
                 .open(path)
         };
-        let file = if exists {
-            open().map_err(io_err("open", path))?
-        } else {
-            hooked(hook, IoOp::Create { path }, "create", path, open)?
+        // The file is there nearly always: one `open` then, and the
+        // creation (which the fault seam sees) only where it is not.
+        let file = match open(false) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                hooked(hook, IoOp::Create { path }, "create", path, || open(true))?
+            }
+            Err(e) => return Err(Error::io("open", path, e)),
         };
         Ok(HookedFile::wrap(path, file, hook))
     }

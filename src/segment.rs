@@ -389,7 +389,8 @@ impl Segment {
     }
 
     /// Scans records from `from` (with `next_seq` and `hash` before it) up to
-    /// `limit`, stopping at the first record that fails a check.
+    /// `limit`, stopping at the first record that fails a check. `limit` is
+    /// one that [`Segment::data_limit`] gave: reads stop before a hole.
     pub(crate) fn scan(
         &self,
         from: u64,
@@ -398,7 +399,6 @@ impl Segment {
         hash: EntryHash,
         mode: ScanMode<'_>,
     ) -> Scan {
-        let limit = self.data_limit(from, limit);
         self.map.with_view(0, limit as usize, |bytes| {
             scan_bytes(bytes, from, next_seq, hash, mode)
         })

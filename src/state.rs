@@ -414,6 +414,9 @@ impl Log {
         if let Some(t) = salvaged(&self.recovery_report().torn_tail) {
             return Ok(Some(t));
         }
+        if self.saw_no_last_recovery() {
+            return Ok(None);
+        }
         Ok(Log::last_recovery(self.dir())?.and_then(|l| salvaged(&l.report.torn_tail)))
     }
 }

@@ -2652,8 +2652,10 @@ fn a_small_buffered_session_takes_disk_for_what_it_holds() {
     assert_eq!(store.restore(id).unwrap().history.len(), 40);
 }
 
+/// The first write after an open sweeps what dead creations of older
+/// versions left in `staging/` (an open alone only looks).
 #[test]
-fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
+fn the_first_write_sweeps_the_staged_leftovers_of_creations_that_died() {
     let dir = tempdir();
     let store = open(dir.path());
     let (id, _) = store
@@ -2678,6 +2680,10 @@ fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
     let held = File::open(live.join("CREATING")).unwrap();
     held.lock().unwrap();
     let store = open(dir.path());
+    assert!(dead.exists(), "an open alone wrote");
+    let (other, _) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
     assert!(!dead.exists(), "a dead creation's leftover stayed");
     assert!(live.exists(), "a running creation's directory was swept");
     assert!(
@@ -2704,6 +2710,7 @@ fn an_open_sweeps_the_staged_leftovers_of_creations_that_died() {
             .collect()
     );
     assert!(!store.session_dir(id).join("CREATING").exists());
+    assert_eq!(store.restore(other).unwrap().history, Vec::<Item>::new());
 }
 
 /// A store in another process (here: other `Store`s on the same root, which

@@ -628,6 +628,9 @@ struct Report {
     /// The floor of any save that puts the turn in the page cache: the
     /// median time of one pass of [`write_floor`].
     floor_s: f64,
+    /// The floor of any replay from a file per session: the median time of
+    /// one pass of [`read_floor`].
+    read_floor_s: f64,
     /// (`Store::open` + `restore`, `Log::open_read_only` + `restore`) of one session.
     one_session: (f64, f64),
     one_session_items: usize,
@@ -683,10 +686,12 @@ fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report 
         .len();
     let list = list.then(|| list_figures(root, w.ids.len(), reps));
     let floor_s = common::median((0..reps).map(|_| write_floor(&w)).collect());
+    let read_floor_s = common::median((0..reps).map(|_| read_floor(&w)).collect());
     Report {
         w,
         figures,
         floor_s,
+        read_floor_s,
         one_session,
         one_session_items,
         list,
@@ -730,6 +735,42 @@ fn write_floor(w: &Sessions) -> f64 {
             }
         }
     })
+}
+
+/// The least a replay costs that reads each session from a file of its
+/// own into owned items: one `std::fs::read` of the session's JSONL bytes
+/// (written before the clock, in the page cache as every system's are)
+/// and a clone of its items, built before the clock; no parse, no check,
+/// no hash. Returns the time for all sessions.
+fn read_floor(w: &Sessions) -> f64 {
+    let dir = crate::fresh();
+    for (name, turns) in w.names.iter().zip(&w.turns) {
+        let bytes: Vec<u8> = turns
+            .iter()
+            .flat_map(|turn| Record::items_json(turn))
+            .flat_map(|mut line| {
+                line.push(b'\n');
+                line
+            })
+            .collect();
+        std::fs::write(dir.path().join(name), bytes).expect("write");
+    }
+    let start = Instant::now();
+    let histories: Vec<(Vec<u8>, Vec<Item>)> = w
+        .names
+        .iter()
+        .zip(&w.turns)
+        .map(|(name, turns)| {
+            let text = std::fs::read(dir.path().join(name)).expect("read");
+            (text, turns.iter().flatten().cloned().collect())
+        })
+        .collect();
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(
+        histories.iter().map(|h| h.1.len() as u64).sum::<u64>(),
+        w.items
+    );
+    secs
 }
 
 fn session_dir(root: &Path, id: SessionId) -> PathBuf {
@@ -963,6 +1004,18 @@ fn print_targets(reports: &[Report]) {
             Op::AtLeast,
             3.0,
             "×",
+        );
+        println!(
+            "- {name}: bound: reading each session's file whole (one `std::fs::read`) and cloning its items, with no parse, \
+             no check and no hash, takes {:.1} ms for the {} sessions (JSONL {:.1} ms, session-store {:.1} ms): no replay \
+             that reads a file per session into owned items can beat JSONL by more than {:.2}× here; session-store takes \
+             {:.2}× the bound",
+            r.read_floor_s * 1e3,
+            r.w.shape.sessions,
+            jsonl.replay_s * 1e3,
+            store.replay_s * 1e3,
+            jsonl.replay_s / r.read_floor_s,
+            store.replay_s / r.read_floor_s
         );
         if name == "A" {
             target(

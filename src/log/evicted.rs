@@ -190,7 +190,7 @@ impl super::Log {
             .first()
             .expect("a log always has a segment")
             .clone();
-        let (listed, _) = super::recovery::list_segments(&inner.dir)?;
+        let listed = super::recovery::list_segments(&inner.dir)?.segments;
         let below: Vec<_> = listed
             .into_iter()
             .filter(|(seq, _)| *seq < first.header.first_seq)

@@ -339,6 +339,10 @@ struct Inner {
     /// are prepared zero-filled (see `segment::zero_fill`).
     syncs: AtomicBool,
     report: RecoveryReport,
+    /// A read-only view whose directory held no [`LAST_RECOVERY_FILE`] when
+    /// it was opened: its restores need not look for one (one that a
+    /// writer's recovery writes later is about a log this view did not see).
+    no_last_recovery: bool,
     /// What the next group commit must make durable besides the records,
     /// after its `fdatasync` (see [`Log::on_first_sync`]).
     first_sync: Mutex<Option<FirstSync>>,
@@ -375,6 +379,12 @@ impl Log {
     /// What recovery found when this log was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.inner.report
+    }
+
+    /// Whether this is a read-only view whose directory held no
+    /// [`LAST_RECOVERY_FILE`] when it was opened.
+    pub(crate) fn saw_no_last_recovery(&self) -> bool {
+        self.inner.no_last_recovery
     }
 
     /// Whether a failed write or sync poisoned the writer.

@@ -257,7 +257,8 @@ fn open_last(
     })
 }
 
-/// Scans the last segment's records up to `limit`. A read-only open starts
+/// Scans the last segment's records up to `limit` (a data limit: no hole
+/// before it). A read-only open starts
 /// at a version 2 mark, which says where the last SessionStart below it is;
 /// a writer scans them all, since it must tell damage below the mark from a
 /// torn tail.

@@ -25,24 +25,36 @@ use crate::segment::{
     parse_segment_name, segment_name, Prepared, RecordCheck, ScanMode, Segment, Space,
 };
 
-/// Segment files by first seq, and leftover preparations.
-type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
+/// What a log's directory holds, as one listing of it saw.
+pub(super) struct Listing {
+    /// Segment files by first seq.
+    pub(super) segments: Vec<(u64, PathBuf)>,
+    /// Leftover preparations.
+    pub(super) preparations: Vec<PathBuf>,
+    /// Whether [`LAST_RECOVERY_FILE`] is there.
+    pub(super) last_recovery: bool,
+}
 
 pub(super) fn list_segments(dir: &Path) -> Result<Listing> {
-    let mut segs = Vec::new();
-    let mut preps = Vec::new();
+    let mut listing = Listing {
+        segments: Vec::new(),
+        preparations: Vec::new(),
+        last_recovery: false,
+    };
     for entry in fs::read_dir(dir).map_err(io_err("read dir", dir))? {
         let entry = entry.map_err(io_err("read dir", dir))?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if let Some(seq) = parse_segment_name(name) {
-            segs.push((seq, entry.path()));
+            listing.segments.push((seq, entry.path()));
         } else if name.ends_with(".prep") {
-            preps.push(entry.path());
+            listing.preparations.push(entry.path());
+        } else if name == LAST_RECOVERY_FILE {
+            listing.last_recovery = true;
         }
     }
-    segs.sort();
-    Ok((segs, preps))
+    listing.segments.sort();
+    Ok(listing)
 }
 
 /// Outcome of opening the segments of a directory.
@@ -142,7 +154,11 @@ impl Log {
         let hook: Hook = opts.hook.clone();
         hooked_fs::create_dir(&dir, &hook)?;
         let lock = hooked_fs::lock_writer(&dir.join(LOCK_FILE), &hook)?;
-        let (listed, preps) = list_segments(&dir)?;
+        let Listing {
+            segments: listed,
+            preparations: preps,
+            ..
+        } = list_segments(&dir)?;
         let mut removed = Vec::new();
         for p in preps {
             hooked_fs::remove_file(&p, &hook)?;
@@ -155,7 +171,7 @@ impl Log {
         let mut opened = loop {
             let mut paths = match listed.take() {
                 Some(paths) => paths,
-                None => list_segments(&dir)?.0,
+                None => list_segments(&dir)?.segments,
             };
             if paths.is_empty() {
                 break create_first_segment(&dir, &opts, &hook, true)?;
@@ -299,7 +315,11 @@ impl Log {
             sync: &never,
         });
         let dir = dir.to_path_buf();
-        let (paths, _) = list_segments(&dir)?;
+        let Listing {
+            segments: paths,
+            last_recovery,
+            ..
+        } = list_segments(&dir)?;
         if paths.is_empty() {
             return Err(Error::not_found(format!(
                 "no segments in {}",
@@ -322,7 +342,11 @@ impl Log {
                 payloads: past_mark,
             },
         )?;
-        Ok(Log::from_opened(dir, LogOptions::default(), opened, None))
+        let mut log = Log::from_opened(dir, LogOptions::default(), opened, None);
+        Arc::get_mut(&mut log.inner)
+            .expect("no other handle of a log just made")
+            .no_last_recovery = !last_recovery;
+        Ok(log)
     }
 
     pub(super) fn from_opened(
@@ -373,6 +397,7 @@ impl Log {
                 settle,
                 syncs: AtomicBool::new(syncs),
                 report: o.report,
+                no_last_recovery: false,
                 first_sync: Mutex::new(None),
                 _lock: lock,
             }),
@@ -501,7 +526,7 @@ fn last_roll(
         .filter(|m| m.next_seq >= h.first_seq && m.end <= f.data_end);
     let scan = prev.scan(
         FIRST_RECORD_OFFSET,
-        f.data_end,
+        prev.data_limit(FIRST_RECORD_OFFSET, f.data_end),
         h.first_seq,
         h.start_hash,
         ScanMode {

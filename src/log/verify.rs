@@ -93,7 +93,7 @@ impl Snapshot {
             let (seg, end) = &self.segs[i];
             seg.scan(
                 FIRST_RECORD_OFFSET,
-                *end,
+                seg.data_limit(FIRST_RECORD_OFFSET, *end),
                 seg.header.first_seq,
                 seg.header.start_hash,
                 ScanMode {

@@ -12,8 +12,8 @@
 //! created, under the `forks/LOCK` flock that a delete takes too). Deleting
 //! a session that live forks name moves it to `root/retired/`: hidden from
 //! `list`, `exists` and every writer, still read by its forks. The delete
-//! of the last fork collects it, and so does every store open (the sweep
-//! finishes what a crash interrupted). See DESIGN.md, "Forks".
+//! of the last fork collects it, and so does every store's housekeeping at
+//! its first write (the sweep finishes what a crash interrupted). See DESIGN.md, "Forks".
 
 use std::collections::HashSet;
 use std::fs;
@@ -459,7 +459,7 @@ impl Store {
     /// Deletes a session, or retires it while forks read its history; says
     /// which. A retired session is hidden from `list`, `info`, `exists` and
     /// every writer, and removed with the last fork that reads it (or by the
-    /// next store open after that). Refusals are [`Store::delete`]'s.
+    /// housekeeping of the next store's first write after that). Refusals are [`Store::delete`]'s.
     pub fn delete_session(&self, id: SessionId) -> Result<Deletion> {
         let link = Log::open_read_only(self.session_dir(id))
             .ok()
@@ -507,7 +507,7 @@ impl Store {
 
     /// Removes the retired session `id` if no live fork reads it any more,
     /// then its own parent the same way. Best effort: what fails or is
-    /// busy is left for the next store open's sweep.
+    /// busy is left for the next store's housekeeping.
     fn collect_retired(&self, id: SessionId) {
         let mut next = Some(id);
         let mut steps = 0;

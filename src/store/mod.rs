@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::Arc;
+use std::sync::{Arc, Once, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
@@ -63,6 +63,9 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// The directories of a store's root that an open makes when missing.
+const STORE_DIRS: [&str; 3] = ["sessions", "trash", "staging"];
 
 /// How to open a store.
 #[derive(Debug, Clone)]
@@ -203,8 +206,12 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     /// One per shard: signalled when an open that others wait for ends.
     opened: Vec<Condvar>,
-    /// The listing cache, which writers keep; `None` in a read-only store.
-    cache: Option<Arc<ListCache>>,
+    /// Whether the store was opened for writing.
+    writable: bool,
+    /// The listing cache, which writers keep: opened by the first write.
+    cache: OnceLock<Arc<ListCache>>,
+    /// Set once the first write ran the housekeeping an open leaves.
+    housekept: Once,
     /// Sessions open in all shards together: eviction starts only when
     /// this passes `max_open_sessions`, however they spread over shards.
     open_count: AtomicUsize,
@@ -267,34 +274,58 @@ impl Store {
     }
 
     /// Opens (or creates) a store at `root`.
+    ///
+    /// Opening an existing store looks at `sessions/` and nothing else: its
+    /// housekeeping (finishing deletions a crash interrupted, sweeping what
+    /// dead creations of older versions left in `staging/`, collecting
+    /// retired sessions no fork reads any more) and the opening of its
+    /// listing cache wait for its first write, which runs them first. A
+    /// runtime that opens the store to restore a session pays for neither.
     pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
         let root = root.as_ref().to_path_buf();
         let hook = &opts.log.hook;
-        let new_root = !hooked_fs::dir_exists(&root)?;
-        let mut created = new_root;
-        // Whether each may hold a subdirectory (trash and staging hold
-        // nothing else): the sweeps below list only those that may.
-        let mut may_hold = [true; 3];
-        for (dir, may_hold) in ["sessions", "trash", "staging"].iter().zip(&mut may_hold) {
-            let dir = root.join(dir);
-            match hooked_fs::dir_links(&dir)? {
-                Some(links) => *may_hold = !hooked_fs::holds_no_subdirectory(links),
-                None => {
+        if !hooked_fs::dir_exists(&root.join("sessions"))? {
+            let new_root = !hooked_fs::dir_exists(&root)?;
+            for dir in STORE_DIRS {
+                let dir = root.join(dir);
+                if !hooked_fs::dir_exists(&dir)? {
                     hooked_fs::create_dir(&dir, hook)?;
-                    created = true;
-                    *may_hold = false;
                 }
             }
-        }
-        let [_, trash_may_hold, staging_may_hold] = may_hold;
-        // The directories hold every session: their names must be durable
-        // before any session in them is acknowledged.
-        if created {
+            // The directories hold every session: their names must be
+            // durable before any session in them is acknowledged.
             sync_dir(&root, hook)?;
+            if new_root {
+                let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+                sync_dir(parent.unwrap_or(Path::new(".")), hook)?;
+            }
         }
-        if new_root {
-            let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
-            sync_dir(parent.unwrap_or(Path::new(".")), hook)?;
+        Ok(Store::with_parts(root, opts, true))
+    }
+
+    /// The housekeeping an open leaves to the first write (see
+    /// [`Store::open_with`]), best effort: what fails is tried again at the
+    /// next store's first write. A directory of [`STORE_DIRS`] that is
+    /// missing is made; `trash/` and `staging/` are listed only when their
+    /// link count says that they hold a subdirectory.
+    fn keep_house(&self) {
+        let root = &self.inner.root;
+        let hook = self.hook();
+        let mut created = false;
+        let mut may_hold = |name: &str| {
+            let dir = root.join(name);
+            match hooked_fs::dir_links(&dir) {
+                Ok(Some(links)) => !hooked_fs::holds_no_subdirectory(links),
+                Ok(None) => {
+                    created |= hooked_fs::create_dir(&dir, hook).is_ok();
+                    false
+                }
+                Err(_) => false,
+            }
+        };
+        let (trash_may_hold, staging_may_hold) = (may_hold("trash"), may_hold("staging"));
+        if created {
+            let _ = sync_dir(root, hook);
         }
         // Finish deletions a crash interrupted; not one still running
         // (its deleter holds the session's lock until the removal is done).
@@ -312,13 +343,10 @@ impl Store {
                 }
             }
         }
-        let cache = Some(Arc::new(ListCache::open(&root, hook)?));
-        let store = Store::with_parts(root, opts, cache);
         if staging_may_hold {
-            store.sweep_staging();
+            self.sweep_staging();
         }
-        store.sweep_retired();
-        Ok(store)
+        self.sweep_retired();
     }
 
     /// Opens an existing store for reading only: nothing is created,
@@ -334,13 +362,15 @@ impl Store {
         if !hooked_fs::dir_exists(&root.join("sessions"))? {
             return Err(Error::not_found(format!("no store at {}", root.display())));
         }
-        Ok(Store::with_parts(root, StoreOptions::default(), None))
+        Ok(Store::with_parts(root, StoreOptions::default(), false))
     }
 
-    fn with_parts(root: PathBuf, opts: StoreOptions, cache: Option<Arc<ListCache>>) -> Store {
+    fn with_parts(root: PathBuf, opts: StoreOptions, writable: bool) -> Store {
         Store {
             inner: Arc::new(Inner {
-                cache,
+                writable,
+                cache: OnceLock::new(),
+                housekept: Once::new(),
                 payloads: Arc::new(PayloadArea::new(&root, opts.log.hook.clone())),
                 root,
                 opts,
@@ -358,17 +388,26 @@ impl Store {
 
     /// Whether this store was opened with [`Store::open_read_only`].
     pub fn is_read_only(&self) -> bool {
-        self.inner.cache.is_none()
+        !self.inner.writable
     }
 
-    /// Refuses a write to a read-only store.
+    /// Refuses a write to a read-only store. Every write goes through here
+    /// first: the first one runs the housekeeping the open left
+    /// ([`Store::keep_house`]; the others wait for it) and opens the
+    /// listing cache.
     fn writable(&self) -> Result<&Arc<ListCache>> {
-        self.inner.cache.as_ref().ok_or_else(|| {
-            Error::invalid(format!(
+        if !self.inner.writable {
+            return Err(Error::invalid(format!(
                 "the store at {} was opened read-only",
                 self.inner.root.display()
-            ))
-        })
+            )));
+        }
+        self.inner.housekept.call_once(|| self.keep_house());
+        if let Some(cache) = self.inner.cache.get() {
+            return Ok(cache);
+        }
+        let cache = Arc::new(ListCache::open(&self.inner.root, self.hook())?);
+        Ok(self.inner.cache.get_or_init(|| cache))
     }
 
     /// Installs what fetches evicted segments back (`None`: nothing; a read

@@ -427,7 +427,7 @@ impl Store {
     /// `sessions/`: a staged directory whose creation lock can be taken has
     /// no creator any more. One without the lock file is swept only once it
     /// is older than [`STALE_STAGING`]. Best effort: what cannot be removed
-    /// now is tried again at the next open.
+    /// now is tried again by the next store's housekeeping.
     pub(super) fn sweep_staging(&self) {
         let staging = self.inner.root.join("staging");
         let Ok(entries) = std::fs::read_dir(&staging) else {
@@ -460,7 +460,8 @@ impl Store {
     /// another process holds the session. Deleting needs no readable log: a
     /// damaged session is deleted like any other. Once the session's
     /// directory is durably in `trash/`, the delete is done and returns
-    /// `Ok`; what is left in the trash is removed now or by the next open.
+    /// `Ok`; what is left in the trash is removed now or by the next
+    /// store's housekeeping (at its first write).
     ///
     /// A session whose history forks still read is retired rather than
     /// removed (see [`Store::delete_session`], which says which happened).
