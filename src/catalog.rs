@@ -326,6 +326,31 @@ impl SessionCatalog {
 
     /// Takes the identity and the title of a session whose file is empty,
     /// as its log and its parent say them; kept in memory and in the cache.
+    /// The catalog of a session this process has just created, from the
+    /// file [`create`] (`stored`) or [`create_empty`] made and what it was
+    /// given, without reading the file back.
+    pub(crate) fn created(
+        id: SessionId,
+        file: HookedFile,
+        identity: Identity,
+        title: Option<&str>,
+        stored: bool,
+        cache: Option<&Arc<ListCache>>,
+    ) -> SessionCatalog {
+        SessionCatalog {
+            id,
+            file,
+            state: Mutex::new(CatalogState {
+                title: title.map(excerpt),
+                identity,
+                head: HeadSlot::default(),
+                writer: writer_token(),
+                stored,
+            }),
+            cache: cache.map(|c| (c.clone(), c.slot_for(id))),
+        }
+    }
+
     pub(crate) fn adopt(&self, identity: Identity, title: Option<String>) {
         let mut state = self.state.lock();
         debug_assert!(!state.stored, "adopt is for an empty catalog");

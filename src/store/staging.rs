@@ -318,15 +318,19 @@ impl Store {
             None => title.is_none() && id.created_ms() == Some(identity.created_ms),
         };
         let empty = inherits && identity.durability.is_none();
-        match empty {
+        let file = match empty {
             true => catalog::create_empty(&path, self.hook())?,
             false => catalog::create(&path, identity, title, self.hook())?,
         };
         cache.place_new(id);
-        let catalog = Arc::new(SessionCatalog::open(id, path, Some(cache), self.hook())?);
-        if empty {
-            catalog.adopt(identity.clone(), title.map(catalog::excerpt));
-        }
+        let catalog = Arc::new(SessionCatalog::created(
+            id,
+            file,
+            identity.clone(),
+            title,
+            !empty,
+            Some(cache),
+        ));
         let handle = SessionHandle { id, log, catalog };
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
