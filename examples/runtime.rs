@@ -214,18 +214,51 @@ fn start_timer() -> (Arc<AtomicBool>, tokio::task::JoinHandle<Vec<Duration>>) {
 /// [`run`], each "commit" an empty `spawn_blocking` round trip (the hop to
 /// a pool thread and the wake-up back), with no store at all.
 pub async fn hop_bound(turns: usize, think: Duration) -> Figures {
+    bound(turns, think, Arc::new(|_, _| ())).await
+}
+
+/// [`hop_bound`] with the least work a commit that keeps the turn does:
+/// each round trip writes the turn's JSON (made before the clock) to a file
+/// of its session's with one `write(2)`; no encoding, no hash, no state.
+pub async fn write_bound(dir: &std::path::Path, turns: usize, think: Duration) -> Figures {
+    let files: Vec<std::fs::File> = (0..SESSIONS)
+        .map(|s| std::fs::File::create(dir.join(format!("{s}.jsonl"))).expect("a file"))
+        .collect();
+    let bytes: Vec<Vec<Vec<u8>>> = (0..SESSIONS)
+        .map(|s| {
+            (0..turns)
+                .map(|n| serde_json::to_vec(&turn(s, n)).expect("a turn's JSON"))
+                .collect()
+        })
+        .collect();
+    let work = move |s: usize, n: usize| {
+        use std::io::Write;
+        (&files[s]).write_all(&bytes[s][n]).expect("a write");
+    };
+    bound(turns, think, Arc::new(work)).await
+}
+
+/// The same sessions and pacing as [`run`], each commit a `spawn_blocking`
+/// round trip that runs `work(session, turn)` and nothing else.
+async fn bound(
+    turns: usize,
+    think: Duration,
+    work: Arc<dyn Fn(usize, usize) + Send + Sync>,
+) -> Figures {
     let (stop, timer) = start_timer();
     let started = Instant::now();
     let tasks: Vec<_> = (0..SESSIONS)
         .map(|s| {
+            let work = work.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(turns);
                 for n in 0..turns {
                     pace(s, n, think).await;
                     let t0 = Instant::now();
-                    tokio::task::spawn_blocking(|| ())
+                    let work = work.clone();
+                    tokio::task::spawn_blocking(move || work(s, n))
                         .await
-                        .expect("an empty task");
+                        .expect("a bound's task");
                     latencies.push(t0.elapsed());
                 }
                 latencies
@@ -312,11 +345,21 @@ pub fn run_all() {
             &format!("bound: empty hop, {} ms", think.as_millis()),
             &figures,
         );
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let figures = rt.block_on(write_bound(dir.path(), turns, think));
+        print_row(
+            &format!("bound: hop + write, {} ms", think.as_millis()),
+            &figures,
+        );
     }
     println!("every session restored after a restart: items equal, check() empty");
     println!(
-        "bound: the same sessions and pacing, each commit an empty spawn_blocking round trip \
+        "bound: empty hop: the same sessions and pacing, each commit an empty spawn_blocking round trip \
          (no store): what any commit that leaves the runtime's workers costs here at least"
+    );
+    println!(
+        "bound: hop + write: each round trip also writes the turn's JSON to its session's file with one \
+         write(2) (no encoding, no hash): what any commit that puts the turn in the page cache costs here at least"
     );
 }
 
