@@ -196,63 +196,75 @@ struct Row {
     figures: Figures,
 }
 
-fn row(
+/// The passes of one row, run in turns with the other rows' (see [`run`]).
+struct Passes {
     peer: Peer,
     durability: Durability,
     how: &'static str,
     creations: usize,
-    reps: usize,
-    kept: &mut Vec<tempfile::TempDir>,
-    pass: impl Fn() -> (Figures, tempfile::TempDir),
-) -> Row {
-    let passes: Vec<Figures> = (0..reps)
-        .map(|_| {
-            let (f, dir) = pass();
-            kept.push(dir);
-            f
-        })
-        .collect();
-    Row {
-        peer,
-        durability,
-        how,
-        creations,
-        figures: Figures {
-            p50: median(passes.iter().map(|f| f.p50).collect()),
-            max: median(passes.iter().map(|f| f.max).collect()),
-        },
-    }
+    pass: Box<dyn Fn() -> (Figures, tempfile::TempDir)>,
+    figures: Vec<Figures>,
 }
 
 /// Measures and prints the creation table and the targets.
+///
+/// The repetitions are interleaved, every row's first pass before any
+/// row's second, each round starting one row later: this disk's inode
+/// allocation slows down for a minute after many removals, and rows run
+/// back to back left that to whichever came first.
 pub fn run(quick: bool, reps: usize) {
     let (alone, rounds) = if quick { (100, 4) } else { (400, 16) };
-    let mut rows = Vec::new();
-    // Every pass's files, removed together at the end (see `one_at_a_time`).
-    let mut kept = Vec::new();
+    let mut rows: Vec<Passes> = Vec::new();
     for durability in [Durability::Buffered, Durability::Sync] {
         for peer in [Peer::Store, Peer::Jsonl, Peer::DirFloor] {
-            eprintln!("compare: creation, {} {:?}", peer.label(), durability);
-            rows.push(row(
+            rows.push(Passes {
                 peer,
                 durability,
-                "one at a time",
-                alone,
-                reps,
-                &mut kept,
-                || one_at_a_time(peer, durability, alone),
-            ));
-            rows.push(row(
+                how: "one at a time",
+                creations: alone,
+                pass: Box::new(move || one_at_a_time(peer, durability, alone)),
+                figures: Vec::new(),
+            });
+            rows.push(Passes {
                 peer,
                 durability,
-                "64 at once",
-                rounds * AT_ONCE,
-                reps,
-                &mut kept,
-                || at_once(peer, durability, rounds),
-            ));
+                how: "64 at once",
+                creations: rounds * AT_ONCE,
+                pass: Box::new(move || at_once(peer, durability, rounds)),
+                figures: Vec::new(),
+            });
         }
     }
+    // Every pass's files, removed together at the end (see `one_at_a_time`).
+    let mut kept = Vec::new();
+    let n = rows.len();
+    for rep in 0..reps {
+        for i in 0..n {
+            let r = &mut rows[(rep + i) % n];
+            eprintln!(
+                "compare: creation, {} {:?}, {}",
+                r.peer.label(),
+                r.durability,
+                r.how
+            );
+            let (f, dir) = (r.pass)();
+            kept.push(dir);
+            r.figures.push(f);
+        }
+    }
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .map(|r| Row {
+            peer: r.peer,
+            durability: r.durability,
+            how: r.how,
+            creations: r.creations,
+            figures: Figures {
+                p50: median(r.figures.iter().map(|f| f.p50).collect()),
+                max: median(r.figures.iter().map(|f| f.max).collect()),
+            },
+        })
+        .collect();
     println!();
     println!(
         "## Session creation ({} mode; median of {reps} repetitions of each percentile)",
