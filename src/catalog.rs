@@ -324,8 +324,6 @@ impl SessionCatalog {
         !self.state.lock().stored
     }
 
-    /// Takes the identity and the title of a session whose file is empty,
-    /// as its log and its parent say them; kept in memory and in the cache.
     /// The catalog of a session this process has just created, from the
     /// file [`create`] (`stored`) or [`create_empty`] made and what it was
     /// given, without reading the file back.
@@ -351,6 +349,8 @@ impl SessionCatalog {
         }
     }
 
+    /// Takes the identity and the title of a session whose file is empty,
+    /// as its log and its parent say them; kept in memory and in the cache.
     pub(crate) fn adopt(&self, identity: Identity, title: Option<String>) {
         let mut state = self.state.lock();
         debug_assert!(!state.stored, "adopt is for an empty catalog");

@@ -13,7 +13,8 @@
 //! a session that live forks name moves it to `root/retired/`: hidden from
 //! `list`, `exists` and every writer, still read by its forks. The delete
 //! of the last fork collects it, and so does every store's housekeeping at
-//! its first write (the sweep finishes what a crash interrupted). See DESIGN.md, "Forks".
+//! its first write (the sweep finishes what a crash interrupted). See
+//! DESIGN.md, "Forks".
 
 use std::collections::HashSet;
 use std::fs;
@@ -459,7 +460,8 @@ impl Store {
     /// Deletes a session, or retires it while forks read its history; says
     /// which. A retired session is hidden from `list`, `info`, `exists` and
     /// every writer, and removed with the last fork that reads it (or by the
-    /// housekeeping of the next store's first write after that). Refusals are [`Store::delete`]'s.
+    /// housekeeping of the next store's first write after that). Refusals
+    /// are [`Store::delete`]'s.
     pub fn delete_session(&self, id: SessionId) -> Result<Deletion> {
         let link = Log::open_read_only(self.session_dir(id))
             .ok()
