@@ -304,18 +304,17 @@ impl SessionCatalog {
             compacted_from: None,
             durability: None,
         });
-        Ok(SessionCatalog {
+        let head = record.head.unwrap_or_default();
+        let stored = !record.empty;
+        Ok(Self::from_parts(
             id,
             file,
-            state: Mutex::new(CatalogState {
-                title: record.title,
-                identity,
-                head: record.head.unwrap_or_default(),
-                writer: writer_token(),
-                stored: !record.empty,
-            }),
-            cache: cache.map(|c| (c.clone(), c.slot_for(id))),
-        })
+            identity,
+            record.title,
+            head,
+            stored,
+            cache,
+        ))
     }
 
     /// Whether the file is empty: the identity and the title are to be
@@ -335,13 +334,35 @@ impl SessionCatalog {
         stored: bool,
         cache: Option<&Arc<ListCache>>,
     ) -> SessionCatalog {
+        let title = title.map(excerpt);
+        Self::from_parts(
+            id,
+            file,
+            identity,
+            title,
+            HeadSlot::default(),
+            stored,
+            cache,
+        )
+    }
+
+    /// A catalog of `file` holding these slots, with a slot in `cache`.
+    fn from_parts(
+        id: SessionId,
+        file: HookedFile,
+        identity: Identity,
+        title: Option<String>,
+        head: HeadSlot,
+        stored: bool,
+        cache: Option<&Arc<ListCache>>,
+    ) -> SessionCatalog {
         SessionCatalog {
             id,
             file,
             state: Mutex::new(CatalogState {
-                title: title.map(excerpt),
+                title,
                 identity,
-                head: HeadSlot::default(),
+                head,
                 writer: writer_token(),
                 stored,
             }),

@@ -573,9 +573,9 @@ impl Store {
         // A creation that a crash tore before it was durable is no session.
         // So is a fork whose registration in its parent a crash lost.
         let log = match pending {
-            true => match staging::torn_or(log)? {
-                Some(l) if l.head().is_some() && forks::fork_is_registered(&dir, &l) => l,
-                _ => return Ok(None),
+            true => match staging::pending_session_log(&dir, log)? {
+                Some(l) => l,
+                None => return Ok(None),
             },
             false => log?,
         };

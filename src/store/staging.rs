@@ -547,16 +547,18 @@ fn found(dir: &Path, payloads: &Arc<PayloadArea>) -> Result<Found> {
 /// because the process could not open it now.
 pub(super) fn holds_entries(dir: &Path, payloads: &Arc<PayloadArea>) -> Result<bool> {
     let opened = Log::open_read_only_in_store(dir, payloads.clone());
-    Ok(torn_or(opened)?.is_some_and(|l| l.head().is_some() && fork_is_registered(dir, &l)))
+    Ok(pending_session_log(dir, opened)?.is_some())
 }
 
-/// A pending creation's log as its open found it: `None` where the open
-/// failed as what a crash leaves of a creation fails (a segment missing,
-/// short, unwritten or damaged), and the error where it failed for any
-/// other reason ([`is_torn`]).
-pub(super) fn torn_or(opened: Result<Log>) -> Result<Option<Log>> {
+/// The log of the pending creation in `dir`, as `opened` (its read-only
+/// open) found it, if it holds a session ([`holds_entries`]): `None` where
+/// the open failed as what a crash leaves of a creation fails (a segment
+/// missing, short, unwritten or damaged, [`is_torn`]), or the log holds no
+/// entry, or its fork is not registered; the error where the open failed
+/// for any other reason.
+pub(super) fn pending_session_log(dir: &Path, opened: Result<Log>) -> Result<Option<Log>> {
     match opened {
-        Ok(log) => Ok(Some(log)),
+        Ok(log) => Ok(Some(log).filter(|l| l.head().is_some() && fork_is_registered(dir, l))),
         Err(e) if is_torn(&e) => Ok(None),
         Err(e) => Err(e),
     }
