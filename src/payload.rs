@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
 use crate::item::Item;
-use crate::schema::{ArchivedLoggedItem, LoggedItem, LoggedPayloadRef};
+use crate::schema::{bounded_json_len, json_len, ArchivedLoggedItem, LoggedItem, LoggedPayloadRef};
 
 /// The directory under the store root.
 pub(crate) const PAYLOADS_DIR: &str = "payloads";
@@ -493,6 +493,28 @@ pub(crate) fn with_payload<T>(
 ) -> Result<T> {
     let bytes = read_payload(area, seq, r)?;
     Ok(f(payload_item(&bytes, seq, r)?))
+}
+
+/// The length of the JSON the item kept as `r` exports as: read from
+/// `area` and measured, or bounded ([`bounded_json_len`]) when the log has
+/// no area. For the writer's line-length check of an entry that refers to
+/// large items, which runs only for an entry near the limit.
+pub(crate) fn item_json_len(area: Option<&PayloadArea>, r: &LoggedPayloadRef) -> Result<usize> {
+    let Some(area) = area else {
+        return Ok(bounded_json_len(r));
+    };
+    let unmeasured = |problem: String| {
+        Error::invalid(format!(
+            "entry refers to the large item {}, which cannot be measured: {problem}",
+            crate::chain::EntryHash(r.hash)
+        ))
+    };
+    let bytes = area.read(r).map_err(|p| unmeasured(p.to_string()))?;
+    let item = check_archive(&bytes).map_err(|p| unmeasured(p.to_string()))?;
+    // Deserializing validated archived data into owned types has no failure path.
+    let item = rkyv::deserialize::<LoggedItem, rkyv::rancor::Error>(item)
+        .expect("deserializing a validated archive cannot fail");
+    json_len(&item)
 }
 
 /// The bytes of the payload `r` names, for the record `seq`: read from

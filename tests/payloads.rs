@@ -296,6 +296,41 @@ fn export_writes_payloads_inline_and_import_keeps_the_chain_at_any_threshold() {
     );
 }
 
+/// A history whose record stays over 32 MiB after its large items move
+/// out: its wire line is measured, with each large item read back from the
+/// payload area (the measure once refused any entry that named one).
+#[test]
+fn a_history_over_32_mib_that_names_large_items_starts_a_session_and_exports_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    // 1,100 outputs just under the threshold (inline) and two over it.
+    let small = "s".repeat((32 << 10) - 64);
+    let mut history = vec![big_output("c0", 'x')];
+    for n in 0..1_100 {
+        history.push(Item::ToolOutput {
+            id: None,
+            call_id: format!("k{n}"),
+            output: Some(ToolOutput::Text(small.clone())),
+            is_error: None,
+            custom: false,
+            status: None,
+        });
+    }
+    history.push(big_output("c1", 'y'));
+    let (id, head) = store
+        .create_session(None, RequestConfig::default(), &history)
+        .unwrap();
+    assert_eq!(payload_files(dir.path()).len(), 2);
+    assert_eq!(store.restore(id).unwrap().history, history);
+    let mut wire = Vec::new();
+    store.export(id, &mut wire).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let imported_into = Store::open(other.path()).unwrap();
+    let new = imported_into.import_from(&wire[..]).unwrap();
+    assert_eq!(imported_into.head(new).unwrap(), Some(head));
+    assert_eq!(imported_into.restore(new).unwrap().history, history);
+}
+
 #[test]
 fn verify_names_a_missing_a_torn_and_an_altered_payload() {
     let dir = tempfile::tempdir().unwrap();

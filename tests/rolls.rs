@@ -608,3 +608,60 @@ fn buffered_appends_sync_no_sealed_segment_on_the_appending_thread() {
     let log = Log::open(dir.path(), opts(SEG)).unwrap();
     assert_eq!(entries(&log), want);
 }
+
+/// A log closed with 4 MiB or more of records in its active segment seals
+/// it, so that a read-only view finds any of its records through the
+/// footer's index; a smaller one is left open and the next append goes on
+/// in it. After the seal, the next append starts a new segment and nothing
+/// is lost or reordered.
+#[test]
+fn close_seals_a_large_active_segment_and_the_next_append_starts_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut acked = Vec::new();
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    for i in 0..10 {
+        acked.push(entry(i, 100));
+        log.append(acked.last().unwrap()).unwrap();
+    }
+    log.close().unwrap();
+    let segs = segment_files(dir.path());
+    assert_eq!(segs.len(), 1);
+    assert!(footer_of(&segs[0]).is_none(), "a small segment stays open");
+
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    while log.bytes() < 5 << 20 {
+        acked.push(entry(acked.len() as u64, 3000));
+        log.append(acked.last().unwrap()).unwrap();
+    }
+    log.close().unwrap();
+    let segs = segment_files(dir.path());
+    assert_eq!(segs.len(), 1, "the segment was large enough not to roll");
+    let footer = footer_of(&segs[0]).expect("a large segment is sealed at close");
+    assert_eq!(footer.record_count, acked.len() as u64);
+
+    let view = Log::open_read_only(dir.path()).unwrap();
+    let snap = view.snapshot();
+    let n = acked.len() as u64;
+    for seq in [0, 9, 10, n / 2, n - 2, n - 1] {
+        let rec = snap.iter_from(seq).next().unwrap().unwrap();
+        assert_eq!(rec.seq, seq);
+        assert_eq!(rec.to_entry().unwrap(), acked[seq as usize]);
+    }
+    drop(snap);
+    drop(view);
+
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    acked.push(entry(n, 100));
+    log.append(acked.last().unwrap()).unwrap();
+    assert_eq!(entries(&log), acked);
+    log.close().unwrap();
+    assert_eq!(
+        segment_files(dir.path()).len(),
+        2,
+        "the append after a seal rolled"
+    );
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    assert_eq!(entries(&log), acked);
+    let report = log.verify();
+    assert_eq!((report.damage, report.records), (None, n + 1));
+}

@@ -207,7 +207,9 @@ impl Log {
     }
 
     /// Makes everything durable and records the durable point in the header,
-    /// so the next open need not hash the active segment.
+    /// so the next open need not hash the active segment. An active segment
+    /// holding at least 4 MiB of records is sealed as well (its footer
+    /// indexes them for later views); the next append starts a new one.
     pub fn close(self) -> Result<()> {
         if self.inner.writer.is_none() {
             return Ok(());
@@ -228,6 +230,10 @@ impl Log {
                 seg.write_mark(at)?;
                 seg.sync()?;
             }
+        }
+        // A large active segment is sealed too, its footer made durable.
+        if let Some(sealed) = self.seal_at_close()? {
+            sealed.sync()?;
         }
         // A failure anywhere in the background since.
         if self.inner.poisoned.load(Ordering::Acquire) {

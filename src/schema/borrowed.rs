@@ -53,6 +53,11 @@ impl Archivable for EntryRef<'_> {
         }
     }
 
+    /// A borrowed item is never a reference to the payload area.
+    fn external_len(&self) -> usize {
+        0
+    }
+
     fn ts(&self) -> u64 {
         match self {
             EntryRef::UserInput { ts, .. }

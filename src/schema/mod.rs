@@ -52,6 +52,24 @@ const LINE_PREFIX_BYTES: usize = 256;
 /// Counts the bytes written to it.
 struct ByteCounter(usize);
 
+/// Gives the length of the JSON of the item kept in the payload area as the
+/// reference names (the store reads it there).
+pub(crate) type MeasureItem<'a> = dyn FnMut(&LoggedPayloadRef) -> Result<usize> + 'a;
+
+/// The length of `value`'s JSON, counted as it is written.
+pub(crate) fn json_len(value: &impl serde::Serialize) -> Result<usize> {
+    let mut counter = ByteCounter(0);
+    serde_json::to_writer(&mut counter, value)
+        .map_err(|e| Error::invalid(format!("entry does not serialize to JSON: {e}")))?;
+    Ok(counter.0)
+}
+
+/// The most JSON the item kept in the payload area as `r` can export as,
+/// bounded without reading it.
+pub(crate) fn bounded_json_len(r: &LoggedPayloadRef) -> usize {
+    (r.len as usize).saturating_mul(JSON_GROWTH)
+}
+
 impl std::io::Write for ByteCounter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0 += buf.len();
@@ -374,15 +392,49 @@ impl LogEntry {
     /// grows six-fold in JSON (`\u0001`). `archived_len` is the entry's
     /// archive size; the JSON of an entry is at most `JSON_GROWTH` (16) times
     /// that, so only entries near the limit are serialized to be measured.
+    ///
+    /// An item kept in a store's payload area ([`LoggedItem::External`])
+    /// exports as the item itself. Without its store this can only bound
+    /// it (`JSON_GROWTH` times its archive's length), and refuses an entry
+    /// whose bound passes the limit.
     pub fn check_line_len(&self, archived_len: usize) -> Result<()> {
-        let bound = archived_len.saturating_mul(JSON_GROWTH);
+        self.check_line_len_with(archived_len, &mut |r| Ok(bounded_json_len(r)))
+    }
+
+    /// [`LogEntry::check_line_len`], with `external` giving the JSON length
+    /// of each item kept in the payload area (the store reads it there).
+    pub(crate) fn check_line_len_with(
+        &self,
+        archived_len: usize,
+        external: &mut MeasureItem<'_>,
+    ) -> Result<()> {
+        let bound = archived_len
+            .saturating_add(self.external_len())
+            .saturating_mul(JSON_GROWTH);
         if bound.saturating_add(LINE_PREFIX_BYTES) <= MAX_LINE_BYTES {
             return Ok(());
         }
-        let mut counter = ByteCounter(0);
-        serde_json::to_writer(&mut counter, self)
-            .map_err(|e| Error::invalid(format!("entry does not serialize to JSON: {e}")))?;
-        let line = counter.0.saturating_add(LINE_PREFIX_BYTES);
+        let refs = self.payload_refs();
+        let own = if refs.is_empty() {
+            json_len(self)
+        } else {
+            // The entry with each reference as the smallest item, then the
+            // items themselves counted in its place: a few bytes over.
+            let mut inline = self.clone();
+            for item in inline.items_mut() {
+                if let LoggedItem::External(_) = item {
+                    *item = LoggedItem::Opaque {
+                        role: None,
+                        json: JsonText(String::from("{}")),
+                    };
+                }
+            }
+            json_len(&inline)
+        }?;
+        let mut line = own.saturating_add(LINE_PREFIX_BYTES);
+        for r in refs {
+            line = line.saturating_add(external(r)?);
+        }
         if line > MAX_LINE_BYTES {
             return Err(Error::invalid(format!(
                 "{} entry would export as a {line}-byte line; import reads lines of at most {MAX_LINE_BYTES} bytes",
@@ -392,18 +444,45 @@ impl LogEntry {
         Ok(())
     }
 
-    /// [`LogEntry::check_line_len`] of the entry archived as `payload`
-    /// (16-byte aligned), for the writer, which may have archived it from
-    /// borrowed items: only a payload near the limit is decoded to be
+    /// The references to the payload area among the entry's items.
+    fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
+        self.items()
+            .iter()
+            .filter_map(|i| match i {
+                LoggedItem::External(r) => Some(&**r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// [`LogEntry::check_line_len_with`] of the entry archived as `payload`
+    /// (16-byte aligned) whose items in the payload area have archives of
+    /// `external_len` bytes in all, for the writer, which may have archived
+    /// it from borrowed items: only an entry near the limit is decoded to be
     /// measured.
-    pub(crate) fn check_archived_line_len(payload: &[u8]) -> Result<()> {
-        let bound = payload.len().saturating_mul(JSON_GROWTH);
+    pub(crate) fn check_archived_line_len(
+        payload: &[u8],
+        external_len: usize,
+        external: &mut MeasureItem<'_>,
+    ) -> Result<()> {
+        let bound = payload
+            .len()
+            .saturating_add(external_len)
+            .saturating_mul(JSON_GROWTH);
         if bound.saturating_add(LINE_PREFIX_BYTES) <= MAX_LINE_BYTES {
             return Ok(());
         }
         LogEntry::from_archive(payload)
             .map_err(|e| Error::invalid(format!("cannot read back the archived entry: {e}")))?
-            .check_line_len(payload.len())
+            .check_line_len_with(payload.len(), external)
+    }
+
+    /// The length of the archives of the entry's items kept in the payload
+    /// area, in all.
+    pub(crate) fn external_len(&self) -> usize {
+        self.payload_refs()
+            .iter()
+            .fold(0, |n, r| n.saturating_add(r.len as usize))
     }
 
     /// Archives the entry. The same entry always yields the same bytes.
@@ -461,6 +540,9 @@ pub(crate) trait Archivable:
 {
     /// The entry's kind.
     fn kind(&self) -> EntryKind;
+    /// [`LogEntry::external_len`]: what its items in the payload area
+    /// archive to, in all.
+    fn external_len(&self) -> usize;
     /// The timestamp, ms.
     fn ts(&self) -> u64;
     /// See [`LogEntry::check`].
@@ -470,6 +552,10 @@ pub(crate) trait Archivable:
 impl Archivable for LogEntry {
     fn kind(&self) -> EntryKind {
         LogEntry::kind(self)
+    }
+
+    fn external_len(&self) -> usize {
+        LogEntry::external_len(self)
     }
 
     fn ts(&self) -> u64 {
@@ -604,6 +690,55 @@ mod tests {
             ),
             (232, 8)
         );
+    }
+
+    /// An entry that names large items is measured with them: their
+    /// length counts toward the bound, a measure too long refuses it, and
+    /// without the store their bound stands in for them.
+    #[test]
+    fn the_line_of_an_entry_counts_the_large_items_it_names() {
+        let r = LoggedPayloadRef {
+            hash: [7; 32],
+            len: 40 << 20,
+        };
+        let entry = LogEntry::ToolResults {
+            ts: 1,
+            items: vec![LoggedItem::External(Box::new(r))],
+        };
+        let archived = entry.to_archive().len();
+        let mut asked = Vec::new();
+        let mut huge = |r: &LoggedPayloadRef| {
+            asked.push(r.hash);
+            Ok(MAX_LINE_BYTES)
+        };
+        let err = entry.check_line_len_with(archived, &mut huge).unwrap_err();
+        assert!(err.to_string().contains("would export as a"), "{err}");
+        assert_eq!(asked, [[7; 32]], "the large item was measured");
+        entry
+            .check_line_len_with(archived, &mut |_| Ok(50 << 20))
+            .unwrap();
+        // Unmeasured, 40 MiB bounds at 640 MiB of JSON: refused.
+        assert!(entry.check_line_len(archived).is_err());
+        // The writer's check sees the same from the archive and its length.
+        assert!(
+            LogEntry::check_archived_line_len(&entry.to_archive(), 40 << 20, &mut |_| Ok(
+                MAX_LINE_BYTES
+            ))
+            .is_err()
+        );
+        LogEntry::check_archived_line_len(&entry.to_archive(), 40 << 20, &mut |_| Ok(1 << 20))
+            .unwrap();
+        // A small reference never reaches the measure.
+        let small = LogEntry::ToolResults {
+            ts: 1,
+            items: vec![LoggedItem::External(Box::new(LoggedPayloadRef {
+                hash: [1; 32],
+                len: 1 << 20,
+            }))],
+        };
+        small
+            .check_line_len_with(archived, &mut |_| panic!("measured a small entry"))
+            .unwrap();
     }
 
     #[test]
