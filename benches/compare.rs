@@ -547,7 +547,7 @@ impl Runner<'_> {
         ];
         let labels: Vec<(&str, u64)> = systems.iter().map(|(l, c, _)| (*l, *c)).collect();
         let mut runs: Vec<Run> = systems.into_iter().map(|(_, _, run)| run).collect();
-        let (times, kept) = interleave_dirs(self.cfg.reps, &mut runs);
+        let (times, kept) = interleave_dirs(self.cfg.reps, &mut runs, Removals::BeforeEachRun);
         drop(runs);
         for ((label, commits), t) in labels.into_iter().zip(times) {
             self.push(&op, label, items, bytes, commits, common::median(t));
@@ -571,24 +571,43 @@ impl Runner<'_> {
 /// One run of a system in the directory it is given.
 type DirRun<'a, T> = Box<dyn FnMut(&Path) -> T + 'a>;
 
+/// When [`interleave_dirs`] removes a run's files.
+#[derive(Clone, Copy)]
+enum Removals {
+    /// Just before the same system's next run, which reuses the memory
+    /// they held (the single-log rows, hundreds of MB a run).
+    BeforeEachRun,
+    /// After the last run: on ext4, an inode freed in the last minute is
+    /// skipped by each new file's allocation, so removing a run's files
+    /// slows whichever system creates files inside its clock next (the
+    /// store's payload files, a session's first segment).
+    AtTheEnd,
+}
+
 /// Runs each system `reps` times, interleaved across systems so that a
 /// noisy neighbour slows every system alike rather than one of them, each
-/// in a fresh directory. Returns each system's results and the directory of
-/// its last run.
+/// in a fresh directory, whose files go as `removals` says. Returns each
+/// system's results and the directory of its last run.
 fn interleave_dirs<T>(
     reps: usize,
     runs: &mut [DirRun<'_, T>],
+    removals: Removals,
 ) -> (Vec<Vec<T>>, Vec<tempfile::TempDir>) {
     let mut results: Vec<Vec<T>> = runs.iter().map(|_| Vec::new()).collect();
     let mut kept: Vec<Option<tempfile::TempDir>> = runs.iter().map(|_| None).collect();
+    let mut until_the_end = Vec::new();
     // Pass 0 is an untimed warm-up: on this VM, the first writes into memory
     // the process has not used yet ran up to 2.6× slower, and whichever
     // system went first paid for it.
     for rep in 0..=reps {
         for (i, run) in runs.iter_mut().enumerate() {
-            // Each system's previous files go before it runs, so that it
-            // reuses the memory they held rather than the next system.
-            kept[i] = None;
+            // Each system's previous files go before it runs (so that it
+            // reuses the memory they held rather than the next system), or
+            // after the last run.
+            match removals {
+                Removals::BeforeEachRun => kept[i] = None,
+                Removals::AtTheEnd => until_the_end.extend(kept[i].take()),
+            }
             let d = fresh();
             let r = run(d.path());
             if rep > 0 {

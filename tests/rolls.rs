@@ -609,7 +609,7 @@ fn buffered_appends_sync_no_sealed_segment_on_the_appending_thread() {
     assert_eq!(entries(&log), want);
 }
 
-/// A log closed with 4 MiB or more of records in its active segment seals
+/// A log closed with 8 MiB or more of records in its active segment seals
 /// it, so that a read-only view finds any of its records through the
 /// footer's index; a smaller one is left open and the next append goes on
 /// in it. After the seal, the next append starts a new segment and nothing
@@ -629,7 +629,7 @@ fn close_seals_a_large_active_segment_and_the_next_append_starts_another() {
     assert!(footer_of(&segs[0]).is_none(), "a small segment stays open");
 
     let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
-    while log.bytes() < 5 << 20 {
+    while log.bytes() < 9 << 20 {
         acked.push(entry(acked.len() as u64, 3000));
         log.append(acked.last().unwrap()).unwrap();
     }
@@ -664,4 +664,36 @@ fn close_seals_a_large_active_segment_and_the_next_append_starts_another() {
     assert_eq!(entries(&log), acked);
     let report = log.verify();
     assert_eq!((report.damage, report.records), (None, n + 1));
+}
+
+/// A power loss can tear the seal `Log::close` wrote (the footer is
+/// synced last): the segment then reads as an open one, every record is
+/// kept, and the log takes appends again.
+#[test]
+fn a_torn_seal_at_close_leaves_every_record_and_an_open_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    let mut acked = Vec::new();
+    while log.bytes() < 9 << 20 {
+        acked.push(entry(acked.len() as u64, 3000));
+        log.append(acked.last().unwrap()).unwrap();
+    }
+    log.close().unwrap();
+    let seg = segment_files(dir.path()).pop().unwrap();
+    assert!(footer_of(&seg).is_some());
+    let len = fs::metadata(&seg).unwrap().len();
+    engine::edit(&seg, |b| {
+        b[len as usize - FOOTER_LEN..].fill(0);
+    });
+    let view = Log::open_read_only(dir.path()).unwrap();
+    assert_eq!(entries(&view), acked);
+    drop(view);
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    assert_eq!(entries(&log), acked);
+    acked.push(entry(acked.len() as u64, 100));
+    log.append(acked.last().unwrap()).unwrap();
+    log.close().unwrap();
+    let log = Log::open(dir.path(), opts(16 << 20)).unwrap();
+    assert_eq!(entries(&log), acked);
+    assert_eq!(log.verify().damage, None);
 }

@@ -30,7 +30,7 @@ use session_store::{
 };
 
 use crate::common::{self, Mix, Rng};
-use crate::{interleave_dirs, medians, sqlite_open, target, time, DirRun, Jsonl, Op};
+use crate::{interleave_dirs, medians, sqlite_open, target, time, DirRun, Jsonl, Op, Removals};
 
 /// One workload's size and mix.
 #[derive(Clone, Copy)]
@@ -669,7 +669,7 @@ fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report 
             }) as DirRun<Pass>
         })
         .collect();
-    let (passes, dirs) = interleave_dirs(reps, &mut runs);
+    let (passes, dirs) = interleave_dirs(reps, &mut runs, Removals::AtTheEnd);
     drop(runs);
     let figures = systems
         .iter()

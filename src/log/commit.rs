@@ -208,7 +208,7 @@ impl Log {
 
     /// Makes everything durable and records the durable point in the header,
     /// so the next open need not hash the active segment. An active segment
-    /// holding at least 4 MiB of records is sealed as well (its footer
+    /// holding at least 8 MiB of records is sealed as well (its footer
     /// indexes them for later views); the next append starts a new one.
     pub fn close(self) -> Result<()> {
         if self.inner.writer.is_none() {

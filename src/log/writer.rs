@@ -33,8 +33,11 @@ const MAX_KEPT_ENCODE_BUFFER: usize = 8 << 20;
 /// mark and has no index below it, so reaching a record there (a fork at
 /// a seq, a history tail) walks the record headers from the segment's
 /// start, faulting in its pages: about 0.2 ms a MiB here. A sealed
-/// segment's footer holds the index.
-pub(super) const SEAL_AT_CLOSE_BYTES: u64 = 4 << 20;
+/// segment's footer holds the index. The next append after a seal starts
+/// a new segment, so every segment sealed this way holds at least this
+/// much: a session closed and reopened often gets one more segment per
+/// 8 MiB at most.
+pub(super) const SEAL_AT_CLOSE_BYTES: u64 = 8 << 20;
 
 /// One record of an encoded batch.
 struct Encoded {
