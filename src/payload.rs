@@ -210,25 +210,37 @@ impl PayloadArea {
     /// (writeback, then a power loss) lies past its log's durable mark, where
     /// recovery checks every payload and cuts the log at the first that is
     /// not whole. The caller holds [`PayloadArea::lock_shared`].
+    // The store names what it writes itself (`put_named`); the archive's
+    // pull and fetch-back put what they download.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
     pub(crate) fn put(&self, bytes: &[u8]) -> Result<LoggedPayloadRef> {
-        let hash = *blake3::hash(bytes).as_bytes();
         let r = LoggedPayloadRef {
-            hash,
+            hash: *blake3::hash(bytes).as_bytes(),
             len: bytes.len() as u64,
         };
+        self.put_named(bytes, r)?;
+        Ok(r)
+    }
+
+    /// [`PayloadArea::put`] of `bytes` whose reference `r` the caller made
+    /// from them (their BLAKE3 hash and length), so they are not hashed
+    /// again.
+    pub(crate) fn put_named(&self, bytes: &[u8], r: LoggedPayloadRef) -> Result<()> {
+        debug_assert_eq!(r.len, bytes.len() as u64);
+        let hash = r.hash;
         let path = self.path(&hash);
         let shard = path.parent().expect("a payload path has a shard directory");
         if let Ok(m) = fs::metadata(&path) {
             if m.len() == r.len {
                 if self.known.lock().get(&hash) == Some(&m.ino()) {
-                    return Ok(r);
+                    return Ok(());
                 }
                 // Another process's, or an earlier run's: a power loss may
                 // have left its name over torn bytes, so it is read back
                 // once, and synced by the next sync (its writer may have
                 // died before syncing it).
                 if self.adopt(&r).is_ok() {
-                    return Ok(r);
+                    return Ok(());
                 }
             }
         }
@@ -255,7 +267,7 @@ impl PayloadArea {
         let ino = fs::metadata(&path).map_or(0, |m| m.ino());
         self.pending.lock().files.push(path);
         self.known.lock().insert(hash, ino);
-        Ok(r)
+        Ok(())
     }
 
     /// Takes a payload already in the area, found rather than written: it is

@@ -4,9 +4,11 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
+use parking_lot::{Condvar, Mutex};
 
 use super::check::{check_object, clear_marks, end_batch_at, find_cut, Checked};
 use super::payloads::refs_of_images;
@@ -324,17 +326,24 @@ impl Archive {
             done_bytes: 0,
             total_bytes,
         });
-        let mut staged: Vec<Staged> = self.block_on(
+        // A failed download ends the stream, but a check already handed to
+        // the blocking pool runs on and writes its file: the caller removes
+        // the staging directory only once every such write is over.
+        let writing = Arc::new(Writing::default());
+        let staged: Result<Vec<Staged>> = self.block_on(
             futures_util::stream::iter(plan.iter().cloned())
                 .map(|(object, kind, _)| {
                     let done = &done;
+                    let writing = &writing;
                     async move {
                         let bytes = self.get_bytes(&object).await?;
                         let len = bytes.len() as u64;
                         let dir = staging.to_path_buf();
                         let name = object.clone();
+                        let busy = Writing::enter(writing);
                         // The scan is CPU work: off the runtime's workers.
                         let staged = tokio::task::spawn_blocking(move || {
+                            let _busy = busy;
                             let checked =
                                 check_object(&bytes, kind).map_err(|(offset, seq, k)| {
                                     let at = seq.map_or(String::new(), |s| format!(", seq {s}"));
@@ -361,7 +370,11 @@ impl Archive {
                 })
                 .buffered(CONCURRENT_TRANSFERS)
                 .try_collect(),
-        )?;
+        );
+        if staged.is_err() {
+            writing.wait_until_idle();
+        }
+        let mut staged = staged?;
         // In order: each object continues the one before.
         let first_log_id = staged[0].checked.header.log_id;
         if hex(&first_log_id) != log_id {
@@ -487,4 +500,38 @@ fn write_catalog(dir: &Path, m: &super::Manifest) -> Result<()> {
         &None,
     )?;
     file.sync()
+}
+
+/// How many staged writes run in the blocking pool.
+#[derive(Default)]
+struct Writing {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+/// One staged write, counted in [`Writing`] until it is dropped.
+struct Busy(Arc<Writing>);
+
+impl Writing {
+    fn enter(this: &Arc<Writing>) -> Busy {
+        *this.count.lock() += 1;
+        Busy(this.clone())
+    }
+
+    fn wait_until_idle(&self) {
+        let mut count = self.count.lock();
+        while *count > 0 {
+            self.idle.wait(&mut count);
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock();
+        *count -= 1;
+        if *count == 0 {
+            self.0.idle.notify_all();
+        }
+    }
 }

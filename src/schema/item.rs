@@ -563,10 +563,15 @@ impl From<Item> for LoggedItem {
 }
 
 impl LoggedItem {
-    /// The item archived alone: the bytes the payload area keeps of it.
-    pub(crate) fn to_payload(&self) -> rkyv::util::AlignedVec {
+    /// The item archived alone, into `buf` (emptied first): the bytes the
+    /// payload area keeps of it.
+    pub(crate) fn to_payload_in(&self, mut buf: rkyv::util::AlignedVec) -> rkyv::util::AlignedVec {
+        buf.clear();
+        // Room for the text and the item's fields, so that a large item is
+        // archived without growing (and copying) the buffer on the way.
+        buf.reserve(self.text_len() + 1024);
         // Archiving into memory fails only on allocation failure, which aborts anyway.
-        rkyv::to_bytes::<rkyv::rancor::Error>(self)
+        rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(self, buf)
             .expect("archiving a LoggedItem into memory cannot fail")
     }
 

@@ -3,6 +3,7 @@
 //! session refers to. The area itself is `crate::payload`.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::fs::{self, File};
 
@@ -15,11 +16,14 @@ use crate::payload::{PayloadCollection, PayloadDamage};
 use crate::schema::{LogEntry, LoggedItem, LoggedPayloadRef, SessionId};
 
 /// An entry with its large items replaced by references, and the archives
-/// of those items, not yet written.
+/// of those items (with the references that name them), not yet written.
 pub(super) struct Planned {
     pub(super) entry: LogEntry,
-    pub(super) payloads: Vec<rkyv::util::AlignedVec>,
+    pub(super) payloads: Vec<Payload>,
 }
+
+/// A large item's archive, and the reference that names it.
+pub(super) type Payload = (LoggedPayloadRef, rkyv::util::AlignedVec);
 
 /// `entry` with every item of at least `threshold` text bytes replaced by a
 /// reference to its archive; `None` when it has no such item.
@@ -29,18 +33,47 @@ pub(super) fn plan(entry: &LogEntry, threshold: usize) -> Option<Planned> {
     }
     let mut entry = entry.clone();
     let mut payloads = Vec::new();
-    for item in entry.items_mut() {
-        if item.text_len() >= threshold {
-            let bytes = item.to_payload();
-            *item = LoggedItem::External(Box::new(LoggedPayloadRef {
-                hash: *blake3::hash(&bytes).as_bytes(),
-                len: bytes.len() as u64,
-            }));
-            payloads.push(bytes);
-        }
-    }
+    refer_in_place(&mut entry, threshold, |r, bytes| {
+        payloads.push((r, bytes));
+        Ok(rkyv::util::AlignedVec::new())
+    })
+    .expect("keeping the archives in memory cannot fail");
     Some(Planned { entry, payloads })
 }
+
+/// Replaces every item of `entry` of at least `threshold` text bytes by a
+/// reference to its archive, giving each archive to `take`, which returns
+/// the buffer to archive the next one into.
+fn refer_in_place(
+    entry: &mut LogEntry,
+    threshold: usize,
+    mut take: impl FnMut(LoggedPayloadRef, rkyv::util::AlignedVec) -> Result<rkyv::util::AlignedVec>,
+) -> Result<()> {
+    let mut buf = rkyv::util::AlignedVec::new();
+    for item in entry.items_mut() {
+        if item.text_len() >= threshold {
+            let bytes = item.to_payload_in(buf);
+            let r = LoggedPayloadRef {
+                hash: *blake3::hash(&bytes).as_bytes(),
+                len: bytes.len() as u64,
+            };
+            *item = LoggedItem::External(Box::new(r));
+            buf = take(r, bytes)?;
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// The save path's buffer for a large item's archive: kept, so that
+    /// archiving an item of hundreds of KB does not fault in fresh pages
+    /// each time.
+    static PAYLOAD_BUFFER: Cell<rkyv::util::AlignedVec> =
+        Cell::new(rkyv::util::AlignedVec::new());
+}
+
+/// A thread keeps its payload buffer only up to this capacity.
+const MAX_KEPT_PAYLOAD_BUFFER: usize = 8 << 20;
 
 /// The writers' lock of the payload area, held while a save's payloads are
 /// written and until its records are appended; `None` for a save with no
@@ -81,7 +114,7 @@ impl Store {
         if planned.iter().all(Option::is_none) && given.is_empty() {
             return Ok((Cow::Borrowed(entries), None));
         }
-        let guard = self.write_payloads(planned.iter().flatten())?;
+        let guard = self.write_payloads(planned.iter().flatten().flat_map(|p| &p.payloads))?;
         // A reference the caller wrote itself must name a payload this
         // store holds, checked under the lock that keeps collection away,
         // and made durable with the records that name it (its writer may
@@ -109,17 +142,48 @@ impl Store {
     /// next sync for a `Buffered` one) syncs the payloads first.
     pub(super) fn write_payloads<'p>(
         &self,
-        planned: impl IntoIterator<Item = &'p Planned>,
+        payloads: impl IntoIterator<Item = &'p Payload>,
     ) -> Result<PayloadGuard> {
-        self.writable()?;
-        let area = &self.inner.payloads;
-        let guard = area.lock_shared()?;
-        for p in planned {
-            for bytes in &p.payloads {
-                area.put(bytes)?;
-            }
+        let guard = self.payload_writers_lock()?;
+        for (r, bytes) in payloads {
+            self.inner.payloads.put_named(bytes, *r)?;
         }
         Ok(Some(guard))
+    }
+
+    fn payload_writers_lock(&self) -> Result<File> {
+        self.writable()?;
+        self.inner.payloads.lock_shared()
+    }
+
+    /// [`Store::externalize`] of entries the caller gives up (the save
+    /// path's, made from runtime items, which never refer to the area
+    /// themselves): each large item is archived where it lies, into the
+    /// thread's kept buffer, and written at once.
+    pub(super) fn externalize_owned(
+        &self,
+        mut entries: Vec<LogEntry>,
+    ) -> Result<(Vec<LogEntry>, PayloadGuard)> {
+        let threshold = self.payload_threshold();
+        let large = |e: &LogEntry| e.items().iter().any(|i| i.text_len() >= threshold);
+        if !entries.iter().any(large) {
+            return Ok((entries, None));
+        }
+        let guard = self.payload_writers_lock()?;
+        let mut kept = PAYLOAD_BUFFER.try_with(Cell::take).unwrap_or_default();
+        let written = entries.iter_mut().try_for_each(|e| {
+            refer_in_place(e, threshold, |r, bytes| {
+                let put = self.inner.payloads.put_named(&bytes, r);
+                kept = bytes;
+                put.map(|()| std::mem::take(&mut kept))
+            })
+        });
+        if kept.capacity() <= MAX_KEPT_PAYLOAD_BUFFER {
+            // Fails only while the thread's locals are being destroyed.
+            let _ = PAYLOAD_BUFFER.try_with(|c| c.set(kept));
+        }
+        written?;
+        Ok((entries, Some(guard)))
     }
 
     /// Checks every payload the session's records refer to: present, of

@@ -29,8 +29,7 @@ impl Store {
         if items.iter().any(|i| item_text_len_bound(i) >= threshold) {
             // Some item may go to the payload area: the owned entries, with
             // those items replaced by references.
-            let entries = group_delta(items, ts);
-            let (entries, _payloads) = self.externalize(&entries)?;
+            let (entries, _payloads) = self.externalize_owned(group_delta(items, ts))?;
             return self.save_archivable(id, head, &entries, Saved::default(), title);
         }
         let entries = group_delta_borrowed(items, ts);
@@ -354,7 +353,7 @@ impl Store {
             prev_shown = Some(hash);
         }
         let _payloads = match planned.iter().any(Option::is_some) {
-            true => self.write_payloads(planned.iter().flatten())?,
+            true => self.write_payloads(planned.iter().flatten().flat_map(|p| &p.payloads))?,
             false => None,
         };
         let entries: Vec<LogEntry> = lines
