@@ -1,6 +1,8 @@
-//! The one module with `unsafe`: read-only memory maps of segment files, the
-//! `posix_fallocate` call that reserves their space, and the few other
-//! syscalls `std` lacks (holes, writeback, the open-file limit).
+//! The one module with `unsafe`: read-only memory maps of segment files (or,
+//! for a read-only view of a small one, its bytes read into aligned memory
+//! without zeroing it first), the `posix_fallocate` call that reserves their
+//! space, and the few other syscalls `std` lacks (holes, writeback, the
+//! open-file limit).
 //!
 //! Writers never write through a map: they `pwrite` into the page cache, which
 //! the shared map then shows. Soundness rests on two rules:
@@ -24,19 +26,36 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::format::SEGMENT_HEADER_LEN;
+use rkyv::util::AlignedVec;
 
-/// A whole-file, read-only memory map with a published committed offset.
+use crate::format::{RECORD_ALIGN, SEGMENT_HEADER_LEN};
+
+/// A segment file's bytes as readers see them, with a published committed
+/// offset: a whole-file, read-only memory map, or (for a read-only view of
+/// a segment whose data is small, [`Map::read`]) a copy of the file's first
+/// bytes, read once, so that opening it costs no map, no unmap and no page
+/// faults. Either way `len` is the file's length; only `0..stored` can be
+/// viewed.
 pub(crate) struct Map {
     ptr: *const u8,
     len: usize,
+    stored: usize,
     committed: AtomicU64,
-    _map: memmap2::Mmap,
+    backing: Backing,
+}
+
+/// What `Map::ptr` points into, kept alive with it; its bytes are read
+/// only through `ptr`.
+#[allow(dead_code)]
+enum Backing {
+    Mapped(memmap2::Mmap),
+    Read(AlignedVec<RECORD_ALIGN>),
 }
 
 // SAFETY: the map is read-only; shared slices are handed out only below
 // `committed` (never written again) or while no writer runs (see the module
-// rules). The raw pointer is never handed out.
+// rules). A `Read` copy is never written after `Map::read` returns. The raw
+// pointer is never handed out.
 unsafe impl Send for Map {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Map {}
@@ -58,14 +77,75 @@ impl Map {
         Ok(Map {
             ptr: map.as_ptr(),
             len,
+            stored: len,
             committed: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
-            _map: map,
+            backing: Backing::Mapped(map),
         })
     }
 
-    /// Mapped length.
+    /// The first `stored` bytes of `file`, `len` bytes long, read into
+    /// memory aligned as records are. Only for a read-only view, which sees
+    /// the file as it was when opened: bytes written later are not seen (a
+    /// map would show them, but a read-only view never looks past what its
+    /// open scanned).
+    pub(crate) fn read(file: &File, len: usize, stored: usize) -> io::Result<Map> {
+        if stored > len || stored < SEGMENT_HEADER_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot read {stored} bytes of a segment file of {len}"),
+            ));
+        }
+        let mut bytes = AlignedVec::<RECORD_ALIGN>::with_capacity(stored);
+        let mut done = 0;
+        while done < stored {
+            // SAFETY: the destination is the vector's spare capacity, which
+            // holds `stored` bytes from its start (`with_capacity`), and
+            // `done < stored`; `pread` writes at most the count it is given.
+            let n = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    bytes.as_mut_ptr().add(done).cast(),
+                    stored - done,
+                    done as libc::off_t,
+                )
+            };
+            match n {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n if n < 0 => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+                n => done += n as usize,
+            }
+        }
+        // SAFETY: `pread` has written every byte of `0..stored`, which lies
+        // within the capacity.
+        unsafe { bytes.set_len(stored) };
+        Ok(Map {
+            ptr: bytes.as_ptr(),
+            len,
+            stored,
+            committed: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
+            backing: Backing::Read(bytes),
+        })
+    }
+
+    /// The file's length.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// How many of the file's first bytes can be viewed: all of them when
+    /// mapped, those read when read.
+    pub(crate) fn stored(&self) -> usize {
+        self.stored
+    }
+
+    /// Whether the bytes were read into memory rather than mapped.
+    pub(crate) fn is_read(&self) -> bool {
+        matches!(self.backing, Backing::Read(_))
     }
 
     /// The published committed offset.
@@ -75,7 +155,7 @@ impl Map {
 
     /// Raises the committed offset; bytes below it become readable and frozen.
     pub(crate) fn publish(&self, end: u64) {
-        assert!(end as usize <= self.len, "publish beyond the map");
+        assert!(end as usize <= self.stored, "publish beyond the map");
         self.committed.fetch_max(end, Ordering::AcqRel);
     }
 
@@ -90,8 +170,9 @@ impl Map {
             SEGMENT_HEADER_LEN <= start && start <= end && end <= committed,
             "slice {start}..{end} outside committed area ..{committed}"
         );
-        // SAFETY: the range lies inside the mapping and below `committed`,
-        // which only grows; no write ever targets bytes below it.
+        // SAFETY: the range lies inside the stored bytes (`committed` never
+        // passes `stored`, see `publish`) and below `committed`, which only
+        // grows; no write ever targets bytes below it.
         unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) }
     }
 
@@ -100,10 +181,11 @@ impl Map {
     /// committed bytes (module rules).
     pub(crate) fn with_view<R>(&self, start: usize, end: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         assert!(
-            start <= end && end <= self.len,
-            "view {start}..{end} outside the map"
+            start <= end && end <= self.stored,
+            "view {start}..{end} outside the map (..{})",
+            self.stored
         );
-        // SAFETY: in bounds of the mapping; by the module rules no write of
+        // SAFETY: in bounds of the stored bytes; by the module rules no write of
         // this process targets the range while the view lives, and the view
         // does not outlive the call.
         f(unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) })

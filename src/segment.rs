@@ -239,6 +239,23 @@ pub(crate) struct ScanMode<'p> {
     pub(crate) past_mark: Option<RecordCheck<'p>>,
 }
 
+/// The data of a read-only view's segment is read into memory, rather
+/// than mapped, when it ends (at the first hole of a sparse file) within
+/// this many bytes: a small session's restore then costs one `pread`
+/// instead of a map, page faults and an unmap. Larger data, and files
+/// with no hole (zero-filled, sealed full), are mapped.
+pub(crate) const READ_WHOLE_MAX: u64 = 2 << 20;
+
+/// How many of a segment file's first bytes a read-only open reads into
+/// memory (`Map::read`), or `None` to map it.
+fn read_whole_up_to(file: &HookedFile, writable: bool, len: u64) -> Option<u64> {
+    if writable {
+        return None;
+    }
+    mmap::hole_at_or_after(file.file(), 0)
+        .filter(|&hole| hole < len && (SEGMENT_HEADER_LEN as u64..=READ_WHOLE_MAX).contains(&hole))
+}
+
 /// What [`ScanMode::past_mark`] runs: `Err` names what is wrong.
 pub(crate) type RecordCheck<'p> = &'p (dyn Fn(&[u8]) -> std::result::Result<(), String> + Sync);
 
@@ -256,8 +273,15 @@ impl Segment {
         if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 || len > isize::MAX as u64 {
             return Err(corrupt(len, CorruptKind::Truncated));
         }
-        let map = Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?;
-        let header_bytes = file.read_exact_at(0, SEGMENT_HEADER_LEN)?;
+        let map = match read_whole_up_to(&file, writable, len) {
+            Some(stored) => Map::read(file.file(), len as usize, stored as usize)
+                .map_err(io_err("read", path))?,
+            None => Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?,
+        };
+        let header_bytes = match map.is_read() {
+            true => map.with_view(0, SEGMENT_HEADER_LEN, <[u8]>::to_vec),
+            false => file.read_exact_at(0, SEGMENT_HEADER_LEN)?,
+        };
         let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
         if header.segment_len > len {
             // Segments are preallocated in full, so a shorter file lost its end.
@@ -350,6 +374,14 @@ impl Segment {
                 footer.first_seq, self.header.first_seq
             ));
         }
+        if footer.data_end > self.map.stored() as u64 {
+            // Only a read view can have fewer: it read up to the first hole.
+            return bad(format!(
+                "data end {} past the data the file holds (a hole at {})",
+                footer.data_end,
+                self.map.stored()
+            ));
+        }
         if load_index {
             self.load_index(&footer)?;
         } else {
@@ -410,6 +442,10 @@ impl Segment {
     /// than fault in pages that read as zeros anyway (see
     /// `mmap::hole_at_or_after`).
     pub(crate) fn data_limit(&self, from: u64, limit: u64) -> u64 {
+        if self.map.is_read() {
+            // What was read ends at the hole the open found.
+            return (self.map.stored() as u64).clamp(from, limit);
+        }
         mmap::hole_at_or_after(self.file.file(), from).map_or(limit, |hole| hole.clamp(from, limit))
     }
 

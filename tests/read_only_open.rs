@@ -369,3 +369,54 @@ fn verify_scans_segments_in_parallel_and_reports_the_first_damage() {
     // What is counted is what lies before the damage, as a walk would count it.
     assert_eq!(report.records, a.seq);
 }
+
+#[test]
+fn a_sealed_footer_that_claims_records_past_a_hole_is_refused_by_name() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = sweep_tempdir();
+    let log = Log::open(dir.path(), opts(1 << 20)).unwrap();
+    let mut i = 0;
+    // Records of 150 KB: the one that does not fit leaves a gap before
+    // the footer, a hole in the sparse file.
+    while segment_files(dir.path()).len() < 2 {
+        log.append(&entry(i, 150_000)).unwrap();
+        i += 1;
+    }
+    log.close().unwrap();
+    let sealed = segment_files(dir.path()).remove(0);
+    let meta = fs::metadata(&sealed).unwrap();
+    assert!(
+        meta.blocks() * 512 < meta.len(),
+        "the sealed segment is sparse"
+    );
+    assert_eq!(
+        Log::open_read_only(dir.path())
+            .unwrap()
+            .restore()
+            .unwrap()
+            .history
+            .len() as u64,
+        i
+    );
+    // A footer (with a good CRC) whose records end inside the hole: a
+    // read-only open reads this small segment into memory up to its hole,
+    // and must refuse the footer rather than look past what it read.
+    edit(&sealed, |b| {
+        let at = b.len() - FOOTER_LEN;
+        let mut f = Footer::decode(&b[at..]).unwrap().unwrap();
+        let end = (at as u64 - 4096) & !15;
+        assert!(f.data_end < end);
+        (f.data_end, f.index_offset, f.index_count) = (end, end, 0);
+        b[at..].copy_from_slice(&f.encode());
+    });
+    let meta = fs::metadata(&sealed).unwrap();
+    assert!(meta.blocks() * 512 < meta.len(), "the edit kept the hole");
+    let opened = Log::open_read_only(dir.path()).and_then(|l| l.restore());
+    match opened {
+        Err(Error::Corrupt { segment, kind, .. }) => {
+            assert_eq!(segment, sealed);
+            assert!(matches!(kind, CorruptKind::Footer(_)), "{kind:?}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 #[path = "scratch.rs"]
 mod scratch;
-use session_store::format::SegmentHeader;
+use session_store::format::{SegmentHeader, FOOTER_LEN, SEGMENT_HEADER_LEN};
 use session_store::{
     EntryHash, EvictedRecord, EvictedSegment, Log, LogOptions, RecoveryMode, EVICTED_FILE,
 };
@@ -26,7 +26,28 @@ fuzz_target!(|data: &[u8]| {
         let header = SegmentHeader::decode(part).ok();
         let first_seq = header.map_or(i as u64 * 4, |h| h.first_seq);
         first = first.or(header);
-        std::fs::write(dir.path().join(format!("{first_seq:020}.seg")), part).expect("write");
+        let path = dir.path().join(format!("{first_seq:020}.seg"));
+        // Bit 4 of the first byte: a file whose header claims more bytes
+        // than the part holds is written sparse, as a store writes one: the
+        // part's records at the start, its last FOOTER_LEN bytes at the end
+        // of the claimed length, a hole between (a read-only open reads a
+        // small one into memory up to that hole).
+        let claimed = header.map_or(0, |h| h.segment_len);
+        let sparse = n & 0x10 != 0
+            && part.len() >= SEGMENT_HEADER_LEN + FOOTER_LEN
+            && claimed > part.len() as u64
+            && claimed <= 4 << 20;
+        if sparse {
+            use std::os::unix::fs::FileExt;
+            let (records, footer) = part.split_at(part.len() - FOOTER_LEN);
+            let file = std::fs::File::create(&path).expect("create");
+            file.write_all_at(records, 0).expect("write");
+            file.set_len(claimed).expect("set_len");
+            file.write_all_at(footer, claimed - FOOTER_LEN as u64)
+                .expect("write");
+        } else {
+            std::fs::write(&path, part).expect("write");
+        }
     }
     // Bits 2-3 of the first byte: no eviction record, the input's tail as
     // one, or a well-formed one that claims the prefix before the first

@@ -142,9 +142,28 @@ pub fn mark_of(path: &Path) -> Option<Mark> {
 
 /// Applies `f` to the bytes of `path` and writes them back.
 pub fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
-    let mut b = fs::read(path).unwrap();
+    use std::os::unix::fs::FileExt;
+    let old = fs::read(path).unwrap();
+    let mut b = old.clone();
     f(&mut b);
-    fs::write(path, b).unwrap();
+    if b.len() != old.len() {
+        fs::write(path, b).unwrap();
+        return;
+    }
+    // Only the bytes that changed are written, so that a sparse segment
+    // keeps its holes (a read-only open reads a small one into memory up
+    // to its first hole, and maps the rest: both must meet the damage).
+    let file = fs::OpenOptions::new().write(true).open(path).unwrap();
+    let mut at = 0;
+    while at < b.len() {
+        if b[at] == old[at] {
+            at += 1;
+            continue;
+        }
+        let end = (at..b.len()).find(|&i| b[i] == old[i]).unwrap_or(b.len());
+        file.write_all_at(&b[at..end], at as u64).unwrap();
+        at = end;
+    }
 }
 
 /// Which kind of I/O operation a [`Countdown`] fails.
