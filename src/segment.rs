@@ -243,8 +243,12 @@ pub(crate) struct ScanMode<'p> {
 /// than mapped, when it ends (at the first hole of a sparse file) within
 /// this many bytes: a small session's restore then costs one `pread`
 /// instead of a map, page faults and an unmap. Larger data, and files
-/// with no hole (zero-filled, sealed full), are mapped.
-pub(crate) const READ_WHOLE_MAX: u64 = 2 << 20;
+/// with no hole (zero-filled, sealed full), are mapped, since the open
+/// does not know how much of it its reader will touch: a tail read of a
+/// large segment maps a few pages where a read would copy all of it. At
+/// this size the copy costs about what a map and unmap of the file do
+/// here, so a tail read pays little more than it did.
+pub(crate) const READ_WHOLE_MAX: u64 = 128 << 10;
 
 /// How many of a segment file's first bytes a read-only open reads into
 /// memory (`Map::read`), or `None` to map it.
