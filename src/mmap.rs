@@ -25,6 +25,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use rkyv::util::AlignedVec;
 
@@ -42,6 +43,10 @@ pub(crate) struct Map {
     stored: usize,
     committed: AtomicU64,
     backing: Backing,
+    /// For a mapped read-only view ([`Map::copy_on_whole_read`]): the
+    /// committed records read into memory by the first read that wanted
+    /// most of them (`None` inside if that read failed: the map serves).
+    copy: Option<OnceLock<Option<AlignedVec<RECORD_ALIGN>>>>,
 }
 
 /// What `Map::ptr` points into, kept alive with it; its bytes are read
@@ -80,6 +85,7 @@ impl Map {
             stored: len,
             committed: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
             backing: Backing::Mapped(map),
+            copy: None,
         })
     }
 
@@ -95,41 +101,26 @@ impl Map {
                 format!("cannot read {stored} bytes of a segment file of {len}"),
             ));
         }
-        let mut bytes = AlignedVec::<RECORD_ALIGN>::with_capacity(stored);
-        let mut done = 0;
-        while done < stored {
-            // SAFETY: the destination is the vector's spare capacity, which
-            // holds `stored` bytes from its start (`with_capacity`), and
-            // `done < stored`; `pread` writes at most the count it is given.
-            let n = unsafe {
-                libc::pread(
-                    file.as_raw_fd(),
-                    bytes.as_mut_ptr().add(done).cast(),
-                    stored - done,
-                    done as libc::off_t,
-                )
-            };
-            match n {
-                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-                n if n < 0 => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() != io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
-                }
-                n => done += n as usize,
-            }
-        }
-        // SAFETY: `pread` has written every byte of `0..stored`, which lies
-        // within the capacity.
-        unsafe { bytes.set_len(stored) };
+        let bytes = read_prefix(file, stored)?;
         Ok(Map {
             ptr: bytes.as_ptr(),
             len,
             stored,
             committed: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
             backing: Backing::Read(bytes),
+            copy: None,
         })
+    }
+
+    /// Lets reads of this map's committed records through
+    /// [`Map::committed_slice_in`] be served from a copy, read once, when
+    /// the first of them that asks for most of the records comes (a whole
+    /// restore): for a read-only view, whose committed records do not grow.
+    pub(crate) fn copy_on_whole_read(mut self) -> Map {
+        if matches!(self.backing, Backing::Mapped(_)) {
+            self.copy = Some(OnceLock::new());
+        }
+        self
     }
 
     /// The file's length.
@@ -176,6 +167,37 @@ impl Map {
         unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) }
     }
 
+    /// As [`Map::committed_slice`], for a reader that can read `file`: from
+    /// the copy of a read-only view's records when it has one, or makes one
+    /// now if this read starts in the first half of the records and they
+    /// are at most `COPY_MAX` bytes. A copy costs one `pread` of bytes the
+    /// reader is about to touch anyway, where the map would take a page
+    /// fault every few pages (which this machine's VM makes dear). A read
+    /// near the end (a tail, a fork's seq) is served by the map alone.
+    pub(crate) fn committed_slice_in(&self, file: &File, start: usize, end: usize) -> &[u8] {
+        if let Some(copy) = self.copy_for(file, start) {
+            if end <= copy.len() && SEGMENT_HEADER_LEN <= start && start <= end {
+                return &copy[start..end];
+            }
+        }
+        self.committed_slice(start, end)
+    }
+
+    fn copy_for(&self, file: &File, start: usize) -> Option<&AlignedVec<RECORD_ALIGN>> {
+        let cell = self.copy.as_ref()?;
+        if let Some(copy) = cell.get() {
+            return copy.as_ref();
+        }
+        let committed = self.committed() as usize;
+        let records = committed.saturating_sub(SEGMENT_HEADER_LEN);
+        let skipped = start.saturating_sub(SEGMENT_HEADER_LEN);
+        if committed > COPY_MAX || records == 0 || skipped * 2 > records {
+            return None;
+        }
+        cell.get_or_init(|| read_prefix(file, committed).ok())
+            .as_ref()
+    }
+
     /// Runs `f` on a view of `start..end`, which may lie beyond the committed
     /// offset. Called only while no writer of this process runs, or on
     /// committed bytes (module rules).
@@ -190,6 +212,46 @@ impl Map {
         // does not outlive the call.
         f(unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) })
     }
+}
+
+/// The most committed record bytes a read-only view copies into memory on a
+/// whole read ([`Map::committed_slice_in`]): a segment sealed at close holds
+/// 8 MiB or more, so a long log's replay copies its last segment at most,
+/// and a full 64 MiB one stays mapped.
+pub(crate) const COPY_MAX: usize = 8 << 20;
+
+/// The first `n` bytes of `file`, read into memory aligned as records are,
+/// without zeroing it first.
+fn read_prefix(file: &File, n: usize) -> io::Result<AlignedVec<RECORD_ALIGN>> {
+    let mut bytes = AlignedVec::<RECORD_ALIGN>::with_capacity(n);
+    let mut done = 0;
+    while done < n {
+        // SAFETY: the destination is the vector's spare capacity, which
+        // holds `n` bytes from its start (`with_capacity`), and `done < n`;
+        // `pread` writes at most the count it is given.
+        let got = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                bytes.as_mut_ptr().add(done).cast(),
+                n - done,
+                done as libc::off_t,
+            )
+        };
+        match got {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            got if got < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            got => done += got as usize,
+        }
+    }
+    // SAFETY: `pread` has written every byte of `0..n`, which lies within
+    // the capacity.
+    unsafe { bytes.set_len(n) };
+    Ok(bytes)
 }
 
 /// Reserves `len` bytes of real disk space for `file` (for a log that syncs:

@@ -280,7 +280,13 @@ impl Segment {
         let map = match read_whole_up_to(&file, writable, len) {
             Some(stored) => Map::read(file.file(), len as usize, stored as usize)
                 .map_err(io_err("read", path))?,
-            None => Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?,
+            None => {
+                let map = Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?;
+                match writable {
+                    true => map,
+                    false => map.copy_on_whole_read(),
+                }
+            }
         };
         let header_bytes = match map.is_read() {
             true => map.with_view(0, SEGMENT_HEADER_LEN, <[u8]>::to_vec),
@@ -330,6 +336,13 @@ impl Segment {
 
     pub(crate) fn len(&self) -> u64 {
         self.map.len() as u64
+    }
+
+    /// Committed record bytes `start..end`, for a reader: a read-only view
+    /// serves a read of most of its records from a copy (see
+    /// `Map::committed_slice_in`).
+    pub(crate) fn records(&self, start: usize, end: usize) -> &[u8] {
+        self.map.committed_slice_in(self.file.file(), start, end)
     }
 
     pub(crate) fn corrupt(&self, offset: u64, seq: Option<u64>, kind: CorruptKind) -> Error {

@@ -421,3 +421,50 @@ fn a_sealed_footer_that_claims_records_past_a_hole_is_refused_by_name() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
+
+#[test]
+fn a_whole_read_of_a_mapped_segment_reads_and_checks_what_a_mapped_read_does() {
+    let dir = sweep_tempdir();
+    // 500 KB of records in a sparse 4 MiB segment: more than a read-only
+    // open reads into memory at once, so it maps the file, and the first
+    // read of most of the records copies them (`Map::committed_slice_in`).
+    let log = Log::open(dir.path(), opts(4 << 20)).unwrap();
+    for i in 0..100 {
+        log.append(&entry(i, 5_000)).unwrap();
+    }
+    let written = read_all(&log);
+    log.close().unwrap();
+    assert_eq!(segment_files(dir.path()).len(), 1);
+
+    // A whole read first.
+    let reader = Log::open_read_only(dir.path()).unwrap();
+    assert_eq!(read_all(&reader), written);
+    assert_eq!(reader.restore().unwrap().history.len(), 100);
+    // A tail read first (the map serves it), then a whole one.
+    let reader = Log::open_read_only(dir.path()).unwrap();
+    let tail: Vec<_> = reader
+        .snapshot()
+        .entries_from(95)
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(tail, written[95..]);
+    assert_eq!(read_all(&reader), written);
+
+    // A flipped byte below the mark is met by a whole read, at its record.
+    let active = segment_files(dir.path()).remove(0);
+    let spans = engine::spans(&fs::read(&active).unwrap());
+    let victim = *spans.iter().find(|s| s.seq == 10).unwrap();
+    edit(&active, |b| b[victim.start + 70] ^= 0x01);
+    match Log::open_read_only(dir.path()).unwrap().restore() {
+        Err(Error::Corrupt {
+            segment,
+            offset,
+            seq,
+            ..
+        }) => assert_eq!(
+            (segment, offset, seq),
+            (active, victim.start as u64, Some(10))
+        ),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}

@@ -217,9 +217,7 @@ impl Snapshot {
             }
         }
         for (seg, end) in &self.segs[walk_from..=at] {
-            let bytes = seg
-                .map
-                .committed_slice(FIRST_RECORD_OFFSET as usize, *end as usize);
+            let bytes = seg.records(FIRST_RECORD_OFFSET as usize, *end as usize);
             let mut off = 0;
             loop {
                 let rec = format::next_record(bytes, off)
@@ -515,7 +513,7 @@ impl Snapshot {
         end: u64,
         at: RecordPos,
     ) -> Result<(RecordRef<'s>, &'s [u8])> {
-        let bytes = seg.map.committed_slice(at.offset as usize, end as usize);
+        let bytes = seg.records(at.offset as usize, end as usize);
         let corrupt = |kind| seg.corrupt(at.offset, Some(at.seq), kind);
         let rec = format::read_record(bytes, 0).map_err(corrupt)?;
         if rec.header.seq != at.seq {
