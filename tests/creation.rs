@@ -524,3 +524,35 @@ fn a_fork_reopened_before_its_first_sync_keeps_its_empty_catalog_and_title() {
         .unwrap();
     assert_eq!((info.title.as_deref(), info.error), (Some("p"), None));
 }
+
+#[test]
+fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    store
+        .save_delta(id, &mut head, &[Item::user_text("hello")])
+        .unwrap();
+    store.close().unwrap();
+    let session = dir.path().join("sessions").join(id.to_string());
+    fs::remove_file(session.join("catalog")).unwrap();
+
+    // A reader's open answers it from the directory listing it makes
+    // anyway: its segments are there, its catalog is not.
+    let store = Store::open(dir.path()).unwrap();
+    for err in [
+        store.restore(id).err().expect("no session"),
+        store.read_log(id).err().expect("no session"),
+        store
+            .restore(SessionId::new_v7())
+            .err()
+            .expect("no session"),
+    ] {
+        match &err {
+            Error::NotFound { what } => assert!(what.starts_with("session "), "{what}"),
+            other => panic!("expected NotFound, got {other:?}"),
+        }
+    }
+}

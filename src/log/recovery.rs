@@ -33,13 +33,21 @@ pub(super) struct Listing {
     pub(super) preparations: Vec<PathBuf>,
     /// Whether [`LAST_RECOVERY_FILE`] is there.
     pub(super) last_recovery: bool,
+    /// Whether the file the caller asked about is there.
+    pub(super) marker: bool,
 }
 
 pub(super) fn list_segments(dir: &Path) -> Result<Listing> {
+    list_segments_and(dir, None)
+}
+
+/// [`list_segments`], also noting whether a file named `marker` is there.
+fn list_segments_and(dir: &Path, marker: Option<&str>) -> Result<Listing> {
     let mut listing = Listing {
         segments: Vec::new(),
         preparations: Vec::new(),
         last_recovery: false,
+        marker: false,
     };
     for entry in fs::read_dir(dir).map_err(io_err("read dir", dir))? {
         let entry = entry.map_err(io_err("read dir", dir))?;
@@ -51,6 +59,8 @@ pub(super) fn list_segments(dir: &Path) -> Result<Listing> {
             listing.preparations.push(entry.path());
         } else if name == LAST_RECOVERY_FILE {
             listing.last_recovery = true;
+        } else if Some(name) == marker {
+            listing.marker = true;
         }
     }
     listing.segments.sort();
@@ -292,7 +302,7 @@ impl Log {
         let dir = dir.as_ref();
         match PayloadArea::of_session_dir(dir, &None) {
             Some(area) => Log::open_read_only_in_store(dir, area),
-            None => Log::read_only(dir, None),
+            None => Log::read_only(dir, None, None),
         }
     }
 
@@ -304,10 +314,22 @@ impl Log {
         dir: impl AsRef<Path>,
         payloads: Arc<PayloadArea>,
     ) -> Result<Log> {
-        Ok(Log::read_only(dir.as_ref(), Some(&payloads))?.with_payloads(payloads))
+        Ok(Log::read_only(dir.as_ref(), Some(&payloads), None)?.with_payloads(payloads))
     }
 
-    fn read_only(dir: &Path, payloads: Option<&PayloadArea>) -> Result<Log> {
+    /// [`Log::open_read_only_in_store`] of a directory that must also hold
+    /// a file named `marker` (a session's catalog), or it is
+    /// [`Error::NotFound`]: the directory listing the open makes anyway
+    /// answers that, with no `stat` of its own.
+    pub(crate) fn open_read_only_in_store_if(
+        dir: impl AsRef<Path>,
+        payloads: Arc<PayloadArea>,
+        marker: &str,
+    ) -> Result<Log> {
+        Ok(Log::read_only(dir.as_ref(), Some(&payloads), Some(marker))?.with_payloads(payloads))
+    }
+
+    fn read_only(dir: &Path, payloads: Option<&PayloadArea>, marker: Option<&str>) -> Result<Log> {
         let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, false));
         let never = || Ok(());
         let past_mark = payloads.map(|_| PayloadCheck {
@@ -318,8 +340,12 @@ impl Log {
         let Listing {
             segments: paths,
             last_recovery,
+            marker: marked,
             ..
-        } = list_segments(&dir)?;
+        } = list_segments_and(&dir, marker)?;
+        if let Some(name) = marker.filter(|_| !marked) {
+            return Err(Error::not_found(format!("{name} in {}", dir.display())));
+        }
         if paths.is_empty() {
             return Err(Error::not_found(format!(
                 "no segments in {}",

@@ -416,10 +416,17 @@ impl Store {
             return Ok(log);
         }
         let dir = self.session_dir(id);
-        if !dir.join(CATALOG_FILE).exists() {
-            return Err(Error::not_found(format!("session {id}")));
+        let opened = self.making_room(|| {
+            Log::open_read_only_in_store_if(&dir, self.inner.payloads.clone(), CATALOG_FILE)
+        });
+        match opened {
+            // No catalog, or no directory: not a session of this store.
+            Err(Error::NotFound { .. }) => Err(Error::not_found(format!("session {id}"))),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::not_found(format!("session {id}")))
+            }
+            r => r,
         }
-        self.making_room(|| Log::open_read_only_in_store(&dir, self.inner.payloads.clone()))
     }
 
     /// A read-only view of the session's log, as [`Store::snapshot`] reads
