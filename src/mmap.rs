@@ -40,7 +40,6 @@ use crate::format::{RECORD_ALIGN, SEGMENT_HEADER_LEN};
 pub(crate) struct Map {
     ptr: *const u8,
     len: usize,
-    stored: usize,
     committed: AtomicU64,
     backing: Backing,
     /// For a mapped read-only view ([`Map::copy_on_whole_read`]): the
@@ -51,9 +50,8 @@ pub(crate) struct Map {
 
 /// What `Map::ptr` points into, kept alive with it; its bytes are read
 /// only through `ptr`.
-#[allow(dead_code)]
 enum Backing {
-    Mapped(memmap2::Mmap),
+    Mapped(#[allow(dead_code)] memmap2::Mmap),
     Read(AlignedVec<RECORD_ALIGN>),
 }
 
@@ -82,7 +80,6 @@ impl Map {
         Ok(Map {
             ptr: map.as_ptr(),
             len,
-            stored: len,
             committed: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
             backing: Backing::Mapped(map),
             copy: None,
@@ -105,7 +102,6 @@ impl Map {
         Ok(Map {
             ptr: bytes.as_ptr(),
             len,
-            stored,
             committed: AtomicU64::new(SEGMENT_HEADER_LEN as u64),
             backing: Backing::Read(bytes),
             copy: None,
@@ -131,7 +127,10 @@ impl Map {
     /// How many of the file's first bytes can be viewed: all of them when
     /// mapped, those read when read.
     pub(crate) fn stored(&self) -> usize {
-        self.stored
+        match &self.backing {
+            Backing::Mapped(_) => self.len,
+            Backing::Read(bytes) => bytes.len(),
+        }
     }
 
     /// Whether the bytes were read into memory rather than mapped.
@@ -146,7 +145,7 @@ impl Map {
 
     /// Raises the committed offset; bytes below it become readable and frozen.
     pub(crate) fn publish(&self, end: u64) {
-        assert!(end as usize <= self.stored, "publish beyond the map");
+        assert!(end as usize <= self.stored(), "publish beyond the map");
         self.committed.fetch_max(end, Ordering::AcqRel);
     }
 
@@ -203,9 +202,9 @@ impl Map {
     /// committed bytes (module rules).
     pub(crate) fn with_view<R>(&self, start: usize, end: usize, f: impl FnOnce(&[u8]) -> R) -> R {
         assert!(
-            start <= end && end <= self.stored,
+            start <= end && end <= self.stored(),
             "view {start}..{end} outside the map (..{})",
-            self.stored
+            self.stored()
         );
         // SAFETY: in bounds of the stored bytes; by the module rules no write of
         // this process targets the range while the view lives, and the view
