@@ -1274,6 +1274,47 @@ fn creating_an_existing_id_is_refused_and_leaves_it_alone() {
     assert!(!store.exists(SessionId::new_v7()));
 }
 
+/// A creation looks for an existing session only once its `mkdir` finds
+/// the directory there: a session this store has not opened, whether
+/// another store holds it open or nobody does, is refused all the same.
+#[test]
+fn creating_an_id_another_store_has_or_had_is_refused_and_leaves_it_alone() {
+    let dir = tempdir();
+    let first = open(dir.path());
+    let id = SessionId::new_v7();
+    let mut head = first
+        .create_session_with_id(id, None, RequestConfig::default(), &[])
+        .unwrap();
+    first
+        .save_delta(id, &mut head, &[Item::user_text("mine")])
+        .unwrap();
+    let theirs = [Item::user_text("theirs")];
+    // Held open by the first store (synced, so no `CREATING` marker).
+    first.sync(id).unwrap();
+    let second = open(dir.path());
+    let err = second
+        .create_session_with_id(id, None, RequestConfig::default(), &theirs)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    // Nobody holds it.
+    first.close().unwrap();
+    drop(first);
+    let err = second
+        .create_session_with_id(id, None, RequestConfig::default(), &theirs)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert_eq!(second.head(id).unwrap(), Some(head));
+    assert_eq!(
+        second.restore(id).unwrap().history,
+        vec![Item::user_text("mine")]
+    );
+    // And the session still takes saves.
+    second
+        .save_delta(id, &mut head, &[Item::user_text("more")])
+        .unwrap();
+    assert_eq!(second.restore(id).unwrap().history.len(), 2);
+}
+
 /// Fails every write and sync under `sessions/` while armed.
 struct FailSessions(AtomicBool);
 

@@ -154,13 +154,11 @@ impl Store {
             }
         };
         let dir = self.session_dir(id);
-        // The common refusals, before anything is made or locked.
-        // A retired session's id stays taken until it is collected: its
-        // forks read it by that id.
-        if self.is_open_here(id)
-            || dir.join(CATALOG_FILE).exists() && !dir.join(CREATING_FILE).exists()
-            || self.is_retired(id)
-        {
+        // The refusals that need no look into `sessions/`, before anything
+        // is made or locked. A retired session's id stays taken until it
+        // is collected: its forks read it by that id. A session that
+        // exists is refused by `claim`, whose `mkdir` finds its directory.
+        if self.is_open_here(id) || self.is_retired(id) {
             return Err(already_exists(id));
         }
         let title = title.or_else(|| {
@@ -216,7 +214,17 @@ impl Store {
     fn claim(&self, id: SessionId, dir: &Path) -> Result<std::fs::File> {
         let lock_path = dir.join(LOCK_FILE);
         for _ in 0..CLAIM_TRIES {
-            hooked_fs::create_dir_new(dir, self.hook())?;
+            // A new id's directory is made with no look for it first: a
+            // look misses the directory cache and waits on `sessions/`
+            // behind every other creation's `mkdir`, which holds it while
+            // the file system allocates an inode (most of a creation's
+            // wait when many start at once). Only a directory that was
+            // there already can hold a session, refused here before its
+            // lock is taken.
+            let made = hooked_fs::create_dir_new(dir, self.hook())?;
+            if !made && dir.join(CATALOG_FILE).exists() && !dir.join(CREATING_FILE).exists() {
+                return Err(already_exists(id));
+            }
             let lock = match hooked_fs::lock_writer(&lock_path, self.hook()) {
                 Ok(lock) => lock,
                 Err(Error::Locked { .. }) => return Err(already_exists(id)),
