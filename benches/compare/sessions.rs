@@ -631,6 +631,9 @@ struct Report {
     /// The floor of any replay from a file per session: the median time of
     /// one pass of [`read_floor`].
     read_floor_s: f64,
+    /// The same floor with each session's file in a directory of its own,
+    /// listed before the read ([`FloorLayout::Dir`]).
+    dir_read_floor_s: f64,
     /// (`Store::open` + `restore`, `Log::open_read_only` + `restore`) of one session.
     one_session: (f64, f64),
     one_session_items: usize,
@@ -686,12 +689,22 @@ fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report 
         .len();
     let list = list.then(|| list_figures(root, w.ids.len(), reps));
     let floor_s = common::median((0..reps).map(|_| write_floor(&w)).collect());
-    let read_floor_s = common::median((0..reps).map(|_| read_floor(&w)).collect());
+    let read_floor_s = common::median(
+        (0..reps)
+            .map(|_| read_floor(&w, FloorLayout::File))
+            .collect(),
+    );
+    let dir_read_floor_s = common::median(
+        (0..reps)
+            .map(|_| read_floor(&w, FloorLayout::Dir))
+            .collect(),
+    );
     Report {
         w,
         figures,
         floor_s,
         read_floor_s,
+        dir_read_floor_s,
         one_session,
         one_session_items,
         list,
@@ -737,13 +750,30 @@ fn write_floor(w: &Sessions) -> f64 {
     })
 }
 
+/// How the sessions of a read floor lie on disk.
+#[derive(Clone, Copy, PartialEq)]
+enum FloorLayout {
+    /// A file per session, as the JSONL peer keeps them.
+    File,
+    /// A directory per session holding its one file, as a store whose
+    /// session is a directory keeps them: the read lists the directory
+    /// first, to find the file (session-store lists a session's directory
+    /// to find its segments).
+    Dir,
+}
+
 /// The least a replay costs that reads each session from a file of its
 /// own into owned items: one `std::fs::read` of the session's JSONL bytes
 /// (written before the clock, in the page cache as every system's are)
 /// and a clone of its items, built before the clock; no parse, no check,
-/// no hash. Returns the time for all sessions.
-fn read_floor(w: &Sessions) -> f64 {
+/// no hash. With [`FloorLayout::Dir`], each file is in a directory of its
+/// session's, listed before the read. Returns the time for all sessions.
+fn read_floor(w: &Sessions, layout: FloorLayout) -> f64 {
     let dir = crate::fresh();
+    let file = |name: &str| match layout {
+        FloorLayout::File => dir.path().join(name),
+        FloorLayout::Dir => dir.path().join(name).join("session.jsonl"),
+    };
     for (name, turns) in w.names.iter().zip(&w.turns) {
         let bytes: Vec<u8> = turns
             .iter()
@@ -753,7 +783,10 @@ fn read_floor(w: &Sessions) -> f64 {
                 line
             })
             .collect();
-        std::fs::write(dir.path().join(name), bytes).expect("write");
+        if layout == FloorLayout::Dir {
+            std::fs::create_dir(dir.path().join(name)).expect("mkdir");
+        }
+        std::fs::write(file(name), bytes).expect("write");
     }
     let start = Instant::now();
     let histories: Vec<(Vec<u8>, Vec<Item>)> = w
@@ -761,7 +794,16 @@ fn read_floor(w: &Sessions) -> f64 {
         .iter()
         .zip(&w.turns)
         .map(|(name, turns)| {
-            let text = std::fs::read(dir.path().join(name)).expect("read");
+            let path = match layout {
+                FloorLayout::File => file(name),
+                FloorLayout::Dir => std::fs::read_dir(dir.path().join(name))
+                    .expect("list")
+                    .next()
+                    .expect("a file")
+                    .expect("entry")
+                    .path(),
+            };
+            let text = std::fs::read(path).expect("read");
             (text, turns.iter().flatten().cloned().collect())
         })
         .collect();
@@ -1016,6 +1058,14 @@ fn print_targets(reports: &[Report]) {
             store.replay_s * 1e3,
             jsonl.replay_s / r.read_floor_s,
             store.replay_s / r.read_floor_s
+        );
+        println!(
+            "- {name}: bound: the same with each session's file in a directory of its own, listed before the read \
+             (a `read_dir` and one `std::fs::read` a session), takes {:.1} ms: no replay from a directory per session \
+             can beat JSONL by more than {:.2}× here; session-store takes {:.2}× this bound",
+            r.dir_read_floor_s * 1e3,
+            jsonl.replay_s / r.dir_read_floor_s,
+            store.replay_s / r.dir_read_floor_s
         );
         if name == "A" {
             target(
