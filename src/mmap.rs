@@ -86,19 +86,19 @@ impl Map {
         })
     }
 
-    /// The first `stored` bytes of `file`, `len` bytes long, read into
-    /// memory aligned as records are. Only for a read-only view, which sees
-    /// the file as it was when opened: bytes written later are not seen (a
-    /// map would show them, but a read-only view never looks past what its
-    /// open scanned).
-    pub(crate) fn read(file: &File, len: usize, stored: usize) -> io::Result<Map> {
+    /// A map of a file `len` bytes long whose first bytes were read into
+    /// memory ([`read_to`]), aligned as records are: `bytes` holds all that
+    /// can be viewed. Only for a read-only view, which sees the file as it
+    /// was when opened: bytes written later are not seen (a map would show
+    /// them, but a read-only view never looks past what its open scanned).
+    pub(crate) fn read(len: usize, bytes: AlignedVec<RECORD_ALIGN>) -> io::Result<Map> {
+        let stored = bytes.len();
         if stored > len || stored < SEGMENT_HEADER_LEN {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("cannot read {stored} bytes of a segment file of {len}"),
+                format!("cannot keep {stored} bytes of a segment file of {len}"),
             ));
         }
-        let bytes = read_prefix(file, stored)?;
         Ok(Map {
             ptr: bytes.as_ptr(),
             len,
@@ -193,8 +193,11 @@ impl Map {
         if committed > COPY_MAX || records == 0 || skipped * 2 > records {
             return None;
         }
-        cell.get_or_init(|| read_prefix(file, committed).ok())
-            .as_ref()
+        cell.get_or_init(|| {
+            let mut bytes = AlignedVec::new();
+            read_to(file, &mut bytes, committed).ok().map(|()| bytes)
+        })
+        .as_ref()
     }
 
     /// Runs `f` on a view of `start..end`, which may lie beyond the committed
@@ -219,14 +222,23 @@ impl Map {
 /// and a full 64 MiB one stays mapped.
 pub(crate) const COPY_MAX: usize = 8 << 20;
 
-/// The first `n` bytes of `file`, read into memory aligned as records are,
-/// without zeroing it first.
-fn read_prefix(file: &File, n: usize) -> io::Result<AlignedVec<RECORD_ALIGN>> {
-    let mut bytes = AlignedVec::<RECORD_ALIGN>::with_capacity(n);
-    let mut done = 0;
+/// Reads `file` on from `bytes.len()` to its byte `n` into `bytes`,
+/// without zeroing the room first; `bytes` is left as it was on an error.
+/// The end of the file before `n` is [`io::ErrorKind::UnexpectedEof`].
+pub(crate) fn read_to(
+    file: &File,
+    bytes: &mut AlignedVec<RECORD_ALIGN>,
+    n: usize,
+) -> io::Result<()> {
+    let from = bytes.len();
+    if n <= from {
+        return Ok(());
+    }
+    bytes.reserve_exact(n - from);
+    let mut done = from;
     while done < n {
         // SAFETY: the destination is the vector's spare capacity, which
-        // holds `n` bytes from its start (`with_capacity`), and `done < n`;
+        // holds `n` bytes from its start (`reserve_exact`), and `done < n`;
         // `pread` writes at most the count it is given.
         let got = unsafe {
             libc::pread(
@@ -247,10 +259,10 @@ fn read_prefix(file: &File, n: usize) -> io::Result<AlignedVec<RECORD_ALIGN>> {
             got => done += got as usize,
         }
     }
-    // SAFETY: `pread` has written every byte of `0..n`, which lies within
-    // the capacity.
+    // SAFETY: `pread` has written every byte of `from..n`, which lies within
+    // the capacity, and the bytes below `from` were initialized before.
     unsafe { bytes.set_len(n) };
-    Ok(bytes)
+    Ok(())
 }
 
 /// Reserves `len` bytes of real disk space for `file` (for a log that syncs:

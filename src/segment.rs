@@ -6,6 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use parking_lot::{Mutex, RwLock};
+use rkyv::util::AlignedVec;
 
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
@@ -250,14 +251,41 @@ pub(crate) struct ScanMode<'p> {
 /// here, so a tail read pays little more than it did.
 pub(crate) const READ_WHOLE_MAX: u64 = 128 << 10;
 
+/// How many bytes a read-only open reads first, before it asks where the
+/// data ends: the header, and all of a small session's records.
+const FIRST_READ: u64 = 16 << 10;
+
 /// How many of a segment file's first bytes a read-only open reads into
 /// memory (`Map::read`), or `None` to map it.
-fn read_whole_up_to(file: &HookedFile, writable: bool, len: u64) -> Option<u64> {
-    if writable {
-        return None;
-    }
+fn read_whole_up_to(file: &HookedFile, len: u64) -> Option<u64> {
     mmap::hole_at_or_after(file.file(), 0)
         .filter(|&hole| hole < len && (SEGMENT_HEADER_LEN as u64..=READ_WHOLE_MAX).contains(&hole))
+}
+
+/// A read-only open's map of `file` and the header bytes it read.
+///
+/// The header, and with it the durable mark, is read before the question
+/// of where the data ends (the first hole), never after: a mark then names
+/// only bytes that were written before that answer, though a writer may
+/// append and sync meanwhile. (Asked first, the answer could fall short of
+/// a mark written between the two, and the scan, stopping at the hole
+/// below the mark, reported damage on a healthy log.) The first
+/// [`FIRST_READ`] bytes are read with the header, so a small session costs
+/// one `pread` and one `lseek`.
+fn read_view(file: &HookedFile, len: u64) -> std::io::Result<(Map, Vec<u8>)> {
+    let mut bytes = AlignedVec::new();
+    mmap::read_to(file.file(), &mut bytes, len.min(FIRST_READ) as usize)?;
+    let header = bytes[..SEGMENT_HEADER_LEN].to_vec();
+    let map = match read_whole_up_to(file, len) {
+        Some(stored) => {
+            // Bytes past the hole were read as zeros: not the file's data.
+            bytes.resize((stored as usize).min(bytes.len()), 0);
+            mmap::read_to(file.file(), &mut bytes, stored as usize)?;
+            Map::read(len as usize, bytes)?
+        }
+        None => Map::new(file.file(), len as usize)?.copy_on_whole_read(),
+    };
+    Ok((map, header))
 }
 
 /// What [`ScanMode::past_mark`] runs: `Err` names what is wrong.
@@ -277,20 +305,12 @@ impl Segment {
         if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 || len > isize::MAX as u64 {
             return Err(corrupt(len, CorruptKind::Truncated));
         }
-        let map = match read_whole_up_to(&file, writable, len) {
-            Some(stored) => Map::read(file.file(), len as usize, stored as usize)
-                .map_err(io_err("read", path))?,
-            None => {
-                let map = Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?;
-                match writable {
-                    true => map,
-                    false => map.copy_on_whole_read(),
-                }
-            }
-        };
-        let header_bytes = match map.is_read() {
-            true => map.with_view(0, SEGMENT_HEADER_LEN, <[u8]>::to_vec),
-            false => file.read_exact_at(0, SEGMENT_HEADER_LEN)?,
+        let (map, header_bytes) = match writable {
+            true => (
+                Map::new(file.file(), len as usize).map_err(io_err("mmap", path))?,
+                file.read_exact_at(0, SEGMENT_HEADER_LEN)?,
+            ),
+            false => read_view(&file, len).map_err(io_err("read", path))?,
         };
         let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
         if header.segment_len > len {

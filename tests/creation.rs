@@ -150,6 +150,47 @@ struct Hold {
     released: (Mutex<bool>, Condvar),
 }
 
+impl Hold {
+    /// A hook that holds the creation of `id` before its `mkdir` (and a
+    /// rename into its place), and what says when one got there.
+    fn new(id: SessionId) -> (Arc<Hold>, mpsc::Receiver<()>) {
+        let (reached_tx, reached) = mpsc::channel();
+        let hold = Arc::new(Hold {
+            id: id.to_string(),
+            reached: Mutex::new(Some(reached_tx)),
+            released: (Mutex::new(false), Condvar::new()),
+        });
+        (hold, reached)
+    }
+
+    /// Lets every held creation go on.
+    fn release(&self) {
+        *self.released.0.lock().unwrap() = true;
+        self.released.1.notify_all();
+    }
+}
+
+/// A `Buffered` store at `root` whose creation of `id` (with `text`) has
+/// started on a thread and is held before its `mkdir` until released.
+fn held_creation(
+    root: &Path,
+    id: SessionId,
+    text: &'static str,
+) -> (
+    Arc<Hold>,
+    Store,
+    thread::JoinHandle<session_store::Result<()>>,
+) {
+    let (hold, reached) = Hold::new(id);
+    let store = store_with(root, Durability::Buffered, hold.clone());
+    let creation = {
+        let store = store.clone();
+        thread::spawn(move || create(&store, id, text))
+    };
+    reached.recv().unwrap();
+    (hold, store, creation)
+}
+
 impl IoHook for Hold {
     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
         let path = match op {
@@ -177,18 +218,7 @@ impl IoHook for Hold {
 fn creations_of_different_ids_do_not_wait_for_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let held = SessionId::new_v7();
-    let (reached_tx, reached) = mpsc::channel();
-    let hold = Arc::new(Hold {
-        id: held.to_string(),
-        reached: Mutex::new(Some(reached_tx)),
-        released: (Mutex::new(false), Condvar::new()),
-    });
-    let store = store_with(dir.path(), Durability::Buffered, hold.clone());
-    let slow = {
-        let store = store.clone();
-        thread::spawn(move || create(&store, held, "slow"))
-    };
-    reached.recv().unwrap();
+    let (hold, store, slow) = held_creation(dir.path(), held, "slow");
     // The held creation is in the middle of making its session; another id
     // goes ahead.
     let (done_tx, done) = mpsc::channel();
@@ -202,8 +232,7 @@ fn creations_of_different_ids_do_not_wait_for_each_other() {
         })
     };
     let went_ahead = done.recv_timeout(Duration::from_secs(20)).is_ok();
-    *hold.released.0.lock().unwrap() = true;
-    hold.released.1.notify_all();
+    hold.release();
     slow.join().unwrap().unwrap();
     fast.join().unwrap().unwrap();
     assert!(
@@ -525,10 +554,10 @@ fn a_fork_reopened_before_its_first_sync_keeps_its_empty_catalog_and_title() {
     assert_eq!((info.title.as_deref(), info.error), (Some("p"), None));
 }
 
-#[test]
-fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+/// A session of one item in a store at `root`, closed: its id and
+/// directory.
+fn closed_session(root: &Path) -> (SessionId, PathBuf) {
+    let store = Store::open(root).unwrap();
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[])
         .unwrap();
@@ -536,7 +565,13 @@ fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
         .save_delta(id, &mut head, &[Item::user_text("hello")])
         .unwrap();
     store.close().unwrap();
-    let session = dir.path().join("sessions").join(id.to_string());
+    (id, root.join("sessions").join(id.to_string()))
+}
+
+#[test]
+fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, session) = closed_session(dir.path());
     fs::remove_file(session.join("catalog")).unwrap();
 
     // A reader's open answers it from the directory listing it makes
@@ -554,4 +589,65 @@ fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
             other => panic!("expected NotFound, got {other:?}"),
         }
     }
+}
+
+/// A session whose listed segment cannot be opened (here a name left
+/// dangling; a writer's recovery removing a torn segment between a reader's
+/// listing and its open is the same) is that error, naming the file: the
+/// session is there, so it is not `NotFound`.
+#[test]
+fn a_listed_segment_that_cannot_be_opened_is_an_error_naming_it_not_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, session) = closed_session(dir.path());
+    let gone = session.join(format!("{:020}.seg", 0));
+    fs::rename(&gone, session.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(session.join("nowhere"), &gone).unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    for err in [
+        store.restore(id).map(|_| ()),
+        store.read_log(id).map(|_| ()),
+    ]
+    .map(|r| r.expect_err("a segment cannot be opened"))
+    {
+        match &err {
+            Error::Io { path, source, .. } => {
+                assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
+                assert_eq!(path, &gone, "{err}");
+            }
+            other => panic!("expected the open's error, got {other:?}"),
+        }
+    }
+}
+
+/// A retire between a creation's look for a retired id and its `mkdir`
+/// (another store's `delete_session` of a session that forks read) leaves
+/// the id taken: the creation is refused and the forks still read their
+/// parent.
+#[test]
+fn a_creation_racing_the_retire_of_its_id_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = SessionId::new_v7();
+    let other = Store::open(dir.path()).unwrap();
+    create(&other, id, "parent").unwrap();
+    let (fork, _) = other.fork_at_seq(id, 0).unwrap();
+    other.sync(id).unwrap();
+    other.sync(fork).unwrap();
+    // Held before its `mkdir`, past its look into `retired/`.
+    let (hold, creator, creation) = held_creation(dir.path(), id, "impostor");
+    let retired = other.delete_session(id).unwrap();
+    assert!(
+        matches!(retired, session_store::Deletion::Retired { .. }),
+        "{retired:?}"
+    );
+    hold.release();
+    let err = creation.join().unwrap().unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert!(
+        !creator.session_dir(id).exists(),
+        "the refused creation's directory stays"
+    );
+    assert_eq!(
+        other.restore(fork).unwrap().history,
+        vec![Item::user_text("parent")]
+    );
 }

@@ -420,9 +420,13 @@ impl Store {
             Log::open_read_only_in_store_if(&dir, self.inner.payloads.clone(), CATALOG_FILE)
         });
         match opened {
-            // No catalog, or no directory: not a session of this store.
+            // No catalog, or no directory: not a session of this store. A
+            // file of the session that went missing after the listing (a
+            // writer's recovery removing a torn segment) is that error.
             Err(Error::NotFound { .. }) => Err(Error::not_found(format!("session {id}"))),
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Io { source, path, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && path == dir =>
+            {
                 Err(Error::not_found(format!("session {id}")))
             }
             r => r,

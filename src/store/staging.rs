@@ -245,6 +245,13 @@ impl Store {
             }
             return match found(dir, &self.inner.payloads)? {
                 Found::Session => Err(already_exists(id)),
+                // Retired since the look before the `mkdir` (a retire is one
+                // rename out of `sessions/`, which the `mkdir` found done):
+                // the id stays taken while its forks read it.
+                Found::Leftover if self.is_retired(id) => {
+                    self.discard_creation(dir);
+                    Err(already_exists(id))
+                }
                 Found::Leftover => {
                     self.clear_leftover(dir)?;
                     Ok(lock)
