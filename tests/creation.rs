@@ -591,34 +591,6 @@ fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
     }
 }
 
-/// A session whose listed segment cannot be opened (here a name left
-/// dangling; a writer's recovery removing a torn segment between a reader's
-/// listing and its open is the same) is that error, naming the file: the
-/// session is there, so it is not `NotFound`.
-#[test]
-fn a_listed_segment_that_cannot_be_opened_is_an_error_naming_it_not_no_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let (id, session) = closed_session(dir.path());
-    let gone = session.join(format!("{:020}.seg", 0));
-    fs::rename(&gone, session.join("elsewhere")).unwrap();
-    std::os::unix::fs::symlink(session.join("nowhere"), &gone).unwrap();
-    let store = Store::open(dir.path()).unwrap();
-    for err in [
-        store.restore(id).map(|_| ()),
-        store.read_log(id).map(|_| ()),
-    ]
-    .map(|r| r.expect_err("a segment cannot be opened"))
-    {
-        match &err {
-            Error::Io { path, source, .. } => {
-                assert_eq!(source.kind(), io::ErrorKind::NotFound, "{err}");
-                assert_eq!(path, &gone, "{err}");
-            }
-            other => panic!("expected the open's error, got {other:?}"),
-        }
-    }
-}
-
 /// A retire between a creation's look for a retired id and its `mkdir`
 /// (another store's `delete_session` of a session that forks read) leaves
 /// the id taken: the creation is refused and the forks still read their

@@ -421,12 +421,12 @@ impl Store {
         });
         match opened {
             // No catalog, or no directory: not a session of this store. A
-            // file of the session that went missing after the listing (a
-            // writer's recovery removing a torn segment) is that error.
+            // file that went missing after the listing is too: a retire
+            // renames the whole directory away, and a fork's reader then
+            // looks in `retired/` (a file removed by a writer's recovery
+            // reads the same; see DESIGN.md).
             Err(Error::NotFound { .. }) => Err(Error::not_found(format!("session {id}"))),
-            Err(Error::Io { source, path, .. })
-                if source.kind() == std::io::ErrorKind::NotFound && path == dir =>
-            {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 Err(Error::not_found(format!("session {id}")))
             }
             r => r,
