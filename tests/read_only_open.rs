@@ -533,3 +533,102 @@ fn read_only_opens_racing_a_syncing_writer_see_no_damage() {
     }
     assert!(opens.load(Ordering::Relaxed) > 0);
 }
+
+/// The active segment of a store's session, and its newest durable mark.
+fn active_mark(store: &session_store::Store, id: session_store::SessionId) -> Option<Mark> {
+    let segs = segment_files(&store.session_dir(id));
+    mark_of(segs.last().unwrap())
+}
+
+fn said(text: &str) -> session_store::Item {
+    session_store::Item::assistant_text(text)
+}
+
+#[test]
+fn dropping_the_last_clone_of_a_store_closes_it() {
+    use session_store::{Item, RequestConfig, Store};
+    let dir = sweep_tempdir();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    let before = active_mark(&store, id);
+    for i in 0..3 {
+        store
+            .save_delta(id, &mut head, &[said(&format!("answer {i}"))])
+            .unwrap();
+    }
+    // Buffered saves: the mark lags them, and the drop of a clone that is
+    // not the last closes nothing.
+    let clone = store.clone();
+    drop(clone);
+    assert_eq!(active_mark(&store, id), before);
+    let next_seq = store.snapshot(id).unwrap().next_seq();
+    let dir_of = store.session_dir(id);
+    drop(store);
+    let mark = mark_of(segment_files(&dir_of).last().unwrap()).unwrap();
+    assert_eq!(mark.next_seq, next_seq, "the drop marked every record");
+    assert_eq!(mark.hash, head);
+}
+
+#[test]
+fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_it_out() {
+    use session_store::{Item, RequestConfig, Store};
+    let dir = sweep_tempdir();
+    let root = dir.path();
+    let first = Store::open(root).unwrap();
+    let (id, mut head) = first
+        .create_session(None, RequestConfig::default(), &[Item::user_text("q")])
+        .unwrap();
+    first.save_delta(id, &mut head, &[said("one")]).unwrap();
+    let marked = head;
+    first.close().unwrap();
+    drop(first);
+    let session = Store::open_read_only(root).unwrap().session_dir(id);
+    let kept = tempfile::tempdir().unwrap();
+    let copy = |from: &Path, to: &Path| {
+        for e in fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    };
+    copy(&session, kept.path());
+    // A writer appends past the mark and ends as a crash ends it.
+    let write = |text: &str| {
+        let writer = Store::open(root).unwrap();
+        let mut head = marked;
+        writer.save_delta(id, &mut head, &[said(text)]).unwrap();
+        writer.abandon();
+        head
+    };
+    let head_a = write("two A");
+    let viewer = Store::open_read_only(root).unwrap();
+    let mark = active_mark(&viewer, id).unwrap();
+    assert_eq!(mark.hash, marked, "the mark lags the last save");
+    let texts = |store: &Store| -> Vec<Item> { store.restore(id).unwrap().history };
+    let with_a = vec![Item::user_text("q"), said("one"), said("two A")];
+    assert_eq!(texts(&viewer), with_a);
+    // The same file of the same log, back to its state at the mark, and
+    // another record of the same length where "two A" ended: the view's
+    // hint names that end with a hash the record there no longer has.
+    fs::remove_dir_all(&session).unwrap();
+    fs::create_dir(&session).unwrap();
+    copy(kept.path(), &session);
+    let head_b = write("two B");
+    assert_ne!(head_b, head_a);
+    let with_b = vec![Item::user_text("q"), said("one"), said("two B")];
+    assert_eq!(texts(&viewer), with_b, "the view is the records', whole");
+    assert_eq!(viewer.head(id).unwrap(), Some(head_b));
+    // More records after the ones the view hashed: seen, chained from them.
+    let mut head = head_b;
+    let writer = Store::open(root).unwrap();
+    writer.save_delta(id, &mut head, &[said("three")]).unwrap();
+    writer.abandon();
+    let mut longer = with_b;
+    longer.push(said("three"));
+    assert_eq!(texts(&viewer), longer);
+    assert_eq!(viewer.head(id).unwrap(), Some(head));
+    assert!(viewer.verify(id).unwrap().damage.is_none());
+}

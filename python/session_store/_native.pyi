@@ -96,6 +96,8 @@ class Store:
     def sync(self, session_id: str) -> None:
         """Makes what this store appended to the session durable."""
     def close(self) -> None:
-        """Closes every open session."""
+        """Closes every open session: syncs it and marks its end, so that the
+        next open reads it without hashing it again. The store's last
+        reference going away closes it too, with errors unreported."""
     def __enter__(self) -> "Store": ...
     def __exit__(self, *args: object) -> None: ...

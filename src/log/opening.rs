@@ -178,10 +178,10 @@ fn open_last(
     let limit = seg.data_limit(FIRST_RECORD_OFFSET, limit);
     // A hint this process left for this very file of this log, within the
     // records: trusted as a durable mark is (CRCs only below it, and no
-    // payload check: this process wrote those payloads, and the store's
-    // next sync covers any it has not synced yet).
+    // payload check: this process wrote or checked those payloads, and a
+    // writer's next sync covers any it has not synced yet).
     let hint = hint
-        .filter(|h| writable && h.segment == seg.path && h.log_id == seg.header.log_id)
+        .filter(|h| h.segment == seg.path && h.log_id == seg.header.log_id)
         .map(|h| h.point)
         .filter(|p| p.next_seq >= seg.header.first_seq && p.end <= limit);
     let scan = scan_last(&seg, mark, limit, writable, hint, payloads.map(|p| p.check));
@@ -263,11 +263,44 @@ fn open_last(
 /// a writer scans them all, since it must tell damage below the mark from a
 /// torn tail.
 ///
-/// A writer's `hint` (see [`ReleaseHint`]) is trusted like a durable mark
-/// when it lies past the mark: below it only CRCs are checked, and the
-/// record that ends at it must have its hash, or the scan stops there as at
-/// any bad record. `past_mark` checks each record past the trusted point.
+/// A `hint` (see [`ReleaseHint`]) is trusted like a durable mark when it
+/// lies past the mark: below it only CRCs are checked (a read-only open
+/// leaves even those to the iterator, as below its mark), and the record
+/// that ends at it must have its hash, or the scan stops there as at any
+/// bad record. `past_mark` checks each record past the trusted point.
+///
+/// A read-only view holds its hint to more: the scan must reach the hint's
+/// end at a record boundary with the hint's hash. Otherwise (the records
+/// there differ, or end before it) the segment is scanned again as if
+/// there were no hint, so that the view is the records' alone.
 fn scan_last(
+    seg: &Segment,
+    mark: Option<Mark>,
+    limit: u64,
+    writable: bool,
+    hint: Option<Point>,
+    past_mark: Option<RecordCheck<'_>>,
+) -> Scan {
+    let durable = mark.filter(|m| m.next_seq >= seg.header.first_seq);
+    let hint = hint.filter(|p| durable.is_none_or(|m| p.end > m.end));
+    if writable {
+        return scan_last_trusting(seg, mark, limit, true, hint, past_mark);
+    }
+    if let Some(p) = hint {
+        let scan = scan_last_trusting(seg, mark, limit, false, Some(p), past_mark);
+        if scan
+            .checkpoint
+            .is_some_and(|c| c.end == p.end && c.hash == p.hash)
+        {
+            return scan;
+        }
+    }
+    scan_last_trusting(seg, mark, limit, false, None, past_mark)
+}
+
+/// [`scan_last`] trusting `hint` (one past the durable mark) as it would a
+/// mark. A read-only scan records its state at the hint (`checkpoint`).
+fn scan_last_trusting(
     seg: &Segment,
     mark: Option<Mark>,
     limit: u64,
@@ -277,10 +310,8 @@ fn scan_last(
 ) -> Scan {
     let h = seg.header;
     let durable = mark.filter(|m| m.next_seq >= h.first_seq);
-    let trusted = match hint {
-        Some(p) if durable.is_none_or(|m| p.end > m.end) => Some(Mark::at(0, p)),
-        _ => durable,
-    };
+    let trusted = hint.map(|p| Mark::at(0, p)).or(durable);
+    let hint_end = hint.map(|p| p.end).filter(|_| !writable);
     let skip = mark
         .filter(|_| !writable)
         .and_then(|m| mark_to_start_at(seg, m, limit));
@@ -296,7 +327,7 @@ fn scan_last(
                 crc_below_mark: writable,
                 // What the records say at the mark's end: a writer may keep
                 // a mark that lags but agrees with them (`cut_tail_and_mark`).
-                checkpoint: mark.filter(|_| writable).map(|m| m.end),
+                checkpoint: mark.filter(|_| writable).map(|m| m.end).or(hint_end),
                 past_mark,
             },
         );
@@ -307,10 +338,12 @@ fn scan_last(
         m.next_seq,
         m.hash,
         ScanMode {
-            trusted: None,
+            // A view's hint past the mark (a view this process read of this
+            // file before) is trusted from the mark on.
+            trusted: trusted.filter(|t| t.end > m.end),
             check_archives: false,
             crc_below_mark: false,
-            checkpoint: None,
+            checkpoint: hint_end,
             past_mark,
         },
     );

@@ -302,7 +302,7 @@ impl Log {
         let dir = dir.as_ref();
         match PayloadArea::of_session_dir(dir, &None) {
             Some(area) => Log::open_read_only_in_store(dir, area),
-            None => Log::read_only(dir, None, None),
+            None => Log::read_only(dir, None, None, None),
         }
     }
 
@@ -314,22 +314,55 @@ impl Log {
         dir: impl AsRef<Path>,
         payloads: Arc<PayloadArea>,
     ) -> Result<Log> {
-        Ok(Log::read_only(dir.as_ref(), Some(&payloads), None)?.with_payloads(payloads))
+        Ok(Log::read_only(dir.as_ref(), Some(&payloads), None, None)?.with_payloads(payloads))
     }
 
     /// [`Log::open_read_only_in_store`] of a directory that must also hold
     /// a file named `marker` (a session's catalog), or it is
     /// [`Error::NotFound`]: the directory listing the open makes anyway
     /// answers that, with no `stat` of its own.
+    ///
+    /// `hint` is what an earlier view of this process found
+    /// ([`Log::view_hint`]): the records up to it are not hashed again
+    /// when they still end there with its hash (see [`ReleaseHint`]).
     pub(crate) fn open_read_only_in_store_if(
         dir: impl AsRef<Path>,
         payloads: Arc<PayloadArea>,
         marker: &str,
+        hint: Option<&ReleaseHint>,
     ) -> Result<Log> {
-        Ok(Log::read_only(dir.as_ref(), Some(&payloads), Some(marker))?.with_payloads(payloads))
+        let log = Log::read_only(dir.as_ref(), Some(&payloads), Some(marker), hint)?;
+        Ok(log.with_payloads(payloads))
     }
 
-    fn read_only(dir: &Path, payloads: Option<&PayloadArea>, marker: Option<&str>) -> Result<Log> {
+    /// Where this read-only view found the records of its unsealed last
+    /// segment to end, when that lies past the segment's durable mark: the
+    /// records it hashed that the mark does not vouch for, which a later
+    /// view of this process can take as checked
+    /// ([`Log::open_read_only_in_store_if`]). `None` for a writer, a sealed
+    /// last segment, or a view that ends at the mark.
+    pub(crate) fn view_hint(&self) -> Option<ReleaseHint> {
+        if self.inner.writer.is_some() {
+            return None;
+        }
+        let p = self.inner.published.lock();
+        let seg = p.segments.last().expect("a log always has a segment");
+        let point = p.tip.point();
+        let sealed = seg.footer.lock().is_some();
+        let marked = seg.mark.lock().map(|m| m.end);
+        (!sealed && marked.is_none_or(|end| point.end > end)).then(|| ReleaseHint {
+            segment: seg.path.clone(),
+            log_id: self.inner.log_id,
+            point,
+        })
+    }
+
+    fn read_only(
+        dir: &Path,
+        payloads: Option<&PayloadArea>,
+        marker: Option<&str>,
+        hint: Option<&ReleaseHint>,
+    ) -> Result<Log> {
         let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, false));
         let never = || Ok(());
         let past_mark = payloads.map(|_| PayloadCheck {
@@ -364,7 +397,7 @@ impl Log {
             RecoveryMode::Strict,
             &None,
             PastMark {
-                hint: None,
+                hint,
                 payloads: past_mark,
             },
         )?;

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -65,6 +65,11 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// The directories of a store's root that an open makes when missing.
+/// The most sessions whose read-only views a store remembers
+/// (`Inner::viewed`); past it, it forgets them all and starts again. Each is
+/// a path and a point, about 200 bytes.
+const VIEW_HINTS: usize = 4096;
+
 const STORE_DIRS: [&str; 3] = ["sessions", "trash", "staging"];
 
 /// How to open a store.
@@ -231,6 +236,14 @@ struct Inner {
     /// catalog still holds exactly that, no writer has opened the session
     /// since, and the slot's numbers are the log's.
     released: Mutex<HashMap<SessionId, Released>>,
+    /// Where this store's read-only views of a session found records past
+    /// its durable mark to end (`Log::view_hint`): the next view hashes
+    /// only what lies past that, so that repeated reads of a session whose
+    /// writer has not marked it (another process's, or one that crashed)
+    /// do not hash the same records each time. At most `VIEW_HINTS`.
+    viewed: Mutex<HashMap<SessionId, crate::log::ReleaseHint>>,
+    /// Set by `Store::abandon`: the last drop closes nothing.
+    abandoned: AtomicBool,
     /// What fetches a session's evicted segments back before a read that
     /// reaches them (an archive, `Store::attach_archive`).
     fetcher: Mutex<Option<Arc<dyn FetchBack>>>,
@@ -254,9 +267,39 @@ pub(crate) trait FetchBack: Send + Sync {
 }
 
 /// A store of sessions. `Send + Sync`; clones are cheap and share everything.
+///
+/// Dropping the last clone closes the store as [`Store::close`] does, its
+/// failures unreported (call `close` to see them): without it, each session
+/// a `Buffered` store wrote would keep a durable mark that lags its records,
+/// and every later read-only open would hash the records past the mark again.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Two last clones dropped at once on two threads may both see the
+        // other and skip this: the store is then left as a crash leaves it,
+        // which every open recovers.
+        if Arc::strong_count(&self.inner) == 1
+            && self.inner.writable
+            && !self.inner.abandoned.load(Ordering::Acquire)
+        {
+            let _ = self.close();
+        }
+    }
+}
+
+#[cfg(feature = "whitebox")]
+impl Store {
+    /// Drops the store (every clone's drop after this too) without closing
+    /// anything, as the end of its process would leave it: the tests'
+    /// crash. Hidden, not a stable API (feature `whitebox`).
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        self.inner.abandoned.store(true, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -378,6 +421,8 @@ impl Store {
                 opened: (0..SHARDS).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
                 released: Mutex::new(HashMap::new()),
+                viewed: Mutex::new(HashMap::new()),
+                abandoned: AtomicBool::new(false),
                 fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),
                 open_ceiling: AtomicUsize::new(usize::MAX),

@@ -3,7 +3,7 @@
 
 use super::payloads::{plan, Planned};
 use super::staging::{user_item_text, user_text};
-use super::{now_ms, SessionHandle, Store};
+use super::{now_ms, SessionHandle, Store, VIEW_HINTS};
 use crate::catalog::CATALOG_FILE;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
@@ -411,14 +411,31 @@ impl Store {
     /// takes no lock, writes nothing and syncs nothing (a crashed writer's
     /// torn tail is left for the next writer to cut; the view ends before
     /// it, as that writer's will).
+    ///
+    /// A view remembers where the records it hashed past the durable mark
+    /// end, for the next view of the session (`Inner::viewed`).
     pub(super) fn reader(&self, id: SessionId) -> Result<Log> {
         if let Some(log) = self.open_log_here(id) {
             return Ok(log);
         }
         let dir = self.session_dir(id);
+        let hint = self.inner.viewed.lock().get(&id).cloned();
         let opened = self.making_room(|| {
-            Log::open_read_only_in_store_if(&dir, self.inner.payloads.clone(), CATALOG_FILE)
+            let payloads = self.inner.payloads.clone();
+            Log::open_read_only_in_store_if(&dir, payloads, CATALOG_FILE, hint.as_ref())
         });
+        if let Ok(log) = &opened {
+            let mut viewed = self.inner.viewed.lock();
+            match log.view_hint() {
+                Some(found) => {
+                    if viewed.len() >= VIEW_HINTS && !viewed.contains_key(&id) {
+                        viewed.clear();
+                    }
+                    viewed.insert(id, found);
+                }
+                None => drop(viewed.remove(&id)),
+            }
+        }
         match opened {
             // No catalog, or no directory: not a session of this store. A
             // file that went missing after the listing is too: a retire
