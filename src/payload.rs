@@ -577,10 +577,7 @@ pub(crate) fn check_archive(
             "a payload refers to another payload".into(),
         ));
     }
-    for text in item.json_texts() {
-        serde_json::from_str::<serde::de::IgnoredAny>(text)
-            .map_err(|e| PayloadProblem::Invalid(format!("JSON payload is not valid JSON: {e}")))?;
-    }
+    item.check_json_texts(|text| crate::schema::check_json(text).map_err(PayloadProblem::Invalid))?;
     Ok(item)
 }
 

@@ -714,32 +714,39 @@ impl ArchivedLoggedItem {
         }
     }
 
-    /// Every JSON text the archived item holds: they must be valid JSON so
-    /// that what is read can be exported.
-    pub(crate) fn json_texts(&self) -> Vec<&str> {
-        let mut out = Vec::new();
+    /// Hands `check` every JSON text the archived item holds, in order, up
+    /// to its first failure: they must be valid JSON so that what is read
+    /// can be exported. (A read checks every item it reads, so this
+    /// allocates nothing.)
+    pub(crate) fn check_json_texts<E>(
+        &self,
+        mut check: impl FnMut(&str) -> Result<(), E>,
+    ) -> Result<(), E> {
         let parts = match self {
             ArchivedLoggedItem::Message { content, .. } => content.as_slice(),
             ArchivedLoggedItem::ToolOutput { output, .. } => match output.as_ref() {
                 Some(ArchivedLoggedToolOutput::Parts(parts)) => parts.as_slice(),
                 _ => &[],
             },
-            ArchivedLoggedItem::Opaque { json, .. } => return vec![json.as_str()],
+            ArchivedLoggedItem::Opaque { json, .. } => return check(json.as_str()),
             _ => &[],
         };
         for part in parts {
             match part {
-                ArchivedLoggedContentPart::OutputText(p) => out.extend(
-                    p.annotations
+                ArchivedLoggedContentPart::OutputText(p) => {
+                    for json in p
+                        .annotations
                         .as_ref()
                         .into_iter()
                         .chain(p.logprobs.as_ref())
-                        .map(|j| j.as_str()),
-                ),
-                ArchivedLoggedContentPart::Opaque { json } => out.push(json.as_str()),
+                    {
+                        check(json.as_str())?;
+                    }
+                }
+                ArchivedLoggedContentPart::Opaque { json } => check(json.as_str())?,
                 _ => {}
             }
         }
-        out
+        Ok(())
     }
 }
