@@ -48,6 +48,21 @@ pub struct AsyncStore {
     store: Store,
 }
 
+/// The last handle of a store closes it (see [`Store`]): dropped inside a
+/// runtime, that close runs on the blocking pool, not on the worker that
+/// drops it.
+impl Drop for AsyncStore {
+    fn drop(&mut self) {
+        if !self.store.is_last_handle() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = self.store.clone();
+            drop(runtime.spawn_blocking(move || drop(store)));
+        }
+    }
+}
+
 impl AsyncStore {
     /// Wraps a store.
     pub fn new(store: Store) -> AsyncStore {

@@ -207,6 +207,9 @@ pub(crate) struct Scan {
     /// The state at [`ScanMode::checkpoint`], if the scan reached that offset
     /// on a record boundary: what a mark there must name.
     pub(crate) checkpoint: Option<Point>,
+    /// Whether the scan reached [`ScanMode::trusted`]'s end on a record
+    /// boundary, the record there having its hash.
+    pub(crate) trusted_reached: bool,
 }
 
 impl Scan {
@@ -628,6 +631,7 @@ pub(crate) fn scan_bytes(
         last_session_start: None,
         stop: None,
         checkpoint: None,
+        trusted_reached: false,
     };
     let trusted = mode
         .trusted
@@ -644,6 +648,7 @@ pub(crate) fn scan_bytes(
             if off as u64 == m.end {
                 hash = m.hash;
                 hash_known = true;
+                scan.trusted_reached = true;
             }
         }
         if hash_known && mode.checkpoint == Some(off as u64) {

@@ -259,3 +259,44 @@ fn a_subscription_stream_yields_every_entry_once_in_order() {
         drop(stream);
     });
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_last_async_store_dropped_closes_on_the_blocking_pool_not_the_worker() {
+    use session_store::{IoHook, IoOp};
+    use std::sync::Mutex;
+    struct Syncs(Mutex<Vec<std::thread::ThreadId>>);
+    impl IoHook for Syncs {
+        fn before(&self, op: &IoOp<'_>) -> std::io::Result<()> {
+            if matches!(op, IoOp::Sync { .. }) {
+                self.0.lock().unwrap().push(std::thread::current().id());
+            }
+            Ok(())
+        }
+    }
+    let hook = Arc::new(Syncs(Mutex::new(Vec::new())));
+    let dir = tempfile::tempdir().unwrap();
+    let opts = StoreOptions::default().log(LogOptions::default().hook(hook.clone()));
+    let store = AsyncStore::new(Store::open_with(dir.path(), opts).unwrap());
+    let (id, head) = store
+        .create_session(None, RequestConfig::default(), vec![Item::user_text("hi")])
+        .await
+        .unwrap();
+    store
+        .append(id, head, vec![Item::assistant_text("hello")])
+        .await
+        .unwrap();
+    hook.0.lock().unwrap().clear();
+    // On the runtime's only worker, this test's thread.
+    drop(store);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hook.0.lock().unwrap().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let syncs = hook.0.lock().unwrap().clone();
+    assert!(!syncs.is_empty(), "the drop closed the store (its sync)");
+    let me = std::thread::current().id();
+    assert!(
+        syncs.iter().all(|t| *t != me),
+        "the close synced on the runtime's worker"
+    );
+}

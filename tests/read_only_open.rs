@@ -572,6 +572,33 @@ fn dropping_the_last_clone_of_a_store_closes_it() {
 }
 
 #[test]
+fn a_subscription_holding_the_last_clone_of_a_store_closes_it_when_dropped() {
+    use session_store::{Item, RequestConfig, Store};
+    let dir = sweep_tempdir();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    for i in 0..3 {
+        store
+            .save_delta(id, &mut head, &[said(&format!("answer {i}"))])
+            .unwrap();
+    }
+    let next_seq = store.snapshot(id).unwrap().next_seq();
+    let session = store.session_dir(id);
+    // It follows the session through the log this store has open.
+    let followed = store.subscribe(id, 0).unwrap();
+    drop(store);
+    drop(followed);
+    let mark = mark_of(segment_files(&session).last().unwrap());
+    assert_eq!(
+        mark.map(|m| m.next_seq),
+        Some(next_seq),
+        "the drop marked every record"
+    );
+}
+
+#[test]
 fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_it_out() {
     use session_store::{Item, RequestConfig, Store};
     let dir = sweep_tempdir();
@@ -586,15 +613,7 @@ fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_
     drop(first);
     let session = Store::open_read_only(root).unwrap().session_dir(id);
     let kept = tempfile::tempdir().unwrap();
-    let copy = |from: &Path, to: &Path| {
-        for e in fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            if e.file_type().unwrap().is_file() {
-                fs::copy(e.path(), to.join(e.file_name())).unwrap();
-            }
-        }
-    };
-    copy(&session, kept.path());
+    engine::copy_tree(&session, kept.path());
     // A writer appends past the mark and ends as a crash ends it.
     let write = |text: &str| {
         let writer = Store::open(root).unwrap();
@@ -614,8 +633,7 @@ fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_
     // another record of the same length where "two A" ended: the view's
     // hint names that end with a hash the record there no longer has.
     fs::remove_dir_all(&session).unwrap();
-    fs::create_dir(&session).unwrap();
-    copy(kept.path(), &session);
+    engine::copy_tree(kept.path(), &session);
     let head_b = write("two B");
     assert_ne!(head_b, head_a);
     let with_b = vec![Item::user_text("q"), said("one"), said("two B")];

@@ -3,6 +3,8 @@
 //! deletion, hostile ids, concurrent writers, subscriptions, the ready-to-send
 //! check, import, and listing after a crash.
 
+mod engine;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io;
@@ -3194,4 +3196,52 @@ fn a_released_session_reopens_past_its_durable_mark_without_a_sync() {
     let reopened = Store::open(dir.path()).unwrap();
     assert_eq!(reopened.restore(a).unwrap().history, stripped(&expected));
     assert!(reopened.verify(a).unwrap().damage.is_none());
+}
+
+#[test]
+fn a_released_sessions_hint_that_its_records_no_longer_bear_out_cuts_nothing() {
+    let dir = tempdir();
+    let root = dir.path();
+    let first = Store::open(root).unwrap();
+    let (a, mut marked) = first
+        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
+        .unwrap();
+    first.save_delta(a, &mut marked, &[answer("one")]).unwrap();
+    first.close().unwrap();
+    drop(first);
+    let session = Store::open(root).unwrap().session_dir(a);
+    let kept = tempdir();
+    engine::copy_tree(&session, kept.path());
+    // This store lets A go with a hint at the end of "two A", past its mark.
+    let store = Store::open_with(root, StoreOptions::default().max_open_sessions(1)).unwrap();
+    let mut head_a = marked;
+    store
+        .save_delta(a, &mut head_a, &[answer("two A")])
+        .unwrap();
+    let (b, mut head_b) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("b")])
+        .unwrap();
+    store.save_delta(b, &mut head_b, &[answer("b1")]).unwrap();
+    // Meanwhile A's file goes back to its state at the mark, and another
+    // writer appends a record of the same length where "two A" ended, then
+    // stops as a crash stops it.
+    fs::remove_dir_all(&session).unwrap();
+    engine::copy_tree(kept.path(), &session);
+    let other = Store::open(root).unwrap();
+    let mut head = marked;
+    other.save_delta(a, &mut head, &[answer("two B")]).unwrap();
+    other.abandon();
+    assert_ne!(head, head_a);
+    // The reopen with the stale hint reads the records as they are: nothing
+    // is cut, and the save goes on from "two B".
+    store.save_delta(a, &mut head, &[answer("three")]).unwrap();
+    let expected = [
+        Item::user_text("a"),
+        answer("one"),
+        answer("two B"),
+        answer("three"),
+    ];
+    assert_eq!(store.restore(a).unwrap().history, stripped(&expected));
+    assert!(store.verify(a).unwrap().damage.is_none());
+    store.close().unwrap();
 }

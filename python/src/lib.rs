@@ -367,6 +367,23 @@ struct Store {
     durability: &'static str,
 }
 
+/// A store that Python lets go closes as `close` does (the crate's store
+/// closes on its last drop), its failures unreported, and without the GIL:
+/// the close syncs what was saved, and other threads go on meanwhile.
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.inner.is_read_only() {
+            return;
+        }
+        let inner = &self.inner;
+        Python::with_gil(|py| {
+            py.allow_threads(|| {
+                let _ = inner.close();
+            })
+        });
+    }
+}
+
 #[pymethods]
 impl Store {
     #[new]

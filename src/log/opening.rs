@@ -266,13 +266,13 @@ fn open_last(
 /// A `hint` (see [`ReleaseHint`]) is trusted like a durable mark when it
 /// lies past the mark: below it only CRCs are checked (a read-only open
 /// leaves even those to the iterator, as below its mark), and the record
-/// that ends at it must have its hash, or the scan stops there as at any
-/// bad record. `past_mark` checks each record past the trusted point.
+/// that ends at it must have its hash. `past_mark` checks each record past
+/// the trusted point.
 ///
-/// A read-only view holds its hint to more: the scan must reach the hint's
-/// end at a record boundary with the hint's hash. Otherwise (the records
-/// there differ, or end before it) the segment is scanned again as if
-/// there were no hint, so that the view is the records' alone.
+/// A scan that does not reach the hint on a record boundary with its hash
+/// (the records there differ, after a Salvage and new appends, or end before
+/// it), or that ends below it, is done again as if there were no hint: the
+/// log is then the records' alone, not cut at the hint.
 fn scan_last(
     seg: &Segment,
     mark: Option<Mark>,
@@ -282,24 +282,17 @@ fn scan_last(
     past_mark: Option<RecordCheck<'_>>,
 ) -> Scan {
     let durable = mark.filter(|m| m.next_seq >= seg.header.first_seq);
-    let hint = hint.filter(|p| durable.is_none_or(|m| p.end > m.end));
-    if writable {
-        return scan_last_trusting(seg, mark, limit, true, hint, past_mark);
-    }
-    if let Some(p) = hint {
-        let scan = scan_last_trusting(seg, mark, limit, false, Some(p), past_mark);
-        if scan
-            .checkpoint
-            .is_some_and(|c| c.end == p.end && c.hash == p.hash)
-        {
+    if let Some(p) = hint.filter(|p| durable.is_none_or(|m| p.end > m.end)) {
+        let scan = scan_last_trusting(seg, mark, limit, writable, Some(p), past_mark);
+        if scan.trusted_reached && scan.end >= p.end {
             return scan;
         }
     }
-    scan_last_trusting(seg, mark, limit, false, None, past_mark)
+    scan_last_trusting(seg, mark, limit, writable, None, past_mark)
 }
 
-/// [`scan_last`] trusting `hint` (one past the durable mark) as it would a
-/// mark. A read-only scan records its state at the hint (`checkpoint`).
+/// [`scan_last`] trusting `hint`, one past the durable mark, as it would a
+/// mark.
 fn scan_last_trusting(
     seg: &Segment,
     mark: Option<Mark>,
@@ -311,7 +304,6 @@ fn scan_last_trusting(
     let h = seg.header;
     let durable = mark.filter(|m| m.next_seq >= h.first_seq);
     let trusted = hint.map(|p| Mark::at(0, p)).or(durable);
-    let hint_end = hint.map(|p| p.end).filter(|_| !writable);
     let skip = mark
         .filter(|_| !writable)
         .and_then(|m| mark_to_start_at(seg, m, limit));
@@ -327,7 +319,7 @@ fn scan_last_trusting(
                 crc_below_mark: writable,
                 // What the records say at the mark's end: a writer may keep
                 // a mark that lags but agrees with them (`cut_tail_and_mark`).
-                checkpoint: mark.filter(|_| writable).map(|m| m.end).or(hint_end),
+                checkpoint: mark.filter(|_| writable).map(|m| m.end),
                 past_mark,
             },
         );
@@ -343,7 +335,7 @@ fn scan_last_trusting(
             trusted: trusted.filter(|t| t.end > m.end),
             check_archives: false,
             crc_below_mark: false,
-            checkpoint: hint_end,
+            checkpoint: None,
             past_mark,
         },
     );

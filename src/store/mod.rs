@@ -64,12 +64,12 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The directories of a store's root that an open makes when missing.
 /// The most sessions whose read-only views a store remembers
 /// (`Inner::viewed`); past it, it forgets them all and starts again. Each is
 /// a path and a point, about 200 bytes.
 const VIEW_HINTS: usize = 4096;
 
+/// The directories of a store's root that an open makes when missing.
 const STORE_DIRS: [&str; 3] = ["sessions", "trash", "staging"];
 
 /// How to open a store.
@@ -244,6 +244,9 @@ struct Inner {
     viewed: Mutex<HashMap<SessionId, crate::log::ReleaseHint>>,
     /// Set by `Store::abandon`: the last drop closes nothing.
     abandoned: AtomicBool,
+    /// `Store` values sharing this (an `Arc` count would not tell two last
+    /// drops at once apart): the one that takes it to none closes.
+    handles: AtomicUsize,
     /// What fetches a session's evicted segments back before a read that
     /// reaches them (an archive, `Store::attach_archive`).
     fetcher: Mutex<Option<Arc<dyn FetchBack>>>,
@@ -272,22 +275,40 @@ pub(crate) trait FetchBack: Send + Sync {
 /// failures unreported (call `close` to see them): without it, each session
 /// a `Buffered` store wrote would keep a durable mark that lags its records,
 /// and every later read-only open would hash the records past the mark again.
-#[derive(Clone)]
+/// (An `AsyncStore` dropped inside a runtime closes on
+/// its blocking pool.)
 pub struct Store {
     inner: Arc<Inner>,
 }
 
+impl Clone for Store {
+    fn clone(&self) -> Store {
+        self.inner.handles.fetch_add(1, Ordering::Relaxed);
+        Store {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
 impl Drop for Store {
     fn drop(&mut self) {
-        // Two last clones dropped at once on two threads may both see the
-        // other and skip this: the store is then left as a crash leaves it,
-        // which every open recovers.
-        if Arc::strong_count(&self.inner) == 1
+        // Exactly one drop sees the count fall to none, however many run
+        // at once (the release orders every clone's work before it).
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1
             && self.inner.writable
             && !self.inner.abandoned.load(Ordering::Acquire)
         {
             let _ = self.close();
         }
+    }
+}
+
+impl Store {
+    /// Whether no other `Store` shares this one's sessions (its drop would
+    /// close them).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn is_last_handle(&self) -> bool {
+        self.inner.handles.load(Ordering::Acquire) == 1
     }
 }
 
@@ -423,6 +444,7 @@ impl Store {
                 released: Mutex::new(HashMap::new()),
                 viewed: Mutex::new(HashMap::new()),
                 abandoned: AtomicBool::new(false),
+                handles: AtomicUsize::new(1),
                 fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),
                 open_ceiling: AtomicUsize::new(usize::MAX),

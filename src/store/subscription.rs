@@ -53,9 +53,11 @@ enum Source {
 
 /// A blocking iterator over a session's entries, present and future.
 pub struct Subscription {
+    // Dropped before `store`: when that is the store's last handle, its
+    // close must find the session's log no longer shared.
+    source: Source,
     store: Store,
     id: SessionId,
-    source: Source,
     next: u64,
     poll: Duration,
     failures: u32,
