@@ -143,6 +143,9 @@ pub use schema::{
     LoggedOutputText, LoggedPayloadRef, LoggedRole, LoggedToolOutput, RequestConfig, SessionId,
     SessionOrigin, WorkerResult, MAX_JSON_DEPTH,
 };
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub use segment::links_hashed_by_opens;
 pub use state::{
     check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
 };

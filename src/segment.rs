@@ -614,6 +614,22 @@ struct BatchStart {
     last_start: Option<(usize, usize)>,
 }
 
+#[cfg(feature = "whitebox")]
+thread_local! {
+    /// Records whose chain link an open's scan hashed on this thread.
+    static LINKS_HASHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many records the scans of log opens on this thread have hashed so
+/// far (not counting those below a trusted point, which are not): what a
+/// test reads to see that a shortcut was taken. Hidden, not a stable API
+/// (feature `whitebox`).
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub fn links_hashed_by_opens() -> u64 {
+    LINKS_HASHED.with(|n| n.get())
+}
+
 /// The scan itself, over the bytes `0..limit` of a segment.
 pub(crate) fn scan_bytes(
     bytes: &[u8],
@@ -689,6 +705,8 @@ pub(crate) fn scan_bytes(
         } else {
             hash = rec.link();
             hash_known = true;
+            #[cfg(feature = "whitebox")]
+            LINKS_HASHED.with(|n| n.set(n.get() + 1));
         }
         if h.continues && batch_open.is_none() {
             batch_open = Some(BatchStart {

@@ -628,7 +628,17 @@ fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_
     assert_eq!(mark.hash, marked, "the mark lags the last save");
     let texts = |store: &Store| -> Vec<Item> { store.restore(id).unwrap().history };
     let with_a = vec![Item::user_text("q"), said("one"), said("two A")];
+    let hashed = session_store::links_hashed_by_opens;
+    let before = hashed();
     assert_eq!(texts(&viewer), with_a);
+    assert!(
+        hashed() > before,
+        "the first view hashes what lies past the mark"
+    );
+    // The next view trusts what the first hashed.
+    let before = hashed();
+    assert_eq!(texts(&viewer), with_a);
+    assert_eq!(hashed(), before, "the second view hashed records again");
     // The same file of the same log, back to its state at the mark, and
     // another record of the same length where "two A" ended: the view's
     // hint names that end with a hash the record there no longer has.
