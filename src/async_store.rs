@@ -45,20 +45,21 @@ const STREAM_CHECK: Duration = Duration::from_millis(200);
 /// ```
 #[derive(Clone, Debug)]
 pub struct AsyncStore {
-    store: Store,
+    /// Taken only by the drop.
+    store: Option<Store>,
 }
 
 /// The last handle of a store closes it (see [`Store`]): dropped inside a
 /// runtime, that close runs on the blocking pool, not on the worker that
-/// drops it.
+/// drops it, however many handles are dropped at once.
 impl Drop for AsyncStore {
     fn drop(&mut self) {
-        if !self.store.is_last_handle() {
+        let Some(last) = self.store.take().and_then(Store::into_last) else {
             return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let store = self.store.clone();
-            drop(runtime.spawn_blocking(move || drop(store)));
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || drop(last))),
+            Err(_) => drop(last),
         }
     }
 }
@@ -66,12 +67,14 @@ impl Drop for AsyncStore {
 impl AsyncStore {
     /// Wraps a store.
     pub fn new(store: Store) -> AsyncStore {
-        AsyncStore { store }
+        AsyncStore { store: Some(store) }
     }
 
     /// The store, for the calls that need no disk (or a blocking context).
     pub fn store(&self) -> &Store {
-        &self.store
+        self.store
+            .as_ref()
+            .expect("the store is taken only by the drop")
     }
 
     /// Runs `f` on the blocking pool with a clone of the store.
@@ -80,7 +83,7 @@ impl AsyncStore {
         T: Send + 'static,
         F: FnOnce(&Store) -> Result<T> + Send + 'static,
     {
-        let store = self.store.clone();
+        let store = self.store().clone();
         match tokio::task::spawn_blocking(move || f(&store)).await {
             Ok(result) => result,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

@@ -300,3 +300,68 @@ async fn the_last_async_store_dropped_closes_on_the_blocking_pool_not_the_worker
         "the close synced on the runtime's worker"
     );
 }
+
+#[test]
+fn of_two_async_stores_dropped_at_once_on_two_workers_neither_closes_there() {
+    use session_store::{IoHook, IoOp};
+    use std::cell::Cell;
+    use std::sync::Barrier;
+    thread_local! {
+        static DROPPING: Cell<bool> = const { Cell::new(false) };
+    }
+    /// Syncs made by a thread while it drops an `AsyncStore`.
+    struct OnDropper(AtomicU64);
+    impl IoHook for OnDropper {
+        fn before(&self, op: &IoOp<'_>) -> std::io::Result<()> {
+            if matches!(op, IoOp::Sync { .. }) && DROPPING.with(Cell::get) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(3)
+        .enable_all()
+        .build()
+        .unwrap();
+    let hook = Arc::new(OnDropper(AtomicU64::new(0)));
+    let mut closed_on_a_worker = 0;
+    let rounds = 300;
+    for _ in 0..rounds {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = StoreOptions::default().log(LogOptions::default().hook(hook.clone()));
+        let store = Store::open_with(dir.path(), opts).unwrap();
+        let (id, mut head) = store
+            .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+            .unwrap();
+        // Unsynced, so that the close syncs.
+        store
+            .save_delta(id, &mut head, &[Item::assistant_text("hello")])
+            .unwrap();
+        let a = AsyncStore::new(store);
+        let b = a.clone();
+        let barrier = Arc::new(Barrier::new(2));
+        let before = hook.0.load(Ordering::Relaxed);
+        runtime.block_on(async {
+            let drop_on_a_worker = |s: AsyncStore, barrier: Arc<Barrier>| {
+                tokio::spawn(async move {
+                    barrier.wait();
+                    DROPPING.with(|d| d.set(true));
+                    drop(s);
+                    DROPPING.with(|d| d.set(false));
+                })
+            };
+            let x = drop_on_a_worker(a, barrier.clone());
+            let y = drop_on_a_worker(b, barrier);
+            x.await.unwrap();
+            y.await.unwrap();
+        });
+        if hook.0.load(Ordering::Relaxed) > before {
+            closed_on_a_worker += 1;
+        }
+    }
+    assert_eq!(
+        closed_on_a_worker, 0,
+        "{closed_on_a_worker} of {rounds} last drops synced on a runtime worker"
+    );
+}

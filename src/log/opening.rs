@@ -282,7 +282,11 @@ fn scan_last(
     past_mark: Option<RecordCheck<'_>>,
 ) -> Scan {
     let durable = mark.filter(|m| m.next_seq >= seg.header.first_seq);
-    if let Some(p) = hint.filter(|p| durable.is_none_or(|m| p.end > m.end)) {
+    // A hint names at least one record: at the segment's first record
+    // offset it would be "reached" before any check, with its hash in
+    // place of the header's start hash.
+    let past = |p: &Point| p.end > FIRST_RECORD_OFFSET && durable.is_none_or(|m| p.end > m.end);
+    if let Some(p) = hint.filter(past) {
         let scan = scan_last_trusting(seg, mark, limit, writable, Some(p), past_mark);
         if scan.trusted_reached && scan.end >= p.end {
             return scan;

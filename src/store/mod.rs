@@ -276,9 +276,15 @@ pub(crate) trait FetchBack: Send + Sync {
 /// a `Buffered` store wrote would keep a durable mark that lags its records,
 /// and every later read-only open would hash the records past the mark again.
 /// (An `AsyncStore` dropped inside a runtime closes on
-/// its blocking pool.)
+/// its blocking pool.) A session whose log a caller still holds then
+/// ([`Store::log`], [`Store::read_log`] of a session this store writes, a
+/// [`SessionHandle`]) is left to that handle, whose drop closes nothing:
+/// call [`Log::close`] on it.
 pub struct Store {
     inner: Arc<Inner>,
+    /// Whether this handle is still counted in `Inner::handles` (false once
+    /// `Store::into_last` gave its count back).
+    counted: bool,
 }
 
 impl Clone for Store {
@@ -286,6 +292,7 @@ impl Clone for Store {
         self.inner.handles.fetch_add(1, Ordering::Relaxed);
         Store {
             inner: self.inner.clone(),
+            counted: true,
         }
     }
 }
@@ -294,7 +301,8 @@ impl Drop for Store {
     fn drop(&mut self) {
         // Exactly one drop sees the count fall to none, however many run
         // at once (the release orders every clone's work before it).
-        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1
+        if self.counted
+            && self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1
             && self.inner.writable
             && !self.inner.abandoned.load(Ordering::Acquire)
         {
@@ -304,11 +312,24 @@ impl Drop for Store {
 }
 
 impl Store {
-    /// Whether no other `Store` shares this one's sessions (its drop would
-    /// close them).
+    /// This handle if it is the store's last (its drop closes the store);
+    /// otherwise it lets go, closing nothing, and gives `None`. Of several
+    /// handles let go at once exactly one gets `Some`, as a plain drop
+    /// would close, so that the caller can move that close elsewhere.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn is_last_handle(&self) -> bool {
-        self.inner.handles.load(Ordering::Acquire) == 1
+    pub(crate) fn into_last(mut self) -> Option<Store> {
+        let handles = &self.inner.handles;
+        let mut n = handles.load(Ordering::Acquire);
+        while n > 1 {
+            match handles.compare_exchange_weak(n, n - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.counted = false;
+                    return None;
+                }
+                Err(now) => n = now,
+            }
+        }
+        Some(self)
     }
 }
 
@@ -431,6 +452,7 @@ impl Store {
 
     fn with_parts(root: PathBuf, opts: StoreOptions, writable: bool) -> Store {
         Store {
+            counted: true,
             inner: Arc::new(Inner {
                 writable,
                 cache: OnceLock::new(),
