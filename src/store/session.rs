@@ -453,7 +453,9 @@ impl Store {
     /// A read-only view of the session's log, as [`Store::snapshot`] reads
     /// it (this store's writer when it has the session open): its records'
     /// references to large items resolve in the store's payload area.
-    /// Takes no lock and writes nothing.
+    /// Takes no lock and writes nothing. A writer so returned that outlives
+    /// the store's last handle keeps the session open, and its drop closes
+    /// nothing (see [`Store`]): call [`Log::close`] on it.
     pub fn read_log(&self, id: SessionId) -> Result<Log> {
         self.reader(id)
     }
