@@ -544,20 +544,27 @@ fn said(text: &str) -> session_store::Item {
     session_store::Item::assistant_text(text)
 }
 
-#[test]
-fn dropping_the_last_clone_of_a_store_closes_it() {
+/// A store with a session of three `Buffered` saves after its creation,
+/// none synced.
+fn three_saves(root: &Path) -> (session_store::Store, session_store::SessionId, EntryHash) {
     use session_store::{Item, RequestConfig, Store};
-    let dir = sweep_tempdir();
-    let store = Store::open(dir.path()).unwrap();
+    let store = Store::open(root).unwrap();
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
         .unwrap();
-    let before = active_mark(&store, id);
     for i in 0..3 {
         store
             .save_delta(id, &mut head, &[said(&format!("answer {i}"))])
             .unwrap();
     }
+    (store, id, head)
+}
+
+#[test]
+fn dropping_the_last_clone_of_a_store_closes_it() {
+    let dir = sweep_tempdir();
+    let (store, id, head) = three_saves(dir.path());
+    let before = active_mark(&store, id);
     // Buffered saves: the mark lags them, and the drop of a clone that is
     // not the last closes nothing.
     let clone = store.clone();
@@ -573,17 +580,8 @@ fn dropping_the_last_clone_of_a_store_closes_it() {
 
 #[test]
 fn a_subscription_holding_the_last_clone_of_a_store_closes_it_when_dropped() {
-    use session_store::{Item, RequestConfig, Store};
     let dir = sweep_tempdir();
-    let store = Store::open(dir.path()).unwrap();
-    let (id, mut head) = store
-        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
-        .unwrap();
-    for i in 0..3 {
-        store
-            .save_delta(id, &mut head, &[said(&format!("answer {i}"))])
-            .unwrap();
-    }
+    let (store, id, _) = three_saves(dir.path());
     let next_seq = store.snapshot(id).unwrap().next_seq();
     let session = store.session_dir(id);
     // It follows the session through the log this store has open.
@@ -600,20 +598,11 @@ fn a_subscription_holding_the_last_clone_of_a_store_closes_it_when_dropped() {
 
 #[test]
 fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_it_out() {
-    use session_store::{Item, RequestConfig, Store};
+    use session_store::{Item, Store};
     let dir = sweep_tempdir();
     let root = dir.path();
-    let first = Store::open(root).unwrap();
-    let (id, mut head) = first
-        .create_session(None, RequestConfig::default(), &[Item::user_text("q")])
-        .unwrap();
-    first.save_delta(id, &mut head, &[said("one")]).unwrap();
-    let marked = head;
-    first.close().unwrap();
-    drop(first);
-    let session = Store::open_read_only(root).unwrap().session_dir(id);
-    let kept = tempfile::tempdir().unwrap();
-    engine::copy_tree(&session, kept.path());
+    let (id, marked, session, kept) =
+        engine::closed_session(root, &[Item::user_text("q"), said("one")]);
     // A writer appends past the mark and ends as a crash ends it.
     let write = |text: &str| {
         let writer = Store::open(root).unwrap();
@@ -642,8 +631,7 @@ fn a_view_trusts_the_records_it_hashed_past_a_lagging_mark_only_while_they_bear_
     // The same file of the same log, back to its state at the mark, and
     // another record of the same length where "two A" ended: the view's
     // hint names that end with a hash the record there no longer has.
-    fs::remove_dir_all(&session).unwrap();
-    engine::copy_tree(kept.path(), &session);
+    engine::put_back(kept.path(), &session);
     let head_b = write("two B");
     assert_ne!(head_b, head_a);
     let with_b = vec![Item::user_text("q"), said("one"), said("two B")];

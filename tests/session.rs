@@ -3202,16 +3202,8 @@ fn a_released_session_reopens_past_its_durable_mark_without_a_sync() {
 fn a_released_sessions_hint_that_its_records_no_longer_bear_out_cuts_nothing() {
     let dir = tempdir();
     let root = dir.path();
-    let first = Store::open(root).unwrap();
-    let (a, mut marked) = first
-        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
-        .unwrap();
-    first.save_delta(a, &mut marked, &[answer("one")]).unwrap();
-    first.close().unwrap();
-    drop(first);
-    let session = Store::open(root).unwrap().session_dir(a);
-    let kept = tempdir();
-    engine::copy_tree(&session, kept.path());
+    let (a, marked, session, kept) =
+        engine::closed_session(root, &[Item::user_text("a"), answer("one")]);
     // This store lets A go with a hint at the end of "two A", past its mark.
     let store = Store::open_with(root, StoreOptions::default().max_open_sessions(1)).unwrap();
     let mut head_a = marked;
@@ -3225,8 +3217,7 @@ fn a_released_sessions_hint_that_its_records_no_longer_bear_out_cuts_nothing() {
     // Meanwhile A's file goes back to its state at the mark, and another
     // writer appends a record of the same length where "two A" ended, then
     // stops as a crash stops it.
-    fs::remove_dir_all(&session).unwrap();
-    engine::copy_tree(kept.path(), &session);
+    engine::put_back(kept.path(), &session);
     let other = Store::open(root).unwrap();
     let mut head = marked;
     other.save_delta(a, &mut head, &[answer("two B")]).unwrap();

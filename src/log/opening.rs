@@ -282,32 +282,30 @@ fn scan_last(
     past_mark: Option<RecordCheck<'_>>,
 ) -> Scan {
     let durable = mark.filter(|m| m.next_seq >= seg.header.first_seq);
+    let scan_trusting = |trusted| scan_last_from(seg, mark, limit, writable, trusted, past_mark);
     // A hint names at least one record: at the segment's first record
     // offset it would be "reached" before any check, with its hash in
     // place of the header's start hash.
     let past = |p: &Point| p.end > FIRST_RECORD_OFFSET && durable.is_none_or(|m| p.end > m.end);
     if let Some(p) = hint.filter(past) {
-        let scan = scan_last_trusting(seg, mark, limit, writable, Some(p), past_mark);
+        let scan = scan_trusting(Some(Mark::at(0, p)));
         if scan.trusted_reached && scan.end >= p.end {
             return scan;
         }
     }
-    scan_last_trusting(seg, mark, limit, writable, None, past_mark)
+    scan_trusting(durable)
 }
 
-/// [`scan_last`] trusting `hint`, one past the durable mark, as it would a
-/// mark.
-fn scan_last_trusting(
+/// [`scan_last`] trusting `trusted` (the durable mark, or a hint past it).
+fn scan_last_from(
     seg: &Segment,
     mark: Option<Mark>,
     limit: u64,
     writable: bool,
-    hint: Option<Point>,
+    trusted: Option<Mark>,
     past_mark: Option<RecordCheck<'_>>,
 ) -> Scan {
     let h = seg.header;
-    let durable = mark.filter(|m| m.next_seq >= h.first_seq);
-    let trusted = hint.map(|p| Mark::at(0, p)).or(durable);
     let skip = mark
         .filter(|_| !writable)
         .and_then(|m| mark_to_start_at(seg, m, limit));

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -36,6 +36,7 @@ use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 
 mod commit;
 mod forks;
+mod lifecycle;
 mod names;
 mod payloads;
 mod session;
@@ -285,63 +286,6 @@ pub struct Store {
     /// Whether this handle is still counted in `Inner::handles` (false once
     /// `Store::into_last` gave its count back).
     counted: bool,
-}
-
-impl Clone for Store {
-    fn clone(&self) -> Store {
-        self.inner.handles.fetch_add(1, Ordering::Relaxed);
-        Store {
-            inner: self.inner.clone(),
-            counted: true,
-        }
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        // Exactly one drop sees the count fall to none, however many run
-        // at once (the release orders every clone's work before it).
-        if self.counted
-            && self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1
-            && self.inner.writable
-            && !self.inner.abandoned.load(Ordering::Acquire)
-        {
-            let _ = self.close();
-        }
-    }
-}
-
-impl Store {
-    /// This handle if it is the store's last (its drop closes the store);
-    /// otherwise it lets go, closing nothing, and gives `None`. Of several
-    /// handles let go at once exactly one gets `Some`, as a plain drop
-    /// would close, so that the caller can move that close elsewhere.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn into_last(mut self) -> Option<Store> {
-        let handles = &self.inner.handles;
-        let mut n = handles.load(Ordering::Acquire);
-        while n > 1 {
-            match handles.compare_exchange_weak(n, n - 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    self.counted = false;
-                    return None;
-                }
-                Err(now) => n = now,
-            }
-        }
-        Some(self)
-    }
-}
-
-#[cfg(feature = "whitebox")]
-impl Store {
-    /// Drops the store (every clone's drop after this too) without closing
-    /// anything, as the end of its process would leave it: the tests'
-    /// crash. Hidden, not a stable API (feature `whitebox`).
-    #[doc(hidden)]
-    pub fn abandon(self) {
-        self.inner.abandoned.store(true, Ordering::Release);
-    }
 }
 
 impl std::fmt::Debug for Store {

@@ -371,3 +371,37 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A store at `root` holding one session of `items`, closed (its mark names
+/// its end), and a copy of the session's directory as it is then, to put
+/// back later ([`put_back`]). Returns the session, its head, its directory
+/// and the copy.
+pub fn closed_session(
+    root: &Path,
+    items: &[Item],
+) -> (
+    session_store::SessionId,
+    EntryHash,
+    PathBuf,
+    tempfile::TempDir,
+) {
+    let store = session_store::Store::open(root).unwrap();
+    let (first, rest) = items.split_first().expect("at least one item");
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), std::slice::from_ref(first))
+        .unwrap();
+    store.save_delta(id, &mut head, rest).unwrap();
+    store.close().unwrap();
+    let dir = store.session_dir(id);
+    drop(store);
+    let kept = tempfile::tempdir().unwrap();
+    copy_tree(&dir, kept.path());
+    (id, head, dir, kept)
+}
+
+/// Puts a session's directory back as [`closed_session`] kept it: the same
+/// log id and files, new inodes.
+pub fn put_back(kept: &Path, dir: &Path) {
+    fs::remove_dir_all(dir).unwrap();
+    copy_tree(kept, dir);
+}
