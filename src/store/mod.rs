@@ -54,7 +54,7 @@ pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
 pub use tail::{HistoryTail, HistoryTailView};
 
-use shards::{head_slot_of, Shard};
+use shards::{head_slot_of, Shard, Victim};
 
 const SHARDS: usize = 16;
 
@@ -229,6 +229,9 @@ struct Inner {
     /// The clock of last use, store-wide, so that eviction picks the least
     /// recently used session of all shards.
     tick: AtomicU64,
+    /// Eviction's candidates: the least recently used sessions one look
+    /// over every shard found, oldest last (`Store::evict_down_to`).
+    victims: Mutex<Vec<Victim>>,
     /// The first failure to close an evicted session, which no caller was
     /// waiting for: `Store::close` reports it.
     eviction_failure: Mutex<Option<Error>>,
@@ -415,6 +418,7 @@ impl Store {
                 open_count: AtomicUsize::new(0),
                 open_ceiling: AtomicUsize::new(usize::MAX),
                 tick: AtomicU64::new(0),
+                victims: Mutex::new(Vec::new()),
             }),
         }
     }

@@ -39,6 +39,18 @@ impl Shard {
     }
 }
 
+/// The most eviction candidates one look keeps.
+const VICTIMS_MAX: usize = 1024;
+
+/// An eviction candidate: an open session and its tick of last use when
+/// the look found it.
+#[derive(Clone, Copy)]
+pub(super) struct Victim {
+    tick: u64,
+    slot: usize,
+    id: SessionId,
+}
+
 /// A cheap handle to one open session.
 #[derive(Clone)]
 pub struct SessionHandle {
@@ -195,41 +207,90 @@ impl Store {
 
     /// Takes sessions out of the shards as [`Store::evict_over_budget`]
     /// does, until at most `max` are open.
+    ///
+    /// Each eviction takes the oldest of the candidates that one look over
+    /// every shard found, so that a store at its budget does not walk all
+    /// its open sessions at every open (with thousands open and every save
+    /// an open, that walk was a fifth of a save). A candidate used since the
+    /// look (its tick moved), closed, or held by a handle is passed over;
+    /// the next look comes when the candidates run out. Ticks only grow, so
+    /// the candidates left are still the least recently used, with one
+    /// exception: a session a handle held at the look, and let go since,
+    /// waits for the next look.
     fn evict_down_to(
         &self,
         max: usize,
         keep: Option<SessionId>,
     ) -> Vec<(usize, (SessionId, OpenSession))> {
         let mut out = Vec::new();
+        // Whether the last look's candidates have yielded no eviction yet.
+        let mut fruitless = false;
         while self.inner.open_count.load(Ordering::Acquire) > max {
-            let mut oldest: Option<(u64, usize, SessionId)> = None;
-            for (slot, shard) in self.inner.shards.iter().enumerate() {
-                let shard = shard.lock();
-                let lru = shard
-                    .open
-                    .iter()
-                    .filter(|(id, s)| Some(**id) != keep && s.log.is_unshared())
-                    .min_by_key(|(_, s)| s.tick);
-                if let Some((id, s)) = lru {
-                    if oldest.is_none_or(|(tick, _, _)| s.tick < tick) {
-                        oldest = Some((s.tick, slot, *id));
-                    }
+            let next = self.inner.victims.lock().pop();
+            let Some(v) = next else {
+                // A look that finds no candidate ends it: every session
+                // open is in use (or is `keep`). So does a look whose
+                // candidates all went stale before one was evicted, which
+                // only concurrent use causes; the next open evicts again.
+                if fruitless || !self.look_for_victims(keep) {
+                    break;
                 }
-            }
-            let Some((_, slot, victim)) = oldest else {
-                break;
+                fruitless = true;
+                continue;
             };
-            let mut shard = self.inner.shards[slot].lock();
-            // Used again, or taken by another evictor, since the look.
-            if !shard.open.get(&victim).is_some_and(|s| s.log.is_unshared()) {
+            if Some(v.id) == keep {
                 continue;
             }
-            if let Some(taken) = shard.take_to_close(victim) {
+            let mut shard = self.inner.shards[v.slot].lock();
+            // Used again, closed, or taken by another evictor, since the look.
+            let idle = shard
+                .open
+                .get(&v.id)
+                .is_some_and(|s| s.tick == v.tick && s.log.is_unshared());
+            if !idle {
+                continue;
+            }
+            if let Some(taken) = shard.take_to_close(v.id) {
                 self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
-                out.push((slot, taken));
+                out.push((v.slot, taken));
+                fruitless = false;
             }
         }
         out
+    }
+
+    /// Fills the eviction candidates with the least recently used sessions
+    /// open here that no handle holds, other than `keep`: a sixteenth of
+    /// those open (at least one, at most [`VICTIMS_MAX`]), oldest last.
+    /// Returns whether it found any.
+    fn look_for_victims(&self, keep: Option<SessionId>) -> bool {
+        let mut all: Vec<Victim> = Vec::new();
+        for (slot, shard) in self.inner.shards.iter().enumerate() {
+            let shard = shard.lock();
+            all.extend(
+                shard
+                    .open
+                    .iter()
+                    .filter(|(id, s)| Some(**id) != keep && s.log.is_unshared())
+                    .map(|(id, s)| Victim {
+                        tick: s.tick,
+                        slot,
+                        id: *id,
+                    }),
+            );
+        }
+        let n = (all.len() / 16).clamp(1, VICTIMS_MAX).min(all.len());
+        if n == 0 {
+            return false;
+        }
+        if n < all.len() {
+            all.select_nth_unstable_by_key(n - 1, |v| v.tick);
+            all.truncate(n);
+        }
+        // Oldest last, for `pop`.
+        all.sort_unstable_by_key(|v| std::cmp::Reverse(v.tick));
+        *self.inner.victims.lock() = all;
+        true
     }
 
     /// Closes sessions taken out of shard `slot` with `Shard::take_to_close`,
