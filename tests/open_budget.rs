@@ -115,3 +115,24 @@ fn a_candidate_held_by_a_handle_is_passed_over_and_never_closed() {
     );
     assert!((1..5).all(|i| open.contains(&i)));
 }
+
+#[test]
+fn a_candidate_held_when_its_turn_comes_is_passed_over_for_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sessions::new(dir.path(), 64, 80);
+    for i in 0..64 {
+        s.touch(i);
+    }
+    // This open looks (candidates 0 to 3, the oldest) and closes 0.
+    s.touch(64);
+    assert!(!s.open().contains(&0));
+    // Session 1, the next candidate, is held when its turn comes: a read
+    // does not make it recent, and the eviction takes 2 instead.
+    let held = s.store.read_log(s.ids[1]).unwrap();
+    s.touch(65);
+    let open = s.open();
+    assert!(open.contains(&1), "the held candidate stays open");
+    assert!(!open.contains(&2), "the next candidate is closed: {open:?}");
+    assert_eq!(open.len(), 64);
+    drop(held);
+}

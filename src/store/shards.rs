@@ -215,27 +215,24 @@ impl Store {
     /// look (its tick moved), closed, or held by a handle is passed over;
     /// the next look comes when the candidates run out. Ticks only grow, so
     /// the candidates left are still the least recently used, with one
-    /// exception: a session a handle held at the look, and let go since,
-    /// waits for the next look.
+    /// exception: a session a handle held at the look, or when its turn
+    /// came, and let go since, waits for the next look.
     fn evict_down_to(
         &self,
         max: usize,
         keep: Option<SessionId>,
     ) -> Vec<(usize, (SessionId, OpenSession))> {
         let mut out = Vec::new();
-        // Whether the last look's candidates have yielded no eviction yet.
-        let mut fruitless = false;
         while self.inner.open_count.load(Ordering::Acquire) > max {
             let next = self.inner.victims.lock().pop();
             let Some(v) = next else {
-                // A look that finds no candidate ends it: every session
-                // open is in use (or is `keep`). So does a look whose
-                // candidates all went stale before one was evicted, which
-                // only concurrent use causes; the next open evicts again.
-                if fruitless || !self.look_for_victims(keep) {
+                // Only a look that finds no candidate ends it: every
+                // session open is in use (or is `keep`). Candidates that
+                // other evictors took, or that concurrent saves used, send
+                // it to look again, as the walk did before.
+                if !self.look_for_victims(keep) {
                     break;
                 }
-                fruitless = true;
                 continue;
             };
             if Some(v.id) == keep {
@@ -253,7 +250,6 @@ impl Store {
             if let Some(taken) = shard.take_to_close(v.id) {
                 self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
                 out.push((v.slot, taken));
-                fruitless = false;
             }
         }
         out
@@ -261,7 +257,7 @@ impl Store {
 
     /// Fills the eviction candidates with the least recently used sessions
     /// open here that no handle holds, other than `keep`: a sixteenth of
-    /// those open (at least one, at most [`VICTIMS_MAX`]), oldest last.
+    /// those idle ones (at least one, at most [`VICTIMS_MAX`]), oldest last.
     /// Returns whether it found any.
     fn look_for_victims(&self, keep: Option<SessionId>) -> bool {
         let mut all: Vec<Victim> = Vec::new();
