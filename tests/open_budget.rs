@@ -136,3 +136,23 @@ fn a_candidate_held_when_its_turn_comes_is_passed_over_for_the_next() {
     assert_eq!(open.len(), 64);
     drop(held);
 }
+
+#[test]
+fn a_store_over_budget_with_every_session_held_opens_the_next_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sessions::new(dir.path(), 2, 5);
+    // Each open passes the budget with every other session held: no look
+    // finds a candidate, so none is closed and the open returns (a look
+    // that kept a held session would retry it for ever).
+    let held: Vec<_> = s.ids[..4]
+        .iter()
+        .map(|id| s.store.log(*id).unwrap())
+        .collect();
+    assert_eq!(s.open(), vec![0, 1, 2, 3]);
+    drop(held);
+    // Let go, they are closed down to the budget at the next open.
+    s.touch(4);
+    let open = s.open();
+    assert_eq!(open.len(), 2, "{open:?}");
+    assert!(open.contains(&4));
+}
