@@ -34,6 +34,17 @@ impl Sessions {
         Sessions { store, ids, heads }
     }
 
+    /// `n` sessions under a budget of 64, a look's worth of candidates
+    /// being 4, with sessions 0 to 63 open and saved to in that order (0
+    /// the least recently used).
+    fn at_budget_of_64(root: &Path, n: usize) -> Sessions {
+        let mut s = Sessions::new(root, 64, n);
+        for i in 0..64 {
+            s.touch(i);
+        }
+        s
+    }
+
     /// A save to session `i`: opens it if it is closed, and makes it the
     /// most recently used.
     fn touch(&mut self, i: usize) {
@@ -53,12 +64,9 @@ impl Sessions {
 #[test]
 fn eviction_closes_the_least_recently_used_sessions_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    // A budget of 64 makes a look keep 4 candidates, so that the later
-    // evictions come from the queue of an earlier look.
-    let mut s = Sessions::new(dir.path(), 64, 80);
-    for i in 0..64 {
-        s.touch(i);
-    }
+    // A look keeps 4 candidates, so that the later evictions come from the
+    // queue of an earlier look.
+    let mut s = Sessions::at_budget_of_64(dir.path(), 80);
     assert_eq!(s.open(), (0..64).collect::<Vec<_>>());
     // Sessions 0..10 become the most recent: 10, 11, 12, … are the oldest.
     for i in 0..10 {
@@ -89,10 +97,7 @@ fn eviction_closes_the_least_recently_used_sessions_in_order() {
 #[test]
 fn a_candidate_held_by_a_handle_is_passed_over_and_never_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Sessions::new(dir.path(), 64, 70);
-    for i in 0..64 {
-        s.touch(i);
-    }
+    let mut s = Sessions::at_budget_of_64(dir.path(), 70);
     // Session 0, the least recently used, is held: its log stays open.
     let held = s.store.read_log(s.ids[0]).unwrap();
     for i in 64..70 {
@@ -119,10 +124,7 @@ fn a_candidate_held_by_a_handle_is_passed_over_and_never_closed() {
 #[test]
 fn a_candidate_held_when_its_turn_comes_is_passed_over_for_the_next() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = Sessions::new(dir.path(), 64, 80);
-    for i in 0..64 {
-        s.touch(i);
-    }
+    let mut s = Sessions::at_budget_of_64(dir.path(), 80);
     // This open looks (candidates 0 to 3, the oldest) and closes 0.
     s.touch(64);
     assert!(!s.open().contains(&0));

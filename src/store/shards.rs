@@ -275,10 +275,10 @@ impl Store {
                     }),
             );
         }
-        let n = (all.len() / 16).clamp(1, VICTIMS_MAX).min(all.len());
-        if n == 0 {
+        if all.is_empty() {
             return false;
         }
+        let n = (all.len() / 16).clamp(1, VICTIMS_MAX);
         if n < all.len() {
             all.select_nth_unstable_by_key(n - 1, |v| v.tick);
             all.truncate(n);
