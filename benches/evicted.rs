@@ -1,11 +1,10 @@
-//! Saves when more sessions are active than `max_open_sessions`: every save
-//! reopens a session the store let go (round-robin is the LRU's worst
-//! case). 300 sessions of growing history (one turn of about 2.3 KB each
-//! round) against a budget of 256 (the default at the common open-file
-//! limit of 1,024; the default here follows this process's limit), beside
-//! the same saves with a budget that holds them all (no reopen), in one
-//! run; mean save latency per round at a few points of the sessions'
-//! growth.
+//! Saves when more sessions are busy than a budget of 256 (round-robin is
+//! the LRU's worst case), in one run, three ways: over `max_open_sessions`
+//! (every save reopens a session the store closed), over
+//! `max_active_sessions` only (every save unparks a session the store
+//! parked: one file opened, no scan), and within both (neither). 300
+//! sessions of growing history (one turn of about 2.3 KB each round); mean
+//! save latency per round at a few points of the sessions' growth.
 //!
 //! ```text
 //! cargo bench --bench evicted [-- --sessions N --rounds N --budget N]
@@ -55,33 +54,46 @@ fn main() {
     let sessions = arg("--sessions", 300);
     let n = arg("--rounds", 100);
     let budget = arg("--budget", 256);
-    let over = rounds(
-        StoreOptions::default().max_open_sessions(budget),
+    let all = sessions * 2;
+    let closed = rounds(
+        StoreOptions::default()
+            .max_open_sessions(budget)
+            .max_active_sessions(budget),
+        sessions,
+        n,
+    );
+    let parked = rounds(
+        StoreOptions::default()
+            .max_open_sessions(all)
+            .max_active_sessions(budget),
         sessions,
         n,
     );
     let within = rounds(
-        StoreOptions::default().max_open_sessions(sessions * 2),
+        StoreOptions::default()
+            .max_open_sessions(all)
+            .max_active_sessions(all),
         sessions,
         n,
     );
     println!("{sessions} sessions saved round-robin, mean µs per save in a round");
-    let reopens = match budget < sessions {
-        true => "every save reopens",
-        false => "none does either",
+    let (reopens, unparks) = match budget < sessions {
+        true => ("every save reopens", "every save unparks"),
+        false => ("none does", "none does"),
     };
     println!(
-        "| round | budget {budget} ({reopens}) | budget {} (none does) | ratio |",
-        sessions * 2
+        "| round | open {budget} ({reopens}) | open {all}, active {budget} ({unparks}) | open and active {all} | reopen ÷ neither | unpark ÷ neither |"
     );
-    println!("|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|");
     for r in [0, n / 4, n / 2, 3 * n / 4, n - 1] {
         println!(
-            "| {} | {:.1} | {:.1} | {:.1}× |",
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1}× | {:.1}× |",
             r + 1,
-            over[r],
+            closed[r],
+            parked[r],
             within[r],
-            over[r] / within[r]
+            closed[r] / within[r],
+            parked[r] / within[r]
         );
     }
 }

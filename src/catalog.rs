@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::fs::{io_err, Hook, HookedFile};
+use crate::fs::{io_err, Hook, HookedFile, ParkableFile};
 use crate::log::Durability;
 use crate::schema::{SessionId, SessionOrigin};
 
@@ -271,7 +271,8 @@ pub(crate) fn excerpt(text: &str) -> String {
 /// its slot in the store's listing cache (a copy that `list` reads in one go).
 pub(crate) struct SessionCatalog {
     id: SessionId,
-    file: HookedFile,
+    /// Closed while the session is parked (`SessionCatalog::park`).
+    file: ParkableFile,
     state: Mutex<CatalogState>,
     cache: Option<(Arc<ListCache>, u32)>,
 }
@@ -358,7 +359,7 @@ impl SessionCatalog {
     ) -> SessionCatalog {
         SessionCatalog {
             id,
-            file,
+            file: ParkableFile::new(file, true),
             state: Mutex::new(CatalogState {
                 title,
                 identity,
@@ -384,12 +385,23 @@ impl SessionCatalog {
         self.state.lock().title.clone()
     }
 
+    /// Closes the file while the store parks the session (see
+    /// `ParkableFile`).
+    pub(crate) fn park(&self) {
+        self.file.park();
+    }
+
+    /// Lets the next write keep the file open again.
+    pub(crate) fn unpark(&self) {
+        self.file.unpark();
+    }
+
     /// Writes every slot into an empty file, once it must hold what the log
     /// and the parent cannot say. The head goes as it is in memory: dirty
     /// while a writer has the session, as the cache's copy is.
     fn store(&self, state: &mut CatalogState) -> Result<()> {
         let bytes = encode(&state.identity, state.title.as_deref(), Some(&state.head))?;
-        self.file.write_at(0, &bytes)?;
+        self.file.with(|f| f.write_at(0, &bytes))?;
         state.stored = true;
         Ok(())
     }
@@ -416,7 +428,7 @@ impl SessionCatalog {
             state.title = Some(excerpt(title));
             return self.store(&mut state);
         }
-        write_title(&self.file, title)?;
+        self.file.with(|f| write_title(f, title))?;
         state.title = Some(excerpt(title));
         Ok(())
     }
@@ -442,8 +454,8 @@ impl SessionCatalog {
         if !state.stored {
             return self.store(&mut state);
         }
-        self.file
-            .write_at(IDENT_AT, &identity_slot(&state.identity)?)
+        let slot = identity_slot(&state.identity)?;
+        self.file.with(|f| f.write_at(IDENT_AT, &slot))
     }
 
     /// Records a write at `updated_ms`, in memory only. The slots on disk
@@ -488,7 +500,7 @@ impl SessionCatalog {
         if let Some((cache, _)) = &self.cache {
             cache.sync()?;
         }
-        self.file.sync()
+        self.file.with(HookedFile::sync)
     }
 
     /// Rewrites the head slot in the file and the cache. The cache is never
@@ -508,9 +520,9 @@ impl SessionCatalog {
             self.write_cache(&state)?;
         } else if head.dirty {
             self.write_cache(&state)?;
-            write_head(&self.file, &head)?;
+            self.file.with(|f| write_head(f, &head))?;
         } else {
-            write_head(&self.file, &head)?;
+            self.file.with(|f| write_head(f, &head))?;
             self.write_cache(&state)?;
         }
         Ok(head)

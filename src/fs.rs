@@ -416,3 +416,106 @@ impl HookedFile {
         Ok(buf)
     }
 }
+
+/// A file its owner can close while it keeps its place (a parked
+/// session's segment or catalog: see `Store`'s budgets). While parked,
+/// each use opens it for that use only, so that a parked session holds no
+/// descriptor however it is read; once unparked, the next use opens it to
+/// keep. Every reopen checks that the path still names the same file
+/// (device and inode, read when it was parked), so that a file replaced
+/// meanwhile is an error rather than the target of the next write.
+pub(crate) struct ParkableFile {
+    path: PathBuf,
+    writable: bool,
+    hook: Hook,
+    state: parking_lot::Mutex<FileState>,
+}
+
+enum FileState {
+    Open(HookedFile),
+    /// Closed by `park`; each use opens it for that use.
+    Parked(FileId),
+    /// Closed by `park`, then unparked: the next use opens it to keep.
+    Unparked(FileId),
+}
+
+/// A file's device and inode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(file: &File) -> io::Result<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata()?;
+        Ok(FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+}
+
+impl ParkableFile {
+    /// Takes over an open file, reopened with the same access (`writable`).
+    pub(crate) fn new(file: HookedFile, writable: bool) -> ParkableFile {
+        ParkableFile {
+            path: file.path.clone(),
+            writable,
+            hook: file.hook.clone(),
+            state: parking_lot::Mutex::new(FileState::Open(file)),
+        }
+    }
+
+    /// Runs `f` on the open file, opening it again first if it was parked.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&HookedFile) -> Result<R>) -> Result<R> {
+        let mut state = self.state.lock();
+        let (id, keep) = match &*state {
+            FileState::Open(file) => return f(file),
+            FileState::Parked(id) => (*id, false),
+            FileState::Unparked(id) => (*id, true),
+        };
+        let file = HookedFile::open(&self.path, self.writable, &self.hook)?;
+        if FileId::of(&file.file).map_err(io_err("stat", &self.path))? != id {
+            let e = io::Error::other("the file was replaced while its session was parked");
+            return Err(Error::io("reopen", &self.path, e));
+        }
+        let result = f(&file);
+        if keep {
+            *state = FileState::Open(file);
+        }
+        result
+    }
+
+    /// Runs `f` on the file if it is open now (never reopening it).
+    pub(crate) fn if_open<R>(&self, f: impl FnOnce(&File) -> R) -> Option<R> {
+        match &*self.state.lock() {
+            FileState::Open(file) => Some(f(&file.file)),
+            _ => None,
+        }
+    }
+
+    /// Closes the file; until [`ParkableFile::unpark`], each use opens it
+    /// for that use only. A file whose identity cannot be read stays open.
+    pub(crate) fn park(&self) {
+        let mut state = self.state.lock();
+        let id = match &*state {
+            FileState::Open(file) => match FileId::of(&file.file) {
+                Ok(id) => id,
+                Err(_) => return,
+            },
+            FileState::Parked(_) => return,
+            FileState::Unparked(id) => *id,
+        };
+        *state = FileState::Parked(id);
+    }
+
+    /// Lets the next use open a parked file to keep.
+    pub(crate) fn unpark(&self) {
+        let mut state = self.state.lock();
+        if let FileState::Parked(id) = &*state {
+            *state = FileState::Unparked(*id);
+        }
+    }
+}

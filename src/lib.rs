@@ -150,8 +150,9 @@ pub use state::{
     check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
 };
 pub use store::{
-    default_max_open_sessions, open_budget_for, Deletion, ExportedEntry, HistoryTail,
-    HistoryTailView, ListFilter, SessionHandle, SessionInfo, Store, StoreOptions, SubscribedEntry,
-    Subscription, Turn, DEFAULT_PAYLOAD_THRESHOLD, DEFAULT_POLL_INTERVAL, FDS_PER_OPEN_SESSION,
-    MAX_FORK_DEPTH, MAX_NAME_BYTES, NAME_DOMAIN,
+    active_budget_for, default_max_active_sessions, default_max_open_sessions, open_budget_for,
+    Deletion, ExportedEntry, HistoryTail, HistoryTailView, ListFilter, SessionHandle, SessionInfo,
+    Store, StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_PAYLOAD_THRESHOLD,
+    DEFAULT_POLL_INTERVAL, FDS_PER_ACTIVE_SESSION, FDS_PER_PARKED_SESSION, MAX_FORK_DEPTH,
+    MAX_NAME_BYTES, NAME_DOMAIN,
 };

@@ -1,11 +1,16 @@
 //! Guards the open-session budget's choice of what to close: the least
 //! recently used session that no handle holds, also when eviction takes its
-//! candidates from an earlier look over the shards.
+//! candidates from an earlier look over the shards. And the active-session
+//! budget: past `max_active_sessions`, an idle open session is parked (its
+//! segment and catalog files closed, its lock, maps and state kept), and
+//! its next save opens its files again without reopening the log; what it
+//! writes then is the same log, chained and durable as before.
 
+use std::collections::BTreeSet;
 use std::fs::{self, File};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use session_store::{EntryHash, Item, RequestConfig, SessionId, Store, StoreOptions};
+use session_store::{EntryHash, Error, Item, RequestConfig, SessionId, Store, StoreOptions};
 
 /// Whether a writer has the session open (its `LOCK` is held).
 fn is_open(store: &Store, id: SessionId) -> bool {
@@ -13,16 +18,42 @@ fn is_open(store: &Store, id: SessionId) -> bool {
     matches!(lock.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
 }
 
+/// The files under `root` this process has open now.
+fn open_files_under(root: &Path) -> BTreeSet<PathBuf> {
+    let root = root.canonicalize().unwrap();
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p.starts_with(&root))
+        .collect()
+}
+
 struct Sessions {
+    root: PathBuf,
     store: Store,
     ids: Vec<SessionId>,
     heads: Vec<EntryHash>,
+    /// Each session's items so far (its first, then one a save).
+    turns: Vec<usize>,
 }
 
 impl Sessions {
+    /// `n` sessions under a budget of `budget` open sessions.
     fn new(root: &Path, budget: usize, n: usize) -> Sessions {
-        let store =
-            Store::open_with(root, StoreOptions::default().max_open_sessions(budget)).unwrap();
+        Sessions::with(root, StoreOptions::default().max_open_sessions(budget), n)
+    }
+
+    /// `n` sessions in a store that keeps all of them open and `active`
+    /// of them active.
+    fn parking(root: &Path, active: usize, n: usize) -> Sessions {
+        let opts = StoreOptions::default()
+            .max_open_sessions(1_000)
+            .max_active_sessions(active);
+        Sessions::with(root, opts, n)
+    }
+
+    fn with(root: &Path, opts: StoreOptions, n: usize) -> Sessions {
+        let store = Store::open_with(root, opts).unwrap();
         let (ids, heads) = (0..n)
             .map(|i| {
                 let first = [Item::user_text(format!("session {i}"))];
@@ -31,7 +62,13 @@ impl Sessions {
                     .unwrap()
             })
             .unzip();
-        Sessions { store, ids, heads }
+        Sessions {
+            root: root.canonicalize().unwrap(),
+            store,
+            ids,
+            heads,
+            turns: vec![1; n],
+        }
     }
 
     /// `n` sessions under a budget of 64, a look's worth of candidates
@@ -48,10 +85,44 @@ impl Sessions {
     /// A save to session `i`: opens it if it is closed, and makes it the
     /// most recently used.
     fn touch(&mut self, i: usize) {
-        let item = [Item::assistant_text(format!("turn of {i}"))];
+        self.try_touch(i).unwrap();
+    }
+
+    fn try_touch(&mut self, i: usize) -> session_store::Result<()> {
+        let text = format!("turn {} of {i}", self.turns[i]);
+        let item = [Item::assistant_text(text)];
         self.store
-            .save_delta(self.ids[i], &mut self.heads[i], &item)
-            .unwrap();
+            .save_delta(self.ids[i], &mut self.heads[i], &item)?;
+        self.turns[i] += 1;
+        Ok(())
+    }
+
+    /// The sessions whose segment or catalog file is open now.
+    fn with_files_open(&self) -> Vec<usize> {
+        let open = open_files_under(&self.root);
+        (0..self.ids.len())
+            .filter(|&i| {
+                let dir = self.store.session_dir(self.ids[i]);
+                let dir = dir.canonicalize().unwrap();
+                open.iter()
+                    .any(|p| p.starts_with(&dir) && p.file_name().unwrap() != "LOCK")
+            })
+            .collect()
+    }
+
+    /// Each session restores with every turn it was given, in order.
+    fn check_all(&self, store: &Store) {
+        for (i, id) in self.ids.iter().enumerate() {
+            let history = store.restore(*id).unwrap().history;
+            assert_eq!(history.len(), self.turns[i], "session {i}");
+            for (t, item) in history.iter().enumerate().skip(1) {
+                let text = serde_json::to_string(item).unwrap();
+                assert!(
+                    text.contains(&format!("turn {t} of {i}")),
+                    "session {i}: {text}"
+                );
+            }
+        }
     }
 
     fn open(&self) -> Vec<usize> {
@@ -157,4 +228,91 @@ fn a_store_over_budget_with_every_session_held_opens_the_next_without_waiting() 
     let open = s.open();
     assert_eq!(open.len(), 2, "{open:?}");
     assert!(open.contains(&4));
+}
+
+#[test]
+fn past_the_active_budget_idle_sessions_hold_only_their_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sessions::parking(dir.path(), 4, 12);
+    for i in 0..12 {
+        s.touch(i);
+    }
+    // The four most recently used keep their files; every session keeps
+    // its lock.
+    assert_eq!(s.with_files_open(), vec![8, 9, 10, 11]);
+    assert!(s.ids.iter().all(|id| is_open(&s.store, *id)));
+    // A parked session's save opens its files again and parks the least
+    // recently used active one.
+    s.touch(0);
+    assert_eq!(s.with_files_open(), vec![0, 9, 10, 11]);
+    // Rounds over all of them: every save after a park continues the log.
+    for _ in 0..5 {
+        for i in 0..12 {
+            s.touch(i);
+        }
+    }
+    assert_eq!(s.with_files_open(), vec![8, 9, 10, 11]);
+    s.check_all(&s.store);
+    s.store.close().unwrap();
+    // Closed cleanly, parked or not: a new store finds every turn, and
+    // every log's chain checks.
+    let again = Store::open(dir.path()).unwrap();
+    for (i, id) in s.ids.iter().enumerate() {
+        let report = again.verify(*id).unwrap();
+        assert!(
+            report.damage.is_none() && report.torn_tail.is_none(),
+            "{id}"
+        );
+        assert_eq!(report.records, s.turns[i] as u64, "{id}");
+    }
+    s.check_all(&again);
+}
+
+#[test]
+fn reading_a_parked_session_leaves_its_files_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sessions::parking(dir.path(), 2, 6);
+    for i in 0..6 {
+        s.touch(i);
+    }
+    assert_eq!(s.with_files_open(), vec![4, 5]);
+    // Restores, verifies and `list` of the parked ones open their files
+    // only for the read.
+    s.check_all(&s.store);
+    for id in &s.ids {
+        assert!(s.store.verify(*id).unwrap().damage.is_none());
+    }
+    assert_eq!(s.store.list().unwrap().len(), 6);
+    assert_eq!(s.with_files_open(), vec![4, 5]);
+}
+
+#[test]
+fn a_segment_replaced_while_its_session_is_parked_is_refused_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sessions::parking(dir.path(), 1, 2);
+    s.touch(0);
+    s.touch(1);
+    assert_eq!(s.with_files_open(), vec![1]);
+    // Session 0 is parked: put a copy in place of its segment.
+    let seg_dir = s.store.session_dir(s.ids[0]);
+    let seg = fs::read_dir(&seg_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let copy = seg_dir.join("copy.tmp");
+    fs::copy(&seg, &copy).unwrap();
+    let before = fs::read(&copy).unwrap();
+    fs::rename(&copy, &seg).unwrap();
+    let err = s.try_touch(0).unwrap_err();
+    match &err {
+        Error::Io { op, path, .. } => {
+            assert_eq!(*op, "reopen", "{err}");
+            assert_eq!(path, &seg, "{err}");
+        }
+        other => panic!("expected a reopen error, got {other}"),
+    }
+    assert!(err.to_string().contains("replaced"), "{err}");
+    // Nothing was written into the file that took the name.
+    assert_eq!(fs::read(&seg).unwrap(), before);
 }

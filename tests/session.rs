@@ -1750,17 +1750,26 @@ fn the_open_log_budget_holds_exactly_when_it_is_not_a_multiple_of_the_shards() {
 #[test]
 fn the_default_open_budget_keeps_the_process_under_its_file_limit() {
     if let Ok(root) = std::env::var("OPEN_BUDGET_CHILD") {
-        assert_eq!(session_store::default_max_open_sessions(), 50);
+        assert_eq!(session_store::default_max_open_sessions(), 100);
+        assert_eq!(session_store::default_max_active_sessions(), 25);
         many_sessions_round_robin(Path::new(&root), StoreOptions::default(), 300);
         return;
     }
-    use session_store::open_budget_for;
-    assert_eq!(open_budget_for(Some(1024)), 256);
-    assert_eq!(open_budget_for(Some(20_000)), 5_000);
-    assert_eq!(open_budget_for(Some(200)), 50);
+    use session_store::{active_budget_for, open_budget_for};
+    // Three quarters of the limit: half for the active sessions (three
+    // descriptors each), half for the parked ones' locks.
+    assert_eq!(open_budget_for(Some(1024)), 512);
+    assert_eq!(active_budget_for(Some(1024)), 128);
+    assert_eq!(open_budget_for(Some(20_000)), 10_000);
+    assert_eq!(active_budget_for(Some(20_000)), 2_500);
+    assert_eq!(open_budget_for(Some(200)), 100);
+    assert_eq!(active_budget_for(Some(200)), 25);
     assert_eq!(open_budget_for(Some(20)), 16);
+    assert_eq!(active_budget_for(Some(20)), 16);
     assert_eq!(open_budget_for(Some(u64::MAX)), 16_384);
+    assert_eq!(active_budget_for(Some(u64::MAX)), 16_384);
     assert_eq!(open_budget_for(None), 256);
+    assert_eq!(active_budget_for(None), 64);
 
     run_under_file_limit(
         "the_default_open_budget_keeps_the_process_under_its_file_limit",

@@ -432,9 +432,12 @@ fn options(durability: Durability, hook: Option<Arc<dyn IoHook>>) -> StoreOption
     // Items of 3000 text bytes or more (about a third of the large ones)
     // go to the payload area, so crashes land between a payload and its
     // record too.
+    // Two sessions open, one of them active: saves also park and unpark,
+    // so crashes land with writes made through a reopened descriptor.
     StoreOptions::default()
         .log(log)
         .max_open_sessions(2)
+        .max_active_sessions(1)
         .payload_threshold(3000)
 }
 

@@ -937,8 +937,9 @@ pub fn run(quick: bool, reps: usize) {
         if quick { "quick" } else { "full" }
     );
     println!(
-        "Store's default open-session budget here: {} sessions (from the soft open-file limit; `max_open_sessions`)",
-        session_store::default_max_open_sessions()
+        "Store's default budgets here: {} open sessions, {} of them active (from the soft open-file limit; `max_open_sessions`, `max_active_sessions`)",
+        session_store::default_max_open_sessions(),
+        session_store::default_max_active_sessions()
     );
     for r in &reports {
         print_report(r);

@@ -469,6 +469,34 @@ impl Log {
     pub fn bytes(&self) -> u64 {
         self.snapshot().bytes()
     }
+
+    /// Closes every segment's file, keeping the maps, the lock and all the
+    /// state: what the store does to an idle session past its budget of
+    /// active ones, which then holds one descriptor (its lock). Until
+    /// [`Log::unpark`], each use of a file opens it for that use only. The
+    /// lock held all along is what keeps the state true: no other writer
+    /// can have changed the log meanwhile. Takes no writer lock: the store
+    /// parks only a log no handle holds, whose writer is idle.
+    pub(crate) fn park(&self) {
+        for seg in self.inner.published.lock().segments.iter() {
+            seg.park();
+        }
+    }
+
+    /// Lets the next use of each segment's file keep it open again, and
+    /// opens the active segment's now: an open that runs out of file
+    /// descriptors fails here, where the store can make room and try again
+    /// (`Store::making_room`), rather than in the middle of an append.
+    pub(crate) fn unpark(&self) -> crate::error::Result<()> {
+        let segments = self.inner.published.lock().segments.clone();
+        for seg in segments.iter() {
+            seg.unpark();
+        }
+        match segments.last() {
+            Some(active) if self.inner.writer.is_some() => active.open_file(),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn first_seq(p: &Published) -> u64 {

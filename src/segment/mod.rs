@@ -14,7 +14,7 @@ use crate::format::{
     self, Footer, IndexEntry, Mark, Point, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN,
     INDEX_ENTRY_LEN, MARK_SLOT_0, MARK_SLOT_LEN, SEGMENT_HEADER_LEN,
 };
-use crate::fs::{io_err, sync_dir, Hook, HookedFile};
+use crate::fs::{io_err, sync_dir, Hook, HookedFile, ParkableFile};
 use crate::mmap::{self, Map};
 
 mod scan;
@@ -28,7 +28,8 @@ pub(crate) const INDEX_STRIDE_BYTES: u64 = 64 << 10;
 /// One mapped segment file.
 pub(crate) struct Segment {
     pub(crate) path: PathBuf,
-    file: HookedFile,
+    /// Closed while the session is parked (`Segment::park`); the map stays.
+    file: ParkableFile,
     pub(crate) map: Map,
     pub(crate) header: SegmentHeader,
     /// Set once sealed.
@@ -169,7 +170,7 @@ impl Prepared {
         if durable_name {
             sync_dir(dir, hook)?;
         }
-        let file = file.renamed(&final_path);
+        let file = ParkableFile::new(file.renamed(&final_path), true);
         Ok(Segment::new(final_path, file, map, header, None))
     }
 
@@ -182,7 +183,13 @@ impl Prepared {
         let Prepared { file, map } = self;
         file.write_at(0, &header.encode())?;
         let path = file.path().to_path_buf();
-        Ok(Segment::new(path, file, map, header, None))
+        Ok(Segment::new(
+            path,
+            ParkableFile::new(file, true),
+            map,
+            header,
+            None,
+        ))
     }
 
     /// Removes the file (an unused preparation).
@@ -277,6 +284,7 @@ impl Segment {
         // Continue the generations on disk: restarting at 1 would let an
         // older mark in the other slot outrank the next one written.
         let mark = Mark::newest(&header_bytes);
+        let file = ParkableFile::new(file, writable);
         Ok(Segment::new(path.to_path_buf(), file, map, header, mark))
     }
 
@@ -284,7 +292,7 @@ impl Segment {
     /// is `mark`.
     fn new(
         path: PathBuf,
-        file: HookedFile,
+        file: ParkableFile,
         map: Map,
         header: SegmentHeader,
         mark: Option<Mark>,
@@ -310,7 +318,26 @@ impl Segment {
     /// serves a read of most of its records from a copy (see
     /// `Map::committed_slice_in`).
     pub(crate) fn records(&self, start: usize, end: usize) -> &[u8] {
-        self.map.committed_slice_in(self.file.file(), start, end)
+        // Only a read view, which is never parked, reads through the file.
+        self.file
+            .if_open(|file| self.map.committed_slice_in(file, start, end))
+            .unwrap_or_else(|| self.map.committed_slice(start, end))
+    }
+
+    /// Closes the file (the map stays) while the store parks the session:
+    /// until [`Segment::unpark`], each use opens it for that use only.
+    pub(crate) fn park(&self) {
+        self.file.park();
+    }
+
+    /// Lets the next use of a parked segment's file keep it open.
+    pub(crate) fn unpark(&self) {
+        self.file.unpark();
+    }
+
+    /// Opens the file if it is not open (after [`Segment::unpark`]).
+    pub(crate) fn open_file(&self) -> Result<()> {
+        self.file.with(|_| Ok(()))
     }
 
     pub(crate) fn corrupt(&self, offset: u64, seq: Option<u64>, kind: CorruptKind) -> Error {
@@ -326,7 +353,7 @@ impl Segment {
     pub(crate) fn read_mark(&self) -> Option<Mark> {
         // A read failure here is one of the header's, which open just read.
         self.file
-            .read_exact_at(0, SEGMENT_HEADER_LEN)
+            .with(|f| f.read_exact_at(0, SEGMENT_HEADER_LEN))
             .ok()
             .and_then(|b| Mark::newest(&b))
     }
@@ -336,7 +363,7 @@ impl Segment {
     /// that waits for [`Segment::ensure_index`].
     pub(crate) fn read_footer(&self, load_index: bool) -> Result<Option<Footer>> {
         let at = self.len() as usize - FOOTER_LEN;
-        let bytes = self.file.read_exact_at(at as u64, FOOTER_LEN)?;
+        let bytes = self.file.with(|f| f.read_exact_at(at as u64, FOOTER_LEN))?;
         let footer = match Footer::decode(&bytes).map_err(|k| self.corrupt(at as u64, None, k))? {
             None => return Ok(None),
             Some(f) => f,
@@ -387,10 +414,10 @@ impl Segment {
 
     /// Reads and checks the index that `footer` (already checked) describes.
     fn load_index(&self, footer: &Footer) -> Result<()> {
-        let ib = self.file.read_exact_at(
-            footer.index_offset,
-            (footer.index_count * INDEX_ENTRY_LEN as u64) as usize,
-        )?;
+        let len = (footer.index_count * INDEX_ENTRY_LEN as u64) as usize;
+        let ib = self
+            .file
+            .with(|f| f.read_exact_at(footer.index_offset, len))?;
         let index = format::decode_index(&ib, footer.index_crc)
             .map_err(|k| self.corrupt(footer.index_offset, None, k))?;
         if index
@@ -431,7 +458,14 @@ impl Segment {
             // What was read ends at the hole the open found.
             return (self.map.stored() as u64).clamp(from, limit);
         }
-        mmap::hole_at_or_after(self.file.file(), from).map_or(limit, |hole| hole.clamp(from, limit))
+        // A parked file that cannot be opened again tells no hole: reads
+        // then go to `limit`, the pages past the data reading as zeros.
+        let hole = self
+            .file
+            .with(|f| Ok(mmap::hole_at_or_after(f.file(), from)));
+        hole.ok()
+            .flatten()
+            .map_or(limit, |hole| hole.clamp(from, limit))
     }
 
     /// Writes bytes at `offset` (header area, or at or above committed).
@@ -445,18 +479,21 @@ impl Segment {
             end <= self.len(),
             "write {offset}..{end} beyond the segment"
         );
-        self.file.write_at(offset, data)
+        self.file.with(|f| f.write_at(offset, data))
     }
 
     /// Starts writeback of `from..to` without waiting for it (a hint; errors
     /// surface at the next `fdatasync`).
     pub(crate) fn start_writeback(&self, from: u64, to: u64) {
-        mmap::start_writeback(self.file.file(), from, to);
+        let _ = self.file.with(|f| {
+            mmap::start_writeback(f.file(), from, to);
+            Ok(())
+        });
     }
 
     /// `fdatasync`: makes every write to this file durable.
     pub(crate) fn sync(&self) -> Result<()> {
-        self.file.sync()
+        self.file.with(HookedFile::sync)
     }
 
     /// Writes the next durable mark (alternating slots), in this segment's
@@ -479,7 +516,10 @@ impl Segment {
         // as zeros, and writing them would allocate the whole file.
         const CHUNK: u64 = 64 << 10;
         let mut dirty: Vec<(u64, u64)> = Vec::new();
-        for (start, end) in mmap::data_ranges(self.file.file(), from, to) {
+        let ranges = self
+            .file
+            .with(|f| Ok(mmap::data_ranges(f.file(), from, to)))?;
+        for (start, end) in ranges {
             let mut at = start;
             while at < end {
                 let n = (end - at).min(CHUNK - at % CHUNK);

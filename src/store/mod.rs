@@ -78,13 +78,21 @@ const STORE_DIRS: [&str; 3] = ["sessions", "trash", "staging"];
 pub struct StoreOptions {
     /// Options for each session's log.
     pub log: LogOptions,
-    /// How many session logs may be open at once (file descriptors and maps).
-    /// Exceeded only while callers hold more handles than this: a log that
-    /// another handle still uses is never evicted. Default
+    /// How many session logs may be open at once: each holds its writer
+    /// lock (one file descriptor), its maps and its state. Exceeded only
+    /// while callers hold more handles than this: a log that another
+    /// handle still uses is never evicted. Default
     /// [`default_max_open_sessions`]: from the process's open-file limit.
     /// A store whose open runs out of file descriptors closes half of its
     /// idle sessions and keeps at most that many open from then on.
     pub max_open_sessions: usize,
+    /// How many of the open sessions keep their files (the active segment
+    /// and the catalog: two more descriptors) open between uses. Past it,
+    /// the least recently used idle ones are parked: their files closed,
+    /// their lock, maps and state kept, so that their next save opens one
+    /// file instead of the whole log (see DESIGN.md, "Store"). Default
+    /// [`default_max_active_sessions`].
+    pub max_active_sessions: usize,
     /// Items whose strings hold at least this many bytes (tool outputs,
     /// `encrypted_content`, images and files, long texts) are stored once
     /// in the store-wide payload area, and records refer to them by BLAKE3
@@ -101,34 +109,65 @@ pub struct StoreOptions {
 /// record (see DESIGN.md, "Payloads").
 pub const DEFAULT_PAYLOAD_THRESHOLD: usize = 32 * 1024;
 
-/// File descriptors an open session holds: its `LOCK`, its active segment
-/// and its catalog.
-pub const FDS_PER_OPEN_SESSION: usize = 3;
+/// File descriptors an open session holds while it is active: its `LOCK`,
+/// its active segment and its catalog.
+pub const FDS_PER_ACTIVE_SESSION: usize = 3;
 
-/// The default [`StoreOptions::max_open_sessions`]: as many sessions as
-/// hold three quarters of the process's soft open-file limit
-/// (`RLIMIT_NOFILE`, read when the options are made), leaving a quarter to
-/// the application, between 16 and 16,384 (each open session also holds a
-/// memory map, and `vm.max_map_count` is 65,530 by default). At the common
-/// limit of 1,024 that is 256 sessions; at 20,000, 5,000. Sessions over the
-/// budget still work, each save reopening its log; a budget that holds the
-/// sessions a process keeps busy saves that reopen (issue 14, workload B).
-/// Raise the soft limit (`ulimit -n`, `LimitNOFILE=`) to raise this default.
+/// File descriptors an open session holds while it is parked: its `LOCK`.
+pub const FDS_PER_PARKED_SESSION: usize = 1;
+
+/// The default [`StoreOptions::max_open_sessions`], from the process's soft
+/// open-file limit (`RLIMIT_NOFILE`, read when the options are made). The
+/// store's sessions may take three quarters of it, leaving a quarter to
+/// the application: a sixth of those descriptors go to active sessions
+/// ([`default_max_active_sessions`], three each), and the rest to parked
+/// ones (one each), so that the open sessions are two thirds of that
+/// three quarters, between 16 and 16,384 (each also holds a memory map,
+/// and `vm.max_map_count` is 65,530 by default). At the common limit of
+/// 1,024 that is 512 sessions, 128 of them active; at 20,000, 10,000 and
+/// 2,500. Sessions over the budget still work, each save reopening its
+/// log; a budget that holds the sessions a process keeps busy saves that
+/// reopen (issue 14, workload B). Raise the soft limit (`ulimit -n`,
+/// `LimitNOFILE=`) to raise this default.
 pub fn default_max_open_sessions() -> usize {
     open_budget_for(crate::mmap::open_file_limit())
+}
+
+/// The default [`StoreOptions::max_active_sessions`]: see
+/// [`default_max_open_sessions`].
+pub fn default_max_active_sessions() -> usize {
+    active_budget_for(crate::mmap::open_file_limit())
 }
 
 /// [`default_max_open_sessions`] for a soft limit of `limit` descriptors
 /// (`None`: unknown, which gives 256).
 #[doc(hidden)]
 pub fn open_budget_for(limit: Option<u64>) -> usize {
+    budgets_for(limit).0
+}
+
+/// [`default_max_active_sessions`] for a soft limit of `limit` descriptors
+/// (`None`: unknown, which gives 64).
+#[doc(hidden)]
+pub fn active_budget_for(limit: Option<u64>) -> usize {
+    budgets_for(limit).1
+}
+
+/// The open and the active sessions' budgets for a soft limit of `limit`
+/// descriptors: with `fds` three quarters of it, `active` sessions take
+/// `fds / 2` (three descriptors each) and the parked ones the other half
+/// (one each), so `open = fds - 2 × active`.
+fn budgets_for(limit: Option<u64>) -> (usize, usize) {
     const MIN: usize = 16;
     const MAX: usize = 16_384;
     let Some(limit) = limit else {
-        return 256;
+        return (256, 64);
     };
     let fds = usize::try_from(limit / 4 * 3).unwrap_or(usize::MAX);
-    (fds / FDS_PER_OPEN_SESSION).clamp(MIN, MAX)
+    let active = fds / 2 / FDS_PER_ACTIVE_SESSION;
+    let parked = (fds - active * FDS_PER_ACTIVE_SESSION) / FDS_PER_PARKED_SESSION;
+    let open = (active + parked).clamp(MIN, MAX);
+    (open, active.clamp(MIN, open))
 }
 
 impl Default for StoreOptions {
@@ -136,6 +175,7 @@ impl Default for StoreOptions {
         StoreOptions {
             log: LogOptions::default(),
             max_open_sessions: default_max_open_sessions(),
+            max_active_sessions: default_max_active_sessions(),
             payload_threshold: DEFAULT_PAYLOAD_THRESHOLD,
         }
     }
@@ -151,6 +191,13 @@ impl StoreOptions {
     /// Sets the open-session budget.
     pub fn max_open_sessions(mut self, n: usize) -> Self {
         self.max_open_sessions = n.max(1);
+        self
+    }
+
+    /// Sets the active-session budget (at least 1): how many open sessions
+    /// keep their files open between uses.
+    pub fn max_active_sessions(mut self, n: usize) -> Self {
+        self.max_active_sessions = n.max(1);
         self
     }
 
@@ -221,6 +268,9 @@ struct Inner {
     /// Sessions open in all shards together: eviction starts only when
     /// this passes `max_open_sessions`, however they spread over shards.
     open_count: AtomicUsize,
+    /// Open sessions not parked (their files open, or opened at their next
+    /// use): parking starts when this passes `max_active_sessions`.
+    active_count: AtomicUsize,
     /// The most sessions this store keeps open, lowered from
     /// `max_open_sessions` to what it kept after an open ran out of file
     /// descriptors, so that it stays clear of the process's limit from
@@ -232,6 +282,8 @@ struct Inner {
     /// Eviction's candidates: the least recently used sessions one look
     /// over every shard found, oldest last (`Store::evict_down_to`).
     victims: Mutex<Vec<Victim>>,
+    /// Parking's candidates, as `victims` are eviction's.
+    park_victims: Mutex<Vec<Victim>>,
     /// The first failure to close an evicted session, which no caller was
     /// waiting for: `Store::close` reports it.
     eviction_failure: Mutex<Option<Error>>,
@@ -416,9 +468,11 @@ impl Store {
                 handles: AtomicUsize::new(1),
                 fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),
+                active_count: AtomicUsize::new(0),
                 open_ceiling: AtomicUsize::new(usize::MAX),
                 tick: AtomicU64::new(0),
                 victims: Mutex::new(Vec::new()),
+                park_victims: Mutex::new(Vec::new()),
             }),
         }
     }

@@ -19,6 +19,9 @@ struct OpenSession {
     log: Log,
     catalog: Arc<SessionCatalog>,
     tick: u64,
+    /// Its files closed (`Log::park`), its lock and state kept: past
+    /// `max_active_sessions`. Its next use opens them again.
+    parked: bool,
 }
 
 #[derive(Default)]
@@ -26,6 +29,13 @@ pub(super) struct Shard {
     open: HashMap<SessionId, OpenSession>,
     /// Sessions a thread is opening or closing, outside the shard lock.
     opening: HashSet<SessionId>,
+}
+
+impl Shed {
+    /// Whether it may take `s`: no handle holds it, and (to park) it is active.
+    fn may_take(self, s: &OpenSession) -> bool {
+        s.log.is_unshared() && (self == Shed::Close || !s.parked)
+    }
 }
 
 impl Shard {
@@ -49,6 +59,15 @@ pub(super) struct Victim {
     tick: u64,
     slot: usize,
     id: SessionId,
+}
+
+/// What a shed takes sessions for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shed {
+    /// To close them: past `max_open_sessions`.
+    Close,
+    /// To park them: past `max_active_sessions`.
+    Park,
 }
 
 /// A cheap handle to one open session.
@@ -81,10 +100,18 @@ impl Store {
         }
         let open = shard.open.remove(&id);
         drop(shard);
-        if open.is_some() {
-            self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+        if let Some(s) = open {
+            self.forget(&s);
         }
         true
+    }
+
+    /// Counts out a session taken out of its shard.
+    fn forget(&self, s: &OpenSession) {
+        self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+        if !s.parked {
+            self.inner.active_count.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// The next value of the store-wide clock of last use.
@@ -111,16 +138,31 @@ impl Store {
                 .get(&id)
                 .is_some_and(|s| s.log.is_poisoned() && s.log.is_unshared());
             if poisoned {
-                shard.open.remove(&id);
-                self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+                if let Some(s) = shard.open.remove(&id) {
+                    self.forget(&s);
+                }
             }
             if let Some(s) = shard.open.get_mut(&id) {
                 s.tick = self.next_tick();
-                return Ok(SessionHandle {
+                let unparked = std::mem::take(&mut s.parked);
+                if unparked {
+                    // The catalog's file opens again at its next write.
+                    s.catalog.unpark();
+                }
+                let handle = SessionHandle {
                     id,
                     log: s.log.clone(),
                     catalog: s.catalog.clone(),
-                });
+                };
+                drop(shard);
+                if unparked {
+                    self.inner.active_count.fetch_add(1, Ordering::AcqRel);
+                    self.park_over_budget(id);
+                    // The active segment's file opens now, where running out
+                    // of descriptors can shed idle sessions and try again.
+                    self.making_room(|| handle.log.unpark())?;
+                }
+                return Ok(handle);
             }
             if !shard.opening.contains(&id) {
                 break;
@@ -148,15 +190,36 @@ impl Store {
                 log: handle.log.clone(),
                 catalog: handle.catalog.clone(),
                 tick: self.next_tick(),
+                parked: false,
             },
         );
         drop(shard);
         self.inner.open_count.fetch_add(1, Ordering::AcqRel);
+        self.inner.active_count.fetch_add(1, Ordering::AcqRel);
         for (slot, evicted) in self.evict_over_budget(id) {
             if let Err(e) = self.close_sessions(slot, vec![evicted], Closing::Evict) {
                 self.inner.eviction_failure.lock().get_or_insert(e);
             }
         }
+        self.park_over_budget(id);
+    }
+
+    /// Parks sessions, least recently used first among the active ones no
+    /// handle holds (and never `keep`), until the active sessions fit
+    /// `max_active_sessions` again: their segment and catalog files are
+    /// closed, their locks, maps and state kept (see `Log::park`).
+    fn park_over_budget(&self, keep: SessionId) {
+        let max = self.inner.opts.max_active_sessions;
+        // Under the shard lock, so that the flag and the files agree for
+        // `Store::session`, which unparks under it.
+        self.shed_down_to(Shed::Park, max, Some(keep), |_, shard, id| {
+            if let Some(s) = shard.open.get_mut(&id) {
+                s.parked = true;
+                s.log.park();
+                s.catalog.park();
+                self.inner.active_count.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
     }
 
     /// Takes sessions out of the shards, least recently used first among
@@ -207,30 +270,54 @@ impl Store {
 
     /// Takes sessions out of the shards as [`Store::evict_over_budget`]
     /// does, until at most `max` are open.
-    ///
-    /// Each eviction takes the oldest of the candidates that one look over
-    /// every shard found, so that a store at its budget does not walk all
-    /// its open sessions at every open (with thousands open and every save
-    /// an open, that walk was a fifth of a save). A candidate used since the
-    /// look (its tick moved), closed, or held by a handle is passed over;
-    /// the next look comes when the candidates run out. Ticks only grow, so
-    /// the candidates left are still the least recently used, with one
-    /// exception: a session a handle held at the look, or when its turn
-    /// came, and let go since, waits for the next look.
     fn evict_down_to(
         &self,
         max: usize,
         keep: Option<SessionId>,
     ) -> Vec<(usize, (SessionId, OpenSession))> {
         let mut out = Vec::new();
-        while self.inner.open_count.load(Ordering::Acquire) > max {
-            let next = self.inner.victims.lock().pop();
+        self.shed_down_to(Shed::Close, max, keep, |slot, shard, id| {
+            if let Some(taken) = shard.take_to_close(id) {
+                self.forget(&taken.1);
+                out.push((slot, taken));
+            }
+        });
+        out
+    }
+
+    /// Gives sessions to `take` (with their shard, locked), least recently
+    /// used first among those no handle holds, never `keep`, until at most
+    /// `max` are open (`Shed::Close`) or active (`Shed::Park`); `take`
+    /// counts each out.
+    ///
+    /// Each takes the oldest of the candidates that one look over every
+    /// shard found, so that a store at its budget does not walk all its
+    /// open sessions at every open (with thousands open and every save an
+    /// open, that walk was a fifth of a save). A candidate used since the
+    /// look (its tick moved), closed, parked already, or held by a handle is
+    /// passed over; the next look comes when the candidates run out. Ticks
+    /// only grow, so the candidates left are still the least recently used,
+    /// with one exception: a session a handle held at the look, or when its
+    /// turn came, and let go since, waits for the next look.
+    fn shed_down_to(
+        &self,
+        shed: Shed,
+        max: usize,
+        keep: Option<SessionId>,
+        mut take: impl FnMut(usize, &mut Shard, SessionId),
+    ) {
+        let (count, victims) = match shed {
+            Shed::Close => (&self.inner.open_count, &self.inner.victims),
+            Shed::Park => (&self.inner.active_count, &self.inner.park_victims),
+        };
+        while count.load(Ordering::Acquire) > max {
+            let next = victims.lock().pop();
             let Some(v) = next else {
                 // Only a look that finds no candidate ends it: every
                 // session open is in use (or is `keep`). Candidates that
                 // other evictors took, or that concurrent saves used, send
                 // it to look again, as the walk did before.
-                if !self.look_for_victims(keep) {
+                if !self.look_for_victims(shed, keep) {
                     break;
                 }
                 continue;
@@ -243,23 +330,18 @@ impl Store {
             let idle = shard
                 .open
                 .get(&v.id)
-                .is_some_and(|s| s.tick == v.tick && s.log.is_unshared());
-            if !idle {
-                continue;
-            }
-            if let Some(taken) = shard.take_to_close(v.id) {
-                self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
-                out.push((v.slot, taken));
+                .is_some_and(|s| s.tick == v.tick && shed.may_take(s));
+            if idle {
+                take(v.slot, &mut shard, v.id);
             }
         }
-        out
     }
 
-    /// Fills the eviction candidates with the least recently used sessions
-    /// open here that no handle holds, other than `keep`: a sixteenth of
-    /// those idle ones (at least one, at most [`VICTIMS_MAX`]), oldest last.
+    /// Fills the candidates of `shed` with the least recently used
+    /// sessions open here that it may take, other than `keep`: a sixteenth
+    /// of those (at least one, at most [`VICTIMS_MAX`]), oldest last.
     /// Returns whether it found any.
-    fn look_for_victims(&self, keep: Option<SessionId>) -> bool {
+    fn look_for_victims(&self, shed: Shed, keep: Option<SessionId>) -> bool {
         let mut all: Vec<Victim> = Vec::new();
         for (slot, shard) in self.inner.shards.iter().enumerate() {
             let shard = shard.lock();
@@ -267,7 +349,7 @@ impl Store {
                 shard
                     .open
                     .iter()
-                    .filter(|(id, s)| Some(**id) != keep && s.log.is_unshared())
+                    .filter(|(id, s)| Some(**id) != keep && shed.may_take(s))
                     .map(|(id, s)| Victim {
                         tick: s.tick,
                         slot,
@@ -285,7 +367,11 @@ impl Store {
         }
         // Oldest last, for `pop`.
         all.sort_unstable_by_key(|v| std::cmp::Reverse(v.tick));
-        *self.inner.victims.lock() = all;
+        let victims = match shed {
+            Shed::Close => &self.inner.victims,
+            Shed::Park => &self.inner.park_victims,
+        };
+        *victims.lock() = all;
         true
     }
 
@@ -392,9 +478,9 @@ impl Store {
                     .into_iter()
                     .filter_map(|id| shard.take_to_close(id))
                     .collect();
-                self.inner
-                    .open_count
-                    .fetch_sub(taken.len(), Ordering::AcqRel);
+                for (_, s) in &taken {
+                    self.forget(s);
+                }
                 taken
             };
             // The first failure stands.
@@ -431,8 +517,8 @@ impl Store {
                     _ => None,
                 }
             };
-            if taken.is_some() {
-                self.inner.open_count.fetch_sub(1, Ordering::AcqRel);
+            if let Some((_, s)) = &taken {
+                self.forget(s);
             }
             let closed = self.close_sessions(slot, taken.into_iter().collect(), Closing::Close);
             result = result.and(opened).and(closed);
