@@ -391,6 +391,12 @@ impl SessionCatalog {
         self.file.park();
     }
 
+    /// Whether the file is parked.
+    #[cfg(test)]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.file.is_parked()
+    }
+
     /// Lets the next write keep the file open again.
     pub(crate) fn unpark(&self) {
         self.file.unpark();

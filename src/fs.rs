@@ -424,6 +424,11 @@ impl HookedFile {
 /// keep. Every reopen checks that the path still names the same file
 /// (device and inode, read when it was parked), so that a file replaced
 /// meanwhile is an error rather than the target of the next write.
+///
+/// The state's lock is held only to take the file (an `Arc`), never across
+/// the I/O: a write does not wait for another thread's `fdatasync` of the
+/// same file, nor a park for either. A descriptor parked while a use still
+/// holds it closes when that use ends.
 pub(crate) struct ParkableFile {
     path: PathBuf,
     writable: bool,
@@ -432,7 +437,8 @@ pub(crate) struct ParkableFile {
 }
 
 enum FileState {
-    Open(HookedFile),
+    /// Open, with its identity once a park or a reopen has read it.
+    Open(Arc<HookedFile>, Option<FileId>),
     /// Closed by `park`; each use opens it for that use.
     Parked(FileId),
     /// Closed by `park`, then unparked: the next use opens it to keep.
@@ -464,44 +470,58 @@ impl ParkableFile {
             path: file.path.clone(),
             writable,
             hook: file.hook.clone(),
-            state: parking_lot::Mutex::new(FileState::Open(file)),
+            state: parking_lot::Mutex::new(FileState::Open(Arc::new(file), None)),
         }
     }
 
     /// Runs `f` on the open file, opening it again first if it was parked.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&HookedFile) -> Result<R>) -> Result<R> {
-        let mut state = self.state.lock();
-        let (id, keep) = match &*state {
-            FileState::Open(file) => return f(file),
+        let file = self.take()?;
+        f(&file)
+    }
+
+    /// The open file, opened again if it was parked (and kept open if it
+    /// was unparked since).
+    fn take(&self) -> Result<Arc<HookedFile>> {
+        let (id, keep) = match &*self.state.lock() {
+            FileState::Open(file, _) => return Ok(file.clone()),
             FileState::Parked(id) => (*id, false),
             FileState::Unparked(id) => (*id, true),
         };
+        // Opened outside the lock: a park or another reopen meanwhile is
+        // settled below, under it.
         let file = HookedFile::open(&self.path, self.writable, &self.hook)?;
         if FileId::of(&file.file).map_err(io_err("stat", &self.path))? != id {
             let e = io::Error::other("the file was replaced while its session was parked");
             return Err(Error::io("reopen", &self.path, e));
         }
-        let result = f(&file);
-        if keep {
-            *state = FileState::Open(file);
+        let file = Arc::new(file);
+        let mut state = self.state.lock();
+        match &*state {
+            FileState::Open(open, _) => return Ok(open.clone()),
+            FileState::Unparked(_) if keep => *state = FileState::Open(file.clone(), Some(id)),
+            _ => {}
         }
-        result
+        Ok(file)
     }
 
     /// Runs `f` on the file if it is open now (never reopening it).
     pub(crate) fn if_open<R>(&self, f: impl FnOnce(&File) -> R) -> Option<R> {
-        match &*self.state.lock() {
-            FileState::Open(file) => Some(f(&file.file)),
-            _ => None,
-        }
+        let file = match &*self.state.lock() {
+            FileState::Open(file, _) => file.clone(),
+            _ => return None,
+        };
+        Some(f(&file.file))
     }
 
-    /// Closes the file; until [`ParkableFile::unpark`], each use opens it
-    /// for that use only. A file whose identity cannot be read stays open.
+    /// Closes the file (once no use holds it); until
+    /// [`ParkableFile::unpark`], each use opens it for that use only. A file
+    /// whose identity cannot be read stays open.
     pub(crate) fn park(&self) {
         let mut state = self.state.lock();
         let id = match &*state {
-            FileState::Open(file) => match FileId::of(&file.file) {
+            FileState::Open(_, Some(id)) => *id,
+            FileState::Open(file, None) => match FileId::of(&file.file) {
                 Ok(id) => id,
                 Err(_) => return,
             },
@@ -517,5 +537,11 @@ impl ParkableFile {
         if let FileState::Parked(id) = &*state {
             *state = FileState::Unparked(*id);
         }
+    }
+
+    /// Whether the file is parked (closed, each use opening it for itself).
+    #[cfg(test)]
+    pub(crate) fn is_parked(&self) -> bool {
+        matches!(&*self.state.lock(), FileState::Parked(_))
     }
 }

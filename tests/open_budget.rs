@@ -316,3 +316,48 @@ fn a_segment_replaced_while_its_session_is_parked_is_refused_not_written() {
     // Nothing was written into the file that took the name.
     assert_eq!(fs::read(&seg).unwrap(), before);
 }
+
+/// A parked session of a store that syncs holds no next segment prepared
+/// ahead either (its own descriptor): the park removes it, and the next
+/// append past half the active segment prepares another.
+#[test]
+fn a_parked_session_keeps_no_segment_prepared_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = session_store::LogOptions::default()
+        .segment_size(64 << 10)
+        .initial_segment_size(64 << 10)
+        .durability(session_store::Durability::Sync);
+    let opts = StoreOptions::default()
+        .log(log)
+        .payload_threshold(usize::MAX)
+        .max_open_sessions(10)
+        .max_active_sessions(1);
+    let mut s = Sessions::with(dir.path(), opts, 2);
+    let prepared = |s: &Sessions| {
+        open_files_under(&s.root)
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "prep"))
+    };
+    for _ in 0..8 {
+        let item = [Item::assistant_text("x".repeat(5_000))];
+        s.store
+            .save_delta(s.ids[0], &mut s.heads[0], &item)
+            .unwrap();
+    }
+    // The preparation runs on a thread of its own: a park leaves one that
+    // has not finished to the next roll.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert!(prepared(&s), "session 0 is past half its segment");
+    s.touch(1);
+    assert_eq!(s.with_files_open(), vec![1]);
+    assert!(!prepared(&s));
+    // Unparked, it rolls and goes on.
+    for _ in 0..16 {
+        let item = [Item::assistant_text("y".repeat(5_000))];
+        s.store
+            .save_delta(s.ids[0], &mut s.heads[0], &item)
+            .unwrap();
+    }
+    let report = s.store.verify(s.ids[0]).unwrap();
+    assert!(report.damage.is_none() && report.segments > 1);
+}

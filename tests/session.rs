@@ -1848,6 +1848,60 @@ fn running_out_of_file_descriptors_closes_idle_sessions_and_goes_on() {
     }
 }
 
+/// Running out of file descriptors with parked sessions open: the shed
+/// parks idle active sessions first (two descriptors each, no open), so
+/// that the parked sessions it then closes can open their files again for
+/// their last writes. Closing parked sessions first, with no descriptor
+/// left, failed their catalogs' writes, and `Store::close` reported it.
+#[test]
+fn running_out_of_file_descriptors_with_parked_sessions_fails_nothing() {
+    if let Ok(root) = std::env::var("PARKED_SHED_CHILD") {
+        let opts = options().max_open_sessions(1_000).max_active_sessions(2);
+        let store = Store::open_with(Path::new(&root), opts).unwrap();
+        let mut sessions = numbered_sessions(&store, 8);
+        for (i, (id, head)) in sessions.iter_mut().enumerate() {
+            let item = [Item::assistant_text(format!("turn of {i}"))];
+            store.save_delta(*id, head, &item).unwrap();
+        }
+        // Every descriptor left taken: the creation meets `EMFILE`.
+        let mut hog = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            hog.push(f);
+        }
+        let (new, _) = store
+            .create_session(None, RequestConfig::default(), &[])
+            .unwrap();
+        drop(hog);
+        store.close().unwrap();
+        let again = Store::open(Path::new(&root)).unwrap();
+        for (id, head) in sessions.iter().chain([(new, EntryHash::default())].iter()) {
+            let report = again.verify(*id).unwrap();
+            assert!(report.damage.is_none(), "{id}");
+            if *id != new {
+                assert_eq!(again.head(*id).unwrap(), Some(*head));
+            }
+        }
+        return;
+    }
+    run_under_file_limit(
+        "running_out_of_file_descriptors_with_parked_sessions_fails_nothing",
+        "PARKED_SHED_CHILD",
+        64,
+    );
+}
+
+/// `n` new sessions, each with a first user text naming its number.
+fn numbered_sessions(store: &Store, n: usize) -> Vec<(SessionId, EntryHash)> {
+    (0..n)
+        .map(|i| {
+            let first = [Item::user_text(format!("session {i}"))];
+            store
+                .create_session(None, RequestConfig::default(), &first)
+                .unwrap()
+        })
+        .collect()
+}
+
 /// A session whose creation is not durable yet (a `Buffered` store has
 /// not synced it) is no torn creation because the process could not open
 /// its log: a creation of its id that runs out of file descriptors there
@@ -2406,14 +2460,7 @@ fn evictions_on_a_buffered_store_put_no_sync_on_the_save_path() {
             .max_open_sessions(2),
     )
     .unwrap();
-    let mut sessions: Vec<(SessionId, EntryHash)> = (0..3)
-        .map(|i| {
-            let first = [Item::user_text(format!("session {i}"))];
-            store
-                .create_session(None, RequestConfig::default(), &first)
-                .unwrap()
-        })
-        .collect();
+    let mut sessions = numbered_sessions(&store, 3);
     // Forks of session 0 keep empty catalogs: their heads are in the
     // listing cache only, where their reopen finds them as left.
     for _ in 0..2 {

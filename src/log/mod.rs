@@ -475,12 +475,37 @@ impl Log {
     /// active ones, which then holds one descriptor (its lock). Until
     /// [`Log::unpark`], each use of a file opens it for that use only. The
     /// lock held all along is what keeps the state true: no other writer
-    /// can have changed the log meanwhile. Takes no writer lock: the store
-    /// parks only a log no handle holds, whose writer is idle.
+    /// can have changed the log meanwhile. The store parks only a log no
+    /// handle holds, whose writer is idle; it does not wait for the writer
+    /// lock, which a settle after a roll does not take either.
+    ///
+    /// A next segment prepared ahead (with its own descriptor) is removed
+    /// if its preparation is done: the next append past half the active
+    /// segment prepares another. One still being prepared is left to the
+    /// next roll.
     pub(crate) fn park(&self) {
         for seg in self.inner.published.lock().segments.iter() {
             seg.park();
         }
+        let Some(w) = &self.inner.writer else { return };
+        let Some(mut w) = w.try_lock() else { return };
+        // A batch that rolled and then failed left its new segment in the
+        // writer's list only.
+        for seg in &w.segments {
+            seg.park();
+        }
+        if w.prepared.as_ref().is_some_and(|h| h.is_finished()) {
+            if let Some(Ok(Ok(p))) = w.prepared.take().map(|h| h.join()) {
+                p.discard();
+            }
+        }
+    }
+
+    /// Whether each segment's file is parked, in order.
+    #[cfg(test)]
+    pub(crate) fn files_parked(&self) -> Vec<bool> {
+        let p = self.inner.published.lock();
+        p.segments.iter().map(|s| s.is_parked()).collect()
     }
 
     /// Lets the next use of each segment's file keep it open again, and

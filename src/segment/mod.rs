@@ -330,6 +330,12 @@ impl Segment {
         self.file.park();
     }
 
+    /// Whether the file is parked.
+    #[cfg(test)]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.file.is_parked()
+    }
+
     /// Lets the next use of a parked segment's file keep it open.
     pub(crate) fn unpark(&self) {
         self.file.unpark();

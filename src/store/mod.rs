@@ -119,10 +119,10 @@ pub const FDS_PER_PARKED_SESSION: usize = 1;
 /// The default [`StoreOptions::max_open_sessions`], from the process's soft
 /// open-file limit (`RLIMIT_NOFILE`, read when the options are made). The
 /// store's sessions may take three quarters of it, leaving a quarter to
-/// the application: a sixth of those descriptors go to active sessions
-/// ([`default_max_active_sessions`], three each), and the rest to parked
-/// ones (one each), so that the open sessions are two thirds of that
-/// three quarters, between 16 and 16,384 (each also holds a memory map,
+/// the application: half of those descriptors go to active sessions
+/// ([`default_max_active_sessions`], three each: a sixth of the three
+/// quarters in sessions), and the other half to parked ones (one each),
+/// so that the open sessions are two thirds of that three quarters, between 16 and 16,384 (each also holds a memory map,
 /// and `vm.max_map_count` is 65,530 by default). At the common limit of
 /// 1,024 that is 512 sessions, 128 of them active; at 20,000, 10,000 and
 /// 2,500. Sessions over the budget still work, each save reopening its
