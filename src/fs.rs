@@ -505,6 +505,12 @@ impl ParkableFile {
         Ok(file)
     }
 
+    /// Opens the file now if it is not open (after an unpark: see
+    /// `Log::unpark`).
+    pub(crate) fn open_now(&self) -> Result<()> {
+        self.take().map(drop)
+    }
+
     /// Runs `f` on the file if it is open now (never reopening it).
     pub(crate) fn if_open<R>(&self, f: impl FnOnce(&File) -> R) -> Option<R> {
         let file = match &*self.state.lock() {

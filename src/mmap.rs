@@ -166,15 +166,23 @@ impl Map {
         unsafe { std::slice::from_raw_parts(self.ptr.add(start), end - start) }
     }
 
-    /// As [`Map::committed_slice`], for a reader that can read `file`: from
-    /// the copy of a read-only view's records when it has one, or makes one
-    /// now if this read starts in the first half of the records and they
-    /// are at most `COPY_MAX` bytes. A copy costs one `pread` of bytes the
-    /// reader is about to touch anyway, where the map would take a page
-    /// fault every few pages (which this machine's VM makes dear). A read
-    /// near the end (a tail, a fork's seq) is served by the map alone.
-    pub(crate) fn committed_slice_in(&self, file: &File, start: usize, end: usize) -> &[u8] {
-        if let Some(copy) = self.copy_for(file, start) {
+    /// As [`Map::committed_slice`], for a reader that can read the file:
+    /// from the copy of a read-only view's records when it has one, or
+    /// makes one now if this read starts in the first half of the records
+    /// and they are at most `COPY_MAX` bytes. A copy costs one `pread` of
+    /// bytes the reader is about to touch anyway, where the map would take
+    /// a page fault every few pages (which this machine's VM makes dear). A
+    /// read near the end (a tail, a fork's seq) is served by the map alone.
+    ///
+    /// `with_file` runs its argument on the file, only when a copy is made
+    /// (once a map), so that the file is not fetched for every record.
+    pub(crate) fn committed_slice_in(
+        &self,
+        with_file: impl FnOnce(&mut dyn FnMut(&File)),
+        start: usize,
+        end: usize,
+    ) -> &[u8] {
+        if let Some(copy) = self.copy_for(with_file, start) {
             if end <= copy.len() && SEGMENT_HEADER_LEN <= start && start <= end {
                 return &copy[start..end];
             }
@@ -182,7 +190,11 @@ impl Map {
         self.committed_slice(start, end)
     }
 
-    fn copy_for(&self, file: &File, start: usize) -> Option<&AlignedVec<RECORD_ALIGN>> {
+    fn copy_for(
+        &self,
+        with_file: impl FnOnce(&mut dyn FnMut(&File)),
+        start: usize,
+    ) -> Option<&AlignedVec<RECORD_ALIGN>> {
         let cell = self.copy.as_ref()?;
         if let Some(copy) = cell.get() {
             return copy.as_ref();
@@ -195,7 +207,9 @@ impl Map {
         }
         cell.get_or_init(|| {
             let mut bytes = AlignedVec::new();
-            read_to(file, &mut bytes, committed).ok().map(|()| bytes)
+            let mut read = false;
+            with_file(&mut |file| read = read_to(file, &mut bytes, committed).is_ok());
+            read.then_some(bytes)
         })
         .as_ref()
     }

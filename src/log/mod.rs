@@ -485,14 +485,14 @@ impl Log {
     /// next roll.
     pub(crate) fn park(&self) {
         for seg in self.inner.published.lock().segments.iter() {
-            seg.park();
+            seg.parkable().park();
         }
         let Some(w) = &self.inner.writer else { return };
         let Some(mut w) = w.try_lock() else { return };
         // A batch that rolled and then failed left its new segment in the
         // writer's list only.
         for seg in &w.segments {
-            seg.park();
+            seg.parkable().park();
         }
         if w.prepared.as_ref().is_some_and(|h| h.is_finished()) {
             if let Some(Ok(Ok(p))) = w.prepared.take().map(|h| h.join()) {
@@ -505,7 +505,10 @@ impl Log {
     #[cfg(test)]
     pub(crate) fn files_parked(&self) -> Vec<bool> {
         let p = self.inner.published.lock();
-        p.segments.iter().map(|s| s.is_parked()).collect()
+        p.segments
+            .iter()
+            .map(|s| s.parkable().is_parked())
+            .collect()
     }
 
     /// Lets the next use of each segment's file keep it open again, and
@@ -515,10 +518,10 @@ impl Log {
     pub(crate) fn unpark(&self) -> crate::error::Result<()> {
         let segments = self.inner.published.lock().segments.clone();
         for seg in segments.iter() {
-            seg.unpark();
+            seg.parkable().unpark();
         }
         match segments.last() {
-            Some(active) if self.inner.writer.is_some() => active.open_file(),
+            Some(active) if self.inner.writer.is_some() => active.parkable().open_now(),
             _ => Ok(()),
         }
     }

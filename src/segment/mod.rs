@@ -319,31 +319,16 @@ impl Segment {
     /// `Map::committed_slice_in`).
     pub(crate) fn records(&self, start: usize, end: usize) -> &[u8] {
         // Only a read view, which is never parked, reads through the file.
-        self.file
-            .if_open(|file| self.map.committed_slice_in(file, start, end))
-            .unwrap_or_else(|| self.map.committed_slice(start, end))
+        let with_file = |read: &mut dyn FnMut(&File)| {
+            self.file.if_open(read);
+        };
+        self.map.committed_slice_in(with_file, start, end)
     }
 
-    /// Closes the file (the map stays) while the store parks the session:
-    /// until [`Segment::unpark`], each use opens it for that use only.
-    pub(crate) fn park(&self) {
-        self.file.park();
-    }
-
-    /// Whether the file is parked.
-    #[cfg(test)]
-    pub(crate) fn is_parked(&self) -> bool {
-        self.file.is_parked()
-    }
-
-    /// Lets the next use of a parked segment's file keep it open.
-    pub(crate) fn unpark(&self) {
-        self.file.unpark();
-    }
-
-    /// Opens the file if it is not open (after [`Segment::unpark`]).
-    pub(crate) fn open_file(&self) -> Result<()> {
-        self.file.with(|_| Ok(()))
+    /// The file, for the store to park and unpark (the map stays): see
+    /// `Log::park`.
+    pub(crate) fn parkable(&self) -> &ParkableFile {
+        &self.file
     }
 
     pub(crate) fn corrupt(&self, offset: u64, seq: Option<u64>, kind: CorruptKind) -> Error {

@@ -4,7 +4,7 @@
 //! of all shards that no handle still holds is closed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -29,13 +29,6 @@ pub(super) struct Shard {
     open: HashMap<SessionId, OpenSession>,
     /// Sessions a thread is opening or closing, outside the shard lock.
     opening: HashSet<SessionId>,
-}
-
-impl Shed {
-    /// Whether it may take `s`: no handle holds it, and (to park) it is active.
-    fn may_take(self, s: &OpenSession) -> bool {
-        s.log.is_unshared() && (self == Shed::Close || !s.parked)
-    }
 }
 
 impl Shard {
@@ -68,6 +61,15 @@ enum Shed {
     Close,
     /// To park them: past `max_active_sessions`.
     Park,
+}
+
+impl Shed {
+    /// Whether it may take `s`: (to park) it is active, and no handle holds
+    /// it. The flag first: a look for sessions to park passes over the
+    /// parked ones without loading their logs' reference counts.
+    fn may_take(self, s: &OpenSession) -> bool {
+        (self == Shed::Close || !s.parked) && s.log.is_unshared()
+    }
 }
 
 /// A cheap handle to one open session.
@@ -147,7 +149,7 @@ impl Store {
                 let unparked = std::mem::take(&mut s.parked);
                 if unparked {
                     // The catalog's file opens again at its next write.
-                    s.catalog.unpark();
+                    s.catalog.parkable().unpark();
                 }
                 let handle = SessionHandle {
                     id,
@@ -222,7 +224,7 @@ impl Store {
             if let Some(s) = shard.open.get_mut(&id) {
                 s.parked = true;
                 s.log.park();
-                s.catalog.park();
+                s.catalog.parkable().park();
                 self.inner.active_count.fetch_sub(1, Ordering::AcqRel);
                 parked += 1;
             }
@@ -322,10 +324,7 @@ impl Store {
         keep: Option<SessionId>,
         mut take: impl FnMut(usize, &mut Shard, SessionId),
     ) {
-        let (count, victims) = match shed {
-            Shed::Close => (&self.inner.open_count, &self.inner.victims),
-            Shed::Park => (&self.inner.active_count, &self.inner.park_victims),
-        };
+        let (count, victims) = self.shed_state(shed);
         while count.load(Ordering::Acquire) > max {
             let next = victims.lock().pop();
             let Some(v) = next else {
@@ -350,6 +349,15 @@ impl Store {
             if idle {
                 take(v.slot, &mut shard, v.id);
             }
+        }
+    }
+
+    /// What `shed` counts (the open sessions, or the active ones) and its
+    /// candidates.
+    fn shed_state(&self, shed: Shed) -> (&AtomicUsize, &Mutex<Vec<Victim>>) {
+        match shed {
+            Shed::Close => (&self.inner.open_count, &self.inner.victims),
+            Shed::Park => (&self.inner.active_count, &self.inner.park_victims),
         }
     }
 
@@ -383,11 +391,7 @@ impl Store {
         }
         // Oldest last, for `pop`.
         all.sort_unstable_by_key(|v| std::cmp::Reverse(v.tick));
-        let victims = match shed {
-            Shed::Close => &self.inner.victims,
-            Shed::Park => &self.inner.park_victims,
-        };
-        *victims.lock() = all;
+        *self.shed_state(shed).1.lock() = all;
         true
     }
 

@@ -61,7 +61,7 @@ fn concurrent_sheds_each_reach_their_target() {
 /// (`false`); `None` for a mix.
 fn files_parked(s: &OpenSession) -> Option<bool> {
     let mut states = s.log.files_parked();
-    states.push(s.catalog.is_parked());
+    states.push(s.catalog.parkable().is_parked());
     let all = states.iter().all(|&p| p);
     (all || states.iter().all(|&p| !p)).then_some(all)
 }
