@@ -11,10 +11,12 @@
 //!
 //! The file may be empty (0 bytes, no block on disk; see [`create_empty`]):
 //! a fork by reference's, or an untitled new session's, which holds nothing
-//! its log (and a fork's parent) do not say, until it must (a title of its
-//! own, new origins). Readers take its identity from the log, a fork's title
-//! from its parent, its numbers from the log; its head slot lives in the
-//! listing cache only.
+//! its log (and a fork's parent) do not say, until it must (a fork's title
+//! of its own, a title past the log's first [`TITLE_SCAN_RECORDS`] records,
+//! new origins). Readers take its identity from the log, its title from the
+//! first user text in the log's first records (or a fork's from its
+//! parent), its numbers from the log; its head slot lives in the listing
+//! cache only.
 //!
 //! The head slot is flagged dirty while a writer has the session open: the
 //! writer's open writes it dirty and syncs it before the log changes, and a
@@ -93,9 +95,9 @@ pub(crate) struct CatalogRecord {
     pub(crate) title: Option<String>,
     pub(crate) identity: Option<Identity>,
     /// The file is empty ([`create_empty`]): not damage, but a session
-    /// whose identity is its log's, whose title is its parent's (none if it
-    /// is no fork), and whose head slot was never written (its numbers are
-    /// the log's).
+    /// whose identity is its log's, whose title is the first user text in
+    /// its log's first records (a fork's: its parent's), and whose head slot
+    /// was never written (its numbers are the log's).
     pub(crate) empty: bool,
 }
 
@@ -287,9 +289,20 @@ struct CatalogState {
     writer: u32,
     /// Whether the file holds slots: an empty one ([`create_empty`]) stays
     /// empty, its head kept in the cache only, until there is something the
-    /// log and the parent cannot say (a title of its own, new origins).
+    /// log and the parent cannot say (new origins, a title that is not in
+    /// the log's first records: see `title_in_log`).
     stored: bool,
+    /// Whether a title found in the log's first [`TITLE_SCAN_RECORDS`]
+    /// records may stay out of an empty file: the session is no fork by
+    /// reference, so its title is the first user text of its own log, which
+    /// a reader of the empty file finds there (`store::empty_catalog_title`).
+    title_in_log: bool,
 }
+
+/// How many records from the start of its log a reader of an empty catalog
+/// reads for the session's title: a title saved in a later record is written
+/// into the file, so that no reader has to read a long log for it.
+pub(crate) const TITLE_SCAN_RECORDS: u64 = 16;
 
 impl SessionCatalog {
     /// Opens a session's catalog file, and takes a slot in `cache`.
@@ -315,7 +328,7 @@ impl SessionCatalog {
             identity,
             record.title,
             head,
-            stored,
+            (stored, false),
             cache,
         ))
     }
@@ -334,7 +347,7 @@ impl SessionCatalog {
         file: HookedFile,
         identity: Identity,
         title: Option<&str>,
-        stored: bool,
+        (stored, title_in_log): (bool, bool),
         cache: Option<&Arc<ListCache>>,
     ) -> SessionCatalog {
         let title = title.map(excerpt);
@@ -344,7 +357,7 @@ impl SessionCatalog {
             identity,
             title,
             HeadSlot::default(),
-            stored,
+            (stored, title_in_log),
             cache,
         )
     }
@@ -356,7 +369,7 @@ impl SessionCatalog {
         identity: Identity,
         title: Option<String>,
         head: HeadSlot,
-        stored: bool,
+        (stored, title_in_log): (bool, bool),
         cache: Option<&Arc<ListCache>>,
     ) -> SessionCatalog {
         SessionCatalog {
@@ -368,6 +381,7 @@ impl SessionCatalog {
                 head,
                 writer: writer_token(),
                 stored,
+                title_in_log,
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         }
@@ -375,11 +389,14 @@ impl SessionCatalog {
 
     /// Takes the identity and the title of a session whose file is empty,
     /// as its log and its parent say them; kept in memory and in the cache.
-    pub(crate) fn adopt(&self, identity: Identity, title: Option<String>) {
+    /// `title_in_log`: the session is no fork by reference (see
+    /// `CatalogState::title_in_log`).
+    pub(crate) fn adopt(&self, identity: Identity, title: Option<String>, title_in_log: bool) {
         let mut state = self.state.lock();
         debug_assert!(!state.stored, "adopt is for an empty catalog");
         state.identity = identity;
         state.title = title;
+        state.title_in_log = title_in_log;
     }
 
     /// The recorded title.
@@ -403,6 +420,39 @@ impl SessionCatalog {
         Ok(())
     }
 
+    /// Makes the file, not the log's first records, hold the title from
+    /// now on: an empty file that leaves the title to them gets all its
+    /// slots (with the title it has, if any), and a title set later is
+    /// written into it. For a log whose first records are about to leave
+    /// the disk (an eviction to the archive: `sync`, so that the file holds
+    /// the title durably before they go), and for an untitled log past them,
+    /// so that no reader reads them for nothing.
+    ///
+    /// With `sync`, a file that holds slots is synced whoever wrote them (a
+    /// compaction's origins, a title, a store that let the session go):
+    /// their writes need not have been synced yet.
+    pub(crate) fn keep_title_in_file(&self, sync: bool) -> Result<()> {
+        let mut state = self.state.lock();
+        if !state.stored {
+            if !state.title_in_log {
+                return Ok(());
+            }
+            self.store(&mut state)?;
+        }
+        match sync {
+            true => self.file.with(HookedFile::sync),
+            false => Ok(()),
+        }
+    }
+
+    /// The title the listing cache's slot holds for this session, if any:
+    /// what a writer takes when the log's first records do not read now.
+    pub(crate) fn cached_title(&self) -> Option<String> {
+        let (cache, slot) = self.cache.as_ref()?;
+        let entry = cache.read_slot(*slot)?;
+        (entry.id == self.id).then_some(entry.title).flatten()
+    }
+
     /// The session's own default durability, if it chose one.
     pub(crate) fn durability(&self) -> Option<Durability> {
         self.state.lock().identity.durability
@@ -418,11 +468,18 @@ impl SessionCatalog {
         self.state.lock().head.updated_ms
     }
 
-    /// Records the title (the next `set_head` copies it to the cache).
-    pub(crate) fn set_title(&self, title: &str) -> Result<()> {
+    /// Records the title (the next `set_head` copies it to the cache), the
+    /// first user text, which the save that ends at record `last_seq`
+    /// brought. An empty file stays empty when a reader finds the title in
+    /// the log's first records (see `CatalogState::title_in_log`): a
+    /// session's first save writes only its records.
+    pub(crate) fn set_title(&self, title: &str, last_seq: u64) -> Result<()> {
         let mut state = self.state.lock();
         if !state.stored {
             state.title = Some(excerpt(title));
+            if state.title_in_log && last_seq < TITLE_SCAN_RECORDS {
+                return Ok(());
+            }
             return self.store(&mut state);
         }
         self.file.with(|f| write_title(f, title))?;

@@ -622,3 +622,128 @@ fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
     assert!(a.evict(&store, id).unwrap().evicted_segments >= 1);
     assert!(payload_objects(&a).contains(&lost));
 }
+
+/// A session whose first segments are evictable through a runtime's own
+/// snapshot (a `SessionStart` with no compaction origin, which the catalog
+/// would keep): 30 turns before it and after, with questions when `asked`
+/// (the first one its title); else four 7 KB notes, so that its first
+/// segments seal within the records a reader of an empty catalog reads for
+/// a title (`TITLE_SCAN_RECORDS`, 16), and three after.
+fn restarted_session(store: &Store, asked: bool) -> (SessionId, EntryHash) {
+    let (id, mut head) = store
+        .create_session(Some("Be brief."), RequestConfig::model("gpt-5"), &[])
+        .unwrap();
+    let turns = |head: &mut EntryHash, from: usize, n: usize| match asked {
+        true => add_turns(store, id, head, from, n),
+        false => (from..from + n).for_each(|n| {
+            let note = format!("note {n}: {}", "so. ".repeat(1750));
+            let items = [Item::assistant_text(note)];
+            store.save_delta(id, head, &items).unwrap();
+        }),
+    };
+    let (before, after) = if asked { (30, 30) } else { (4, 3) };
+    turns(&mut head, 0, before);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let restart = session_store::LogEntry::SessionStart {
+        ts: now.as_millis() as u64,
+        system_prompt: None,
+        config: RequestConfig::model("gpt-5"),
+        history: vec![session_store::LoggedItem::from(&Item::assistant_text(
+            "summary",
+        ))],
+        forked_from: None,
+        compacted_from: None,
+    };
+    store.save_entries(id, &mut head, &[restart]).unwrap();
+    turns(&mut head, before, after);
+    (id, head)
+}
+
+/// The titles a store on `root` lists without its listing cache, read-only.
+fn titles_without_the_cache(root: &Path, id: SessionId) -> Option<String> {
+    let _ = std::fs::remove_file(root.join("list.cache"));
+    let ro = Store::open_read_only(root).unwrap();
+    let info = ro.info(id).unwrap().unwrap();
+    assert_eq!(info.error, None);
+    info.title
+}
+
+/// A title its empty catalog file leaves to the log's first records goes
+/// into the file before an eviction removes those records: a store without
+/// its listing cache still lists it.
+#[test]
+fn an_eviction_keeps_a_title_the_log_held_in_the_catalog() {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts()).unwrap();
+    let (id, _) = restarted_session(&store, true);
+    a.push(&store, id).unwrap();
+    let catalog = store.session_dir(id).join("catalog");
+    assert_eq!(std::fs::metadata(&catalog).unwrap().len(), 0);
+    let title = store.info(id).unwrap().unwrap().title;
+    assert!(title.as_deref().unwrap().starts_with("question 0: why?"));
+    assert!(a.evict(&store, id).unwrap().evicted_segments >= 2);
+    store.close().unwrap();
+    drop(store);
+    assert!(std::fs::metadata(&catalog).unwrap().len() > 0);
+    assert_eq!(titles_without_the_cache(here.path(), id), title);
+}
+
+/// An untitled session evicted from the disk gets its first title, within
+/// the records a reader of an empty catalog would read, in its catalog
+/// file: the log no longer starts at those records.
+#[test]
+fn a_first_title_after_an_eviction_goes_into_the_catalog() {
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let root = here.path();
+    let store = Store::open_with(root, opts()).unwrap();
+    let (id, mut head) = restarted_session(&store, false);
+    a.push(&store, id).unwrap();
+    assert!(a.evict(&store, id).unwrap().evicted_segments >= 1);
+    let question = [Item::user_text("first question")];
+    let seq = store.log(id).unwrap().next_seq();
+    assert!(seq < 16, "within the records read for a title: {seq}");
+    store.save_delta(id, &mut head, &question).unwrap();
+    store.close().unwrap();
+    drop(store);
+    let want = Some("first question".to_string());
+    assert_eq!(titles_without_the_cache(root, id), want);
+    // A writer that reopens it keeps it through a later question.
+    let store = Store::open_with(root, opts()).unwrap();
+    let later = [Item::user_text("second question")];
+    store.save_delta(id, &mut head, &later).unwrap();
+    assert_eq!(store.info(id).unwrap().unwrap().title, want);
+    store.close().unwrap();
+    drop(store);
+    assert_eq!(titles_without_the_cache(root, id), want);
+}
+
+/// The title goes into the catalog durably before a segment goes: a failed
+/// sync of the catalog stops the eviction with every segment in place, and
+/// so does one of a catalog whose slots were written before the eviction
+/// (a compaction's, after the session's first sync), also when tried again.
+#[test]
+fn an_eviction_whose_catalog_sync_fails_removes_nothing() {
+    let (hook, opts) = hooked(|op| matches!(op, IoOp::Sync { path } if path.ends_with("catalog")));
+    let a = Archive::open("memory://arch").unwrap();
+    let here = tempfile::tempdir().unwrap();
+    let store = Store::open_with(here.path(), opts).unwrap();
+    let (in_log, _) = restarted_session(&store, true);
+    let compacted = compacted_session(&store);
+    for id in [in_log, compacted] {
+        store.log(id).unwrap().sync().unwrap();
+        a.push(&store, id).unwrap();
+        let files = segment_files(&store, id);
+        for _ in 0..2 {
+            hook.armed.store(true, Ordering::SeqCst);
+            let err = a.evict(&store, id).unwrap_err();
+            assert!(err.to_string().contains("catalog"), "{err}");
+            assert_eq!(segment_files(&store, id), files);
+            assert!(!store.session_dir(id).join(EVICTED_FILE).exists());
+        }
+        assert!(a.evict(&store, id).unwrap().evicted_segments >= 1);
+    }
+}

@@ -507,17 +507,82 @@ fn a_session_with_nothing_of_its_own_to_keep_has_an_empty_catalog_until_it_does(
     assert!(listed.iter().all(|i| i.error.is_none()), "{listed:?}");
     drop(store);
     assert_eq!(catalog_len(untitled), 0);
-    // Its first question becomes its title, which the catalog then keeps.
+    // Its first question becomes its title, which its log's first records
+    // say: the file stays empty.
     let store = Store::open(root).unwrap();
     let question = [Item::user_text("first question")];
     store.save_delta(untitled, &mut head, &question).unwrap();
     store.close().unwrap();
-    assert_eq!(catalog_len(untitled), 1024);
+    assert_eq!(catalog_len(untitled), 0);
     fs::remove_file(root.join("list.cache")).unwrap();
     let store = Store::open_read_only(root).unwrap();
     let info = store.info(untitled).unwrap().unwrap();
     assert_eq!(info.title.as_deref(), Some("first question"));
     assert_eq!((info.error, info.head), (None, Some(head)));
+}
+
+/// A title in the log's first records stays out of an empty catalog file,
+/// and every reader finds it: a read-only store without the listing cache,
+/// a writer that reopens the session (a later question does not replace
+/// it), and a store opened on what a crash left before any close. A title
+/// that comes later than the records a reader reads for it goes into the
+/// file.
+#[test]
+fn a_title_in_the_first_records_is_read_from_the_log_and_a_later_one_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let catalog_len = |root: &Path, id: SessionId| {
+        let path = root.join("sessions").join(id.to_string()).join("catalog");
+        fs::metadata(path).unwrap().len()
+    };
+    let cfg = || RequestConfig::model("m");
+    let answer = |t: &str| Item::assistant_text(t);
+    let store = Store::open(root).unwrap();
+    let (early, mut eh) = store.create_session(Some("sys"), cfg(), &[]).unwrap();
+    store
+        .save_delta(early, &mut eh, &[answer("hello")])
+        .unwrap();
+    let asked = [Item::user_text("early question\nmore"), answer("a")];
+    store.save_delta(early, &mut eh, &asked).unwrap();
+    // Past the records a reader of an empty file reads for the title.
+    let (late, mut lh) = store.create_session(Some("sys"), cfg(), &[]).unwrap();
+    for i in 0..20 {
+        let text = format!("step {i}");
+        store.save_delta(late, &mut lh, &[answer(&text)]).unwrap();
+    }
+    store
+        .save_delta(late, &mut lh, &[Item::user_text("late question")])
+        .unwrap();
+    // What a crash leaves: no close has written a clean slot anywhere.
+    let crashed = tempfile::tempdir().unwrap();
+    copy_tree(root, crashed.path());
+    store.close().unwrap();
+    assert_eq!(catalog_len(root, early), 0);
+    assert_eq!(catalog_len(root, late), 1024);
+    for root in [root, crashed.path()] {
+        let _ = fs::remove_file(root.join("list.cache"));
+        let titles =
+            |store: &Store| [early, late].map(|id| store.info(id).unwrap().unwrap().title.unwrap());
+        let want = ["early question", "late question"];
+        let ro = Store::open_read_only(root).unwrap();
+        assert_eq!(titles(&ro), want, "{}", root.display());
+        assert!(ro.list().unwrap().iter().all(|i| i.error.is_none()));
+        drop(ro);
+        let store = Store::open(root).unwrap();
+        let mut head = store.head(early).unwrap().unwrap();
+        let again = [Item::user_text("another question")];
+        store.save_delta(early, &mut head, &again).unwrap();
+        assert_eq!(titles(&store), want, "{}", root.display());
+        store.close().unwrap();
+        let listed: Vec<_> = Store::open_read_only(root)
+            .unwrap()
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|i| i.title.unwrap())
+            .collect();
+        assert_eq!(listed, ["late question", "early question"]);
+    }
 }
 
 /// A fork's empty catalog is no catalog lost to a crash: the writer that
@@ -622,4 +687,127 @@ fn a_creation_racing_the_retire_of_its_id_is_refused() {
         other.restore(fork).unwrap().history,
         vec![Item::user_text("parent")]
     );
+}
+
+/// An import whose first user text is a large item (which the store keeps
+/// in its payload area) takes it as its title at creation, as every reader
+/// of the session then says, and a later question does not replace it.
+#[test]
+fn an_import_whose_first_question_is_large_is_titled_by_it() {
+    use session_store::{LogEntry, LoggedItem, WireLine};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = Store::open(root).unwrap();
+    let big = format!("Large imported question\n{}", "x".repeat(40_000));
+    let entry = LogEntry::SessionStart {
+        ts: 5,
+        system_prompt: None,
+        config: RequestConfig::model("m"),
+        history: vec![LoggedItem::from(&Item::user_text(big))],
+        forked_from: None,
+        compacted_from: None,
+    };
+    let line = WireLine {
+        seq: None,
+        hash: None,
+        prev_hash: None,
+        entry,
+    };
+    let id = store.import(&[(1, line)]).unwrap();
+    let want = Some("Large imported question".to_string());
+    let title = |store: &Store| store.info(id).unwrap().unwrap().title;
+    assert_eq!(title(&store), want);
+    let mut head = store.head(id).unwrap().unwrap();
+    let later = [Item::user_text("hello")];
+    store.save_delta(id, &mut head, &later).unwrap();
+    assert_eq!(title(&store), want);
+    store.close().unwrap();
+    drop(store);
+    assert_eq!(title(&Store::open_read_only(root).unwrap()), want);
+    fs::remove_file(root.join("list.cache")).unwrap();
+    assert_eq!(title(&Store::open_read_only(root).unwrap()), want);
+}
+
+/// A session's update time never goes back to a stamp its caller chose:
+/// an entry saved with an old `ts` leaves it at the time of the save, for
+/// the writer and, after the close, for a reader.
+#[test]
+fn an_old_stamp_on_a_saved_entry_does_not_move_the_update_time_back() {
+    use session_store::{ListFilter, LogEntry};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = Store::open(root).unwrap();
+    let (id, mut head) = asked(&store, Item::user_text("q"));
+    let before = store.info(id).unwrap().unwrap().updated_ms;
+    let restart = LogEntry::SessionStart {
+        ts: 1,
+        system_prompt: None,
+        config: RequestConfig::model("m"),
+        history: vec![],
+        forked_from: None,
+        compacted_from: None,
+    };
+    store.save_entries(id, &mut head, &[restart]).unwrap();
+    let since = ListFilter {
+        updated_since_ms: Some(before),
+        ..ListFilter::default()
+    };
+    let found = |store: &Store| store.list_filtered(&since).unwrap().len();
+    let updated = |store: &Store| store.info(id).unwrap().unwrap().updated_ms;
+    assert!(updated(&store) >= before);
+    assert_eq!(found(&store), 1);
+    store.close().unwrap();
+    drop(store);
+    let check = |what: &str| {
+        let ro = Store::open_read_only(root).unwrap();
+        assert_eq!(found(&ro), 1, "{what}");
+        assert!(updated(&ro) >= before, "{what}");
+    };
+    check("closed");
+    // A writer that opens it and saves nothing keeps the time too.
+    let store = Store::open(root).unwrap();
+    store.log(id).unwrap();
+    store.close().unwrap();
+    drop(store);
+    check("reopened");
+    fs::remove_file(root.join("list.cache")).unwrap();
+    check("without the listing cache");
+}
+
+/// A title the log holds in a large item that does not read when a writer
+/// reopens the session (its payload file missing for a while) is taken
+/// from the listing cache, and a later question does not replace it.
+#[test]
+fn a_title_whose_record_does_not_read_at_a_reopen_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = Store::open(root).unwrap();
+    let big = format!("Large question\n{}", "x".repeat(40_000));
+    let (id, mut head) = asked(&store, Item::user_text(big));
+    store.close().unwrap();
+    drop(store);
+    let want = Some("Large question".to_string());
+    let catalog = root.join("sessions").join(id.to_string()).join("catalog");
+    assert_eq!(fs::metadata(&catalog).unwrap().len(), 0);
+    let (payloads, away) = (root.join("payloads"), root.join("payloads.away"));
+    fs::rename(&payloads, &away).unwrap();
+    let store = Store::open(root).unwrap();
+    let later = [Item::user_text("hello")];
+    store.save_delta(id, &mut head, &later).unwrap();
+    assert_eq!(store.info(id).unwrap().unwrap().title, want);
+    store.close().unwrap();
+    drop(store);
+    fs::rename(&away, &payloads).unwrap();
+    let ro = Store::open_read_only(root).unwrap();
+    assert_eq!(ro.info(id).unwrap().unwrap().title, want);
+    assert_eq!(ro.list().unwrap()[0].title, want);
+}
+
+/// A new session with no title, then a save of `question`, its title.
+fn asked(store: &Store, question: Item) -> (SessionId, session_store::EntryHash) {
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::model("m"), &[])
+        .unwrap();
+    store.save_delta(id, &mut head, &[question]).unwrap();
+    (id, head)
 }

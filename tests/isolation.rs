@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use session_store::{Item, RequestConfig, SessionId, Store};
+use session_store::{Durability, Item, RequestConfig, SessionId, Store};
 
 mod engine;
 use engine::copy_tree;
@@ -32,9 +32,18 @@ fn crashed_store(root: &Path) -> Vec<SessionId> {
     let store = Store::open(live.path()).unwrap();
     let ids = (0..3)
         .map(|i| {
-            let (id, mut head) = store
-                .create_session(None, RequestConfig::default(), &[])
-                .unwrap();
+            // The last chooses its durability, which its catalog file holds
+            // (the others' are empty: what they would hold, their logs say).
+            let (id, mut head) = match i {
+                2 => store.create_session_with_durability(
+                    None,
+                    RequestConfig::default(),
+                    &[],
+                    Durability::Buffered,
+                ),
+                _ => store.create_session(None, RequestConfig::default(), &[]),
+            }
+            .unwrap();
             let turn = [
                 Item::user_text(format!("session {i}")),
                 Item::assistant_text("ok"),

@@ -132,6 +132,9 @@ impl Archive {
         let Some((last, _)) = picks.last() else {
             return Ok(report);
         };
+        // The log's first records may be where the catalog leaves the
+        // title: the file holds it, durably, before they go.
+        handle.keep_title_in_file()?;
         let last_hash = last.last_hash;
         let hashes = self.verify_remote(&picks)?;
         // The large items their records name must be archived too: the

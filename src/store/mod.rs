@@ -52,7 +52,7 @@ pub use budget::{
     FDS_PER_ACTIVE_SESSION, FDS_PER_PARKED_SESSION,
 };
 pub use commit::Turn;
-pub(crate) use forks::{inherited_title, RETIRED_DIR};
+pub(crate) use forks::{empty_catalog_title, RETIRED_DIR};
 pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
@@ -616,9 +616,9 @@ impl Store {
         };
         let head = head_slot_read(&log, record.head);
         // An empty catalog is no damage: the identity is the log's, the
-        // title the parent's (`catalog::create_empty`).
+        // title the log's or the parent's (`catalog::create_empty`).
         let title = match record.empty {
-            true => inherited_title(&self.inner.root, &log),
+            true => empty_catalog_title(&self.inner.root, &log).0,
             false => record.title,
         };
         let mut info = match &record.identity {
@@ -651,15 +651,21 @@ impl Store {
 /// last write as recorded, or, when the log has entries the slot does not
 /// count (a writer keeps its numbers in memory), as its last entry says.
 fn head_slot_read(log: &Log, recorded: Option<HeadSlot>) -> HeadSlot {
-    let mut head = head_slot_of(log, recorded.map(|h| h.updated_ms));
+    // With no slot recorded (an empty catalog), the last entry's time.
+    let mut head = head_slot_of(log, Some(recorded.map_or(0, |h| h.updated_ms)));
     if recorded.is_none_or(|r| r.next_seq < head.next_seq) {
-        let snap = log.snapshot();
-        let last = snap.head().and_then(|(seq, _)| snap.iter_from(seq).next());
-        if let Some(Ok(rec)) = last {
-            head.updated_ms = head.updated_ms.max(rec.ts);
+        if let Some(ts) = last_entry_ms(log) {
+            head.updated_ms = head.updated_ms.max(ts);
         }
     }
     head
+}
+
+/// The time of the log's last entry, if it has one that reads.
+fn last_entry_ms(log: &Log) -> Option<u64> {
+    let snap = log.snapshot();
+    let last = snap.head().and_then(|(seq, _)| snap.iter_from(seq).next());
+    Some(last?.ok()?.ts)
 }
 
 fn session_info(
@@ -719,7 +725,7 @@ pub(crate) fn read_catalog(id: SessionId, dir: &Path) -> Result<catalog::Catalog
         let log = Log::open_read_only(dir)?;
         record.identity = Some(rebuilt_identity(id, &log));
         if let Some(root) = dir.parent().and_then(Path::parent) {
-            record.title = inherited_title(root, &log);
+            record.title = empty_catalog_title(root, &log).0;
         }
     }
     Ok(record)

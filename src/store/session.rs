@@ -4,7 +4,7 @@
 use super::payloads::{plan, Planned};
 use super::staging::{user_item_text, user_text};
 use super::{now_ms, SessionHandle, Store, VIEW_HINTS};
-use crate::catalog::CATALOG_FILE;
+use crate::catalog::{CATALOG_FILE, TITLE_SCAN_RECORDS};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::WireLine;
@@ -121,16 +121,18 @@ impl Store {
                 },
                 e => e,
             })?;
-        if let Some(&(_, h)) = written.last() {
-            *head = h;
-        }
+        let Some(&(last_seq, h)) = written.last() else {
+            return Ok(());
+        };
+        *head = h;
         // The entries are in the log, and the caller's head has moved: the
         // save is done. The catalog and the list cache are derived from the
         // log, marked dirty (durably) since this writer opened the session,
         // and their numbers are taken from the log while they are dirty; a
         // failure to write the title must not make a retry append the
         // entries twice. The close writes them again.
-        let _ = update_catalog(&s, title, saved.origins);
+        let last_ts = entries.last().map(Archivable::ts);
+        let _ = update_catalog(&s, title, (last_seq, last_ts), saved.origins);
         Ok(())
     }
 
@@ -361,8 +363,14 @@ impl Store {
             .zip(planned)
             .map(|((_, w), p)| p.map_or_else(|| w.entry.clone(), |p| p.entry))
             .collect();
+        // The title from the lines: the stored entries hold a large item as
+        // a reference to the payload area, which has no text to take.
+        let title = lines
+            .iter()
+            .flat_map(|(_, w)| w.entry.items())
+            .find_map(user_text);
         let id = SessionId::new_v7();
-        self.create_entries(id, &entries, None, None, true)?;
+        self.create_entries(id, &entries, None, title, true)?;
         Ok(id)
     }
 
@@ -471,18 +479,39 @@ impl Store {
     }
 }
 
-/// Records a save in the session's catalog: its title (from the first user
-/// text) on disk, once; the time of the write in memory (see
-/// `SessionCatalog::saved_at`).
+/// Records a save that ended at record `last_seq`, stamped `last_ts`, in
+/// the session's catalog: its title (from the first user text), once; the
+/// time of the write in memory (see `SessionCatalog::saved_at`).
+///
+/// That time is the last entry's, as the log says it (so that a reader
+/// that has only the log, an empty catalog without the listing cache,
+/// lists the same), when it lies between the last recorded update and now,
+/// as the entries a save stamps itself do; a caller's own stamp outside
+/// that (an old one, or one from a clock ahead) gives now, and gives an
+/// empty catalog file its slots, since its readers would take the log's.
 fn update_catalog(
     s: &SessionHandle,
     title: impl FnOnce() -> Option<String>,
+    (last_seq, last_ts): (u64, Option<u64>),
     origins: Option<Origins>,
 ) -> Result<()> {
-    s.catalog.saved_at(now_ms());
+    let now = now_ms();
+    let since = s.catalog.updated_ms();
+    match last_ts.filter(|t| (since..=now).contains(t)) {
+        Some(t) => s.catalog.saved_at(t),
+        None => {
+            s.catalog.saved_at(now);
+            // A time the log does not say: an empty file that leaves the
+            // title to the log holds it (and the head) from now on.
+            s.catalog.keep_title_in_file(false)?;
+        }
+    }
     if !s.catalog.has_title() {
-        if let Some(t) = title() {
-            s.catalog.set_title(&t)?;
+        match title() {
+            Some(t) => s.catalog.set_title(&t, last_seq)?,
+            // Past the records a reader of an empty file reads for a title.
+            None if last_seq >= TITLE_SCAN_RECORDS => s.catalog.keep_title_in_file(false)?,
+            None => {}
         }
     }
     if let Some((forked_from, compacted_from)) = origins {

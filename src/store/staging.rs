@@ -343,7 +343,7 @@ impl Store {
             file,
             identity.clone(),
             title,
-            !empty,
+            (!empty, parent_of(entries).is_none()),
             Some(cache),
         ));
         let handle = SessionHandle { id, log, catalog };
