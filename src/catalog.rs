@@ -293,9 +293,10 @@ struct CatalogState {
     /// the log's first records: see `title_in_log`).
     stored: bool,
     /// Whether a title found in the log's first [`TITLE_SCAN_RECORDS`]
-    /// records may stay out of an empty file: the session is no fork by
-    /// reference, so its title is the first user text of its own log, which
-    /// a reader of the empty file finds there (`store::empty_catalog_title`).
+    /// records may stay out of an empty file until the clean close (see
+    /// `SessionCatalog::set_head`): the session is no fork by reference, so
+    /// its title is the first user text of its own log, which a reader of
+    /// the empty file finds there meanwhile (`store::empty_catalog_title`).
     title_in_log: bool,
 }
 
@@ -445,14 +446,6 @@ impl SessionCatalog {
         }
     }
 
-    /// The title the listing cache's slot holds for this session, if any:
-    /// what a writer takes when the log's first records do not read now.
-    pub(crate) fn cached_title(&self) -> Option<String> {
-        let (cache, slot) = self.cache.as_ref()?;
-        let entry = cache.read_slot(*slot)?;
-        (entry.id == self.id).then_some(entry.title).flatten()
-    }
-
     /// The session's own default durability, if it chose one.
     pub(crate) fn durability(&self) -> Option<Durability> {
         self.state.lock().identity.durability
@@ -470,9 +463,10 @@ impl SessionCatalog {
 
     /// Records the title (the next `set_head` copies it to the cache), the
     /// first user text, which the save that ends at record `last_seq`
-    /// brought. An empty file stays empty when a reader finds the title in
-    /// the log's first records (see `CatalogState::title_in_log`): a
-    /// session's first save writes only its records.
+    /// brought. An empty file stays empty until the clean close when a
+    /// reader finds the title in the log's first records (see
+    /// `CatalogState::title_in_log`): a session's first save writes only its
+    /// records.
     pub(crate) fn set_title(&self, title: &str, last_seq: u64) -> Result<()> {
         let mut state = self.state.lock();
         if !state.stored {
@@ -568,7 +562,14 @@ impl SessionCatalog {
             ..head
         };
         state.head = head;
-        if !state.stored {
+        if !state.stored && !head.dirty && state.title_in_log && state.title.is_some() {
+            // A clean close of a session whose title its log's first
+            // records hold: the file takes its slots now, clean head
+            // first, so that a reader without the listing cache reads one
+            // slot, not the log. The saves before wrote only records.
+            self.store(&mut state)?;
+            self.write_cache(&state)?;
+        } else if !state.stored {
             // Nothing on file to keep in step: an empty catalog's numbers
             // are the log's, and the cache is the only copy.
             self.write_cache(&state)?;

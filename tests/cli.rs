@@ -1331,16 +1331,15 @@ fn ls_marks_a_session_it_cannot_read_and_lists_the_others() {
     let (_tmp, root) = store_dir();
     let (good, _) = build_session(&root, &["fine"]);
     let (bad, _) = build_session(&root, &["broken"]);
-    // No listing cache, and a damaged catalog (bytes where the file said
-    // nothing: its title is in the log's first record): ls must read the
-    // log, and cannot: its only segment's header is damaged too.
+    // A damaged catalog and no listing cache: ls must read the log, and
+    // cannot: its only segment's header is damaged too.
     let dir = root.join("sessions").join(bad.to_string());
-    assert_eq!(fs::metadata(dir.join("catalog")).unwrap().len(), 0);
-    fs::write(dir.join("catalog"), [0xab; 1024]).unwrap();
-    let p = dir.join("00000000000000000000.seg");
-    let mut b = fs::read(&p).unwrap();
-    b[20] ^= 0xff;
-    fs::write(&p, b).unwrap();
+    for (file, at) in [("catalog", 512 + 10), ("00000000000000000000.seg", 20)] {
+        let p = dir.join(file);
+        let mut b = fs::read(&p).unwrap();
+        b[at] ^= 0xff;
+        fs::write(&p, b).unwrap();
+    }
     fs::remove_file(root.join("list.cache")).unwrap();
     let text = ok(&root, &["ls"]);
     let line = |id: SessionId| {

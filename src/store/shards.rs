@@ -470,11 +470,9 @@ impl Store {
         )?);
         if catalog.is_empty() {
             // A title that could not be read (a log or a parent that does
-            // not read now) is the listing cache's, if it has one, and is
-            // not left to the log again: a later one goes into the file,
-            // where every reader finds the same.
+            // not read now) is not left to the log again: a later one goes
+            // into the file, where every reader finds the same.
             let (title, title_in_log) = super::empty_catalog_title(&self.inner.root, &log);
-            let title = title.or_else(|| catalog.cached_title());
             catalog.adopt(super::rebuilt_identity(id, &log), title, title_in_log);
             // Its last update is its last entry's, not this open's.
             if let Some(ts) = super::last_entry_ms(&log) {
