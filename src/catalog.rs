@@ -515,6 +515,17 @@ impl SessionCatalog {
         self.state.lock().head.updated_ms = updated_ms;
     }
 
+    /// Records a save as [`SessionCatalog::saved_at`] does, at `stamp` (its
+    /// last entry's) when that lies between the last recorded write and
+    /// `now`, else at `now`; returns whether it took `stamp`.
+    pub(crate) fn saved(&self, stamp: Option<u64>, now: u64) -> bool {
+        let mut state = self.state.lock();
+        let since = state.head.updated_ms;
+        let taken = stamp.filter(|t| (since..=now).contains(t));
+        state.head.updated_ms = taken.unwrap_or(now);
+        taken.is_some()
+    }
+
     /// Takes the session over from `left`, the slot this store wrote when
     /// it let the session go, if the file still holds exactly that (or, for
     /// an empty file, which holds no head, the list cache's slot): no

@@ -552,6 +552,9 @@ fn a_title_in_the_first_records_is_read_from_the_log_and_a_later_one_is_written(
         let text = format!("step {i}");
         store.save_delta(late, &mut lh, &[answer(&text)]).unwrap();
     }
+    // An untitled log past those records: its file holds slots, so that
+    // no reader reads them for a title it has not.
+    assert_eq!(catalog_len(root, late), 1024);
     store
         .save_delta(late, &mut lh, &[Item::user_text("late question")])
         .unwrap();

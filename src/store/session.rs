@@ -495,16 +495,10 @@ fn update_catalog(
     (last_seq, last_ts): (u64, Option<u64>),
     origins: Option<Origins>,
 ) -> Result<()> {
-    let now = now_ms();
-    let since = s.catalog.updated_ms();
-    match last_ts.filter(|t| (since..=now).contains(t)) {
-        Some(t) => s.catalog.saved_at(t),
-        None => {
-            s.catalog.saved_at(now);
-            // A time the log does not say: an empty file that leaves the
-            // title to the log holds it (and the head) from now on.
-            s.catalog.keep_title_in_file(false)?;
-        }
+    if !s.catalog.saved(last_ts, now_ms()) {
+        // A time the log does not say: an empty file that leaves the title
+        // to the log holds it (and the head) from now on.
+        s.catalog.keep_title_in_file(false)?;
     }
     if !s.catalog.has_title() {
         match title() {
