@@ -331,13 +331,28 @@ impl Item {
     /// A call the model made: a function or custom tool call, or an opaque
     /// item that carries a call id and is not an output.
     pub fn is_tool_call(&self) -> bool {
-        matches!(self.call_link(), Some(CallLink::Call(_)))
+        self.links_as(true)
     }
 
     /// The output of a call: a tool result or output, or an opaque item that
     /// answers a call id.
     pub fn is_tool_result(&self) -> bool {
-        matches!(self.call_link(), Some(CallLink::Output(_)))
+        self.links_as(false)
+    }
+
+    /// Whether [`Item::call_link`] is a call (`call`) or an output (not
+    /// `call`), without copying a typed item's call id.
+    fn links_as(&self, call: bool) -> bool {
+        match self {
+            Item::ToolCall { .. } | Item::CustomToolCall { .. } => call,
+            Item::ToolResult { .. } | Item::ToolOutput { .. } => !call,
+            Item::Opaque { .. } => match self.call_link() {
+                Some(CallLink::Call(_)) => call,
+                Some(CallLink::Output(_)) => !call,
+                None => false,
+            },
+            _ => false,
+        }
     }
 
     /// Reasoning or thinking, in any of its forms.
@@ -356,9 +371,7 @@ impl Item {
     /// outputs (hosted tool calls, server tool blocks).
     pub fn is_assistant_output(&self) -> bool {
         match self {
-            Item::Opaque { role, .. } => {
-                *role != Some(Role::User) && !matches!(self.call_link(), Some(CallLink::Output(_)))
-            }
+            Item::Opaque { role, .. } => *role != Some(Role::User) && !self.links_as(false),
             _ => self.is_assistant_message() || self.is_tool_call() || self.is_reasoning(),
         }
     }
@@ -493,6 +506,68 @@ mod tests {
         };
         assert!(call.is_tool_call() && call.is_assistant_output());
         assert_eq!(call.call_id(), Some("c"));
+    }
+
+    #[test]
+    fn call_predicates_agree_with_the_call_link() {
+        let opaque = |role: Option<Role>, json: &str| Item::Opaque {
+            role,
+            json: JsonText::parse(json).unwrap(),
+        };
+        let items = [
+            Item::user_text("x"),
+            Item::assistant_text("x"),
+            Item::ToolCall {
+                id: None,
+                call_id: "c".into(),
+                name: "n".into(),
+                arguments: "{}".into(),
+                status: None,
+            },
+            Item::ToolResult {
+                id: None,
+                call_id: "c".into(),
+                summary: String::new(),
+                content: None,
+            },
+            Item::ToolOutput {
+                id: None,
+                call_id: "c".into(),
+                output: None,
+                is_error: None,
+                custom: false,
+                status: None,
+            },
+            opaque(None, r#"{"type":"mcp_call","call_id":"m"}"#),
+            opaque(None, r#"{"type":"shell_call_output","call_id":"m"}"#),
+            opaque(None, r#"{"type":"web_search_call","id":"w"}"#),
+            opaque(
+                Some(Role::Assistant),
+                r#"{"type":"server_tool_use","id":"s"}"#,
+            ),
+            opaque(
+                Some(Role::User),
+                r#"{"type":"web_search_tool_result","tool_use_id":"s"}"#,
+            ),
+            opaque(Some(Role::Assistant), r#"{"type":"text","id":"t"}"#),
+        ];
+        for item in &items {
+            let link = item.call_link();
+            assert_eq!(
+                item.is_tool_call(),
+                matches!(link, Some(CallLink::Call(_))),
+                "{item:?}"
+            );
+            assert_eq!(
+                item.is_tool_result(),
+                matches!(link, Some(CallLink::Output(_))),
+                "{item:?}"
+            );
+        }
+        // Both sides of each kind occur, so a predicate that ignored its
+        // side would fail above.
+        assert_eq!(items.iter().filter(|i| i.is_tool_call()).count(), 3);
+        assert_eq!(items.iter().filter(|i| i.is_tool_result()).count(), 4);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -377,7 +377,7 @@ impl PayloadArea {
         r: &LoggedPayloadRef,
     ) -> std::result::Result<rkyv::util::AlignedVec, PayloadProblem> {
         let path = self.path(&r.hash);
-        let mut file = match File::open(&path) {
+        let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(PayloadProblem::Missing),
             Err(e) => return Err(PayloadProblem::Invalid(format!("cannot open: {e}"))),
@@ -392,9 +392,10 @@ impl PayloadArea {
                 actual,
             });
         }
-        let mut buf = rkyv::util::AlignedVec::<16>::with_capacity(actual as usize);
-        buf.resize(actual as usize, 0);
-        file.read_exact(&mut buf)
+        // Read into the room unzeroed: a payload of a MB would otherwise be
+        // written twice, zeros first.
+        let mut buf = rkyv::util::AlignedVec::<16>::new();
+        crate::mmap::read_to(&file, &mut buf, actual as usize)
             .map_err(|e| PayloadProblem::Invalid(format!("cannot read: {e}")))?;
         if blake3::hash(&buf).as_bytes() != &r.hash {
             return Err(PayloadProblem::Hash);
