@@ -524,6 +524,24 @@ mod tests {
                 arguments: "{}".into(),
                 status: None,
             },
+            Item::CustomToolCall {
+                id: None,
+                call_id: "k".into(),
+                name: "n".into(),
+                input: String::new(),
+                status: None,
+            },
+            Item::Reasoning {
+                id: None,
+                text: "r".into(),
+                summary: Vec::new(),
+                encrypted_content: None,
+                status: None,
+            },
+            Item::Thinking {
+                thinking: "t".into(),
+                signature: None,
+            },
             Item::ToolResult {
                 id: None,
                 call_id: "c".into(),
@@ -566,7 +584,7 @@ mod tests {
         }
         // Both sides of each kind occur, so a predicate that ignored its
         // side would fail above.
-        assert_eq!(items.iter().filter(|i| i.is_tool_call()).count(), 3);
+        assert_eq!(items.iter().filter(|i| i.is_tool_call()).count(), 4);
         assert_eq!(items.iter().filter(|i| i.is_tool_result()).count(), 4);
     }
 

@@ -1,8 +1,8 @@
 //! The one module with `unsafe`: read-only memory maps of segment files (or,
 //! for a read-only view of a small one, its bytes read into aligned memory
-//! without zeroing it first), the `posix_fallocate` call that reserves their
-//! space, and the few other syscalls `std` lacks (holes, writeback, the
-//! open-file limit).
+//! without zeroing it first, as a payload file is read too), the
+//! `posix_fallocate` call that reserves their space, and the few other
+//! syscalls `std` lacks (holes, writeback, the open-file limit).
 //!
 //! Writers never write through a map: they `pwrite` into the page cache, which
 //! the shared map then shows. Soundness rests on two rules:
@@ -236,7 +236,8 @@ impl Map {
 /// and a full 64 MiB one stays mapped.
 pub(crate) const COPY_MAX: usize = 8 << 20;
 
-/// Reads `file` on from `bytes.len()` to its byte `n` into `bytes`,
+/// Reads `file` on from `bytes.len()` to its byte `n` into `bytes` (a
+/// segment's records, or a payload file whole),
 /// without zeroing the room first; `bytes` is left as it was on an error.
 /// The end of the file before `n` is [`io::ErrorKind::UnexpectedEof`].
 pub(crate) fn read_to(
@@ -372,4 +373,36 @@ pub(crate) fn start_writeback(file: &File, from: u64, to: u64) {
     let _ = unsafe {
         libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn read_to_reads_on_from_the_length_held_and_refuses_a_short_file() {
+        let mut file = tempfile::tempfile().unwrap();
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        file.write_all(&bytes).unwrap();
+
+        let mut buf = AlignedVec::<RECORD_ALIGN>::new();
+        read_to(&file, &mut buf, 0).unwrap();
+        assert!(buf.is_empty());
+        read_to(&file, &mut buf, 4_000).unwrap();
+        assert_eq!(&buf[..], &bytes[..4_000]);
+        // On from what the vector holds, to `n`; a smaller `n` reads nothing.
+        read_to(&file, &mut buf, 10_000).unwrap();
+        assert_eq!(&buf[..], &bytes[..]);
+        read_to(&file, &mut buf, 5).unwrap();
+        assert_eq!(buf.len(), 10_000);
+
+        // A file shorter than `n`: an error, and the vector as it was.
+        let mut short = AlignedVec::<RECORD_ALIGN>::new();
+        read_to(&file, &mut short, 100).unwrap();
+        let e = read_to(&file, &mut short, 10_001).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(&short[..], &bytes[..100]);
+    }
 }
