@@ -520,6 +520,15 @@ impl ParkableFile {
         Some(f(&file.file))
     }
 
+    /// The file if it is open now, held weakly: a park meanwhile closes it
+    /// as if this were not held.
+    pub(crate) fn weak_if_open(&self) -> Option<std::sync::Weak<HookedFile>> {
+        match &*self.state.lock() {
+            FileState::Open(file, _) => Some(Arc::downgrade(file)),
+            _ => None,
+        }
+    }
+
     /// Closes the file (once no use holds it); until
     /// [`ParkableFile::unpark`], each use opens it for that use only. A file
     /// whose identity cannot be read stays open.
@@ -549,5 +558,32 @@ impl ParkableFile {
     #[cfg(test)]
     pub(crate) fn is_parked(&self) -> bool {
         matches!(&*self.state.lock(), FileState::Parked(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The page-cache worker holds a file weakly: it gets the file only
+    /// while it is open, and a park closes the descriptor even while the
+    /// worker still holds its weak reference.
+    #[test]
+    fn a_weak_file_is_had_only_while_open_and_a_park_closes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = ParkableFile::new(HookedFile::create(&path, &None).unwrap(), true);
+        let weak = file.weak_if_open().expect("open after create");
+        assert!(weak.upgrade().is_some());
+        file.park();
+        assert!(file.weak_if_open().is_none(), "parked: nothing to hand out");
+        assert!(weak.upgrade().is_none(), "the park closed the descriptor");
+        // A use while parked opens for itself and keeps nothing.
+        file.with(|f| f.write_at(0, b"x")).unwrap();
+        assert!(file.weak_if_open().is_none());
+        file.unpark();
+        file.open_now().unwrap();
+        let weak = file.weak_if_open().expect("open after unpark");
+        assert!(weak.upgrade().is_some());
     }
 }

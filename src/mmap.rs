@@ -2,7 +2,8 @@
 //! for a read-only view of a small one, its bytes read into aligned memory
 //! without zeroing it first, as a payload file is read too), the
 //! `posix_fallocate` call that reserves their space, and the few other
-//! syscalls `std` lacks (holes, writeback, the open-file limit).
+//! syscalls `std` lacks (holes, writeback, bringing pages into the page
+//! cache, the open-file limit).
 //!
 //! Writers never write through a map: they `pwrite` into the page cache, which
 //! the shared map then shows. Soundness rests on two rules:
@@ -373,6 +374,43 @@ pub(crate) fn start_writeback(file: &File, from: u64, to: u64) {
     let _ = unsafe {
         libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
     };
+}
+
+/// Asks the kernel to bring `from..to` of `file` into the page cache now
+/// (`posix_fadvise(POSIX_FADV_WILLNEED)`): a hole comes in as zeroed pages,
+/// so that a later write there finds its pages and only copies. Only a
+/// hint: it changes no byte of the file, and an error is ignored.
+pub(crate) fn populate(file: &File, from: u64, to: u64) {
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(from),
+        libc::off64_t::try_from(to.saturating_sub(from)),
+    ) else {
+        return;
+    };
+    // SAFETY: plain syscall wrapper on a valid open descriptor; no memory is passed.
+    let _ =
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED) };
+}
+
+/// How many pages of `from..to` (page-aligned `from`) of `file` are in the
+/// page cache (`mincore` over a map of that range). For tests.
+#[cfg(test)]
+pub(crate) fn resident_pages(file: &File, from: u64, to: u64) -> usize {
+    const PAGE: u64 = 4096;
+    assert_eq!(from % PAGE, 0, "from is page-aligned");
+    let len = to.saturating_sub(from) as usize;
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: a read-only map of a file this test owns; no slice of it is
+    // made, only its address handed to `mincore`.
+    let map = unsafe { memmap2::MmapOptions::new().offset(from).len(len).map(file) }.unwrap();
+    let mut vec = vec![0u8; len.div_ceil(PAGE as usize)];
+    // SAFETY: `map` covers `len` bytes from its page-aligned address, and
+    // `vec` has one byte for each of its pages, as `mincore` writes.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
+    vec.iter().filter(|&&b| b & 1 == 1).count()
 }
 
 #[cfg(test)]

@@ -191,6 +191,10 @@ enum System {
     /// The store with every item in its record: what the payload area
     /// (issue 18) costs or saves the same writes, in the same run.
     StoreInline,
+    /// The store without its page-cache worker (`populate_ahead: false`):
+    /// what bringing the next pages in on another core saves the same
+    /// writes, in the same run.
+    StoreNoAhead,
     Jsonl,
     Sqlite,
     RedbNone,
@@ -204,6 +208,7 @@ fn systems(quick: bool) -> Vec<System> {
     let mut all = vec![
         System::Store,
         System::StoreInline,
+        System::StoreNoAhead,
         System::Jsonl,
         System::Sqlite,
         System::RedbNone,
@@ -232,6 +237,9 @@ impl System {
             System::StoreInline => {
                 "session-store, every item in its record (`payload_threshold(usize::MAX)`)"
             }
+            System::StoreNoAhead => {
+                "session-store, no pages brought in ahead (`populate_ahead: false`)"
+            }
             System::Jsonl => "JSONL + SHA-256 (file per session, flush per turn)",
             System::Sqlite => "SQLite WAL NORMAL, txn per turn",
             System::RedbNone => "redb Durability::None, txn per turn",
@@ -241,12 +249,17 @@ impl System {
 
     fn writer<'a>(self, dir: &Path, w: &'a Sessions) -> Box<dyn Writer + 'a> {
         match self {
-            System::Store | System::StoreInline => Box::new(StoreWriter {
+            System::Store | System::StoreInline | System::StoreNoAhead => Box::new(StoreWriter {
                 store: Store::open_with(
                     dir,
                     match self {
                         System::StoreInline => {
                             StoreOptions::default().payload_threshold(usize::MAX)
+                        }
+                        System::StoreNoAhead => {
+                            let mut opts = StoreOptions::default();
+                            opts.log.populate_ahead = false;
+                            opts
                         }
                         _ => StoreOptions::default(),
                     },
@@ -282,7 +295,7 @@ impl System {
     fn replay(self, dir: &Path, w: &Sessions) -> f64 {
         let start = Instant::now();
         let histories: Vec<Vec<Item>> = match self {
-            System::Store | System::StoreInline => {
+            System::Store | System::StoreInline | System::StoreNoAhead => {
                 let store = Store::open(dir).expect("open store");
                 w.ids
                     .iter()
@@ -525,6 +538,9 @@ impl Latency {
 struct Pass {
     create_s: f64,
     append_s: f64,
+    /// CPU time of the whole process (every thread: the store's workers
+    /// too) while saving.
+    cpu_s: f64,
     latency: Latency,
     /// Allocated bytes of the files under the system's directory.
     file_bytes: u64,
@@ -541,6 +557,7 @@ fn pass(system: System, dir: &Path, w: &Sessions) -> Pass {
         }
     });
     let mut ns = Vec::with_capacity(w.saves() as usize);
+    let cpu_before = process_cpu_s();
     let append_s = time(|| {
         for t in 0..w.shape.turns {
             for (s, turns) in w.turns.iter().enumerate() {
@@ -550,16 +567,30 @@ fn pass(system: System, dir: &Path, w: &Sessions) -> Pass {
             }
         }
     });
+    let cpu_s = process_cpu_s() - cpu_before;
     writer.close();
     let (file_bytes, dir_bytes) = allocated(dir);
     Pass {
         create_s,
         append_s,
+        cpu_s,
         latency: Latency::of(ns),
         file_bytes,
         dir_bytes,
         replay_s: system.replay(dir, w),
     }
+}
+
+/// CPU time (user and system) of this process so far, every thread, from
+/// `/proc/self/stat` (clock ticks: 10 ms at the usual 100 Hz).
+fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command's closing parenthesis: state is 3rd,
+    // utime 14th and stime 15th of the whole line.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f[11].parse::<f64>().expect("utime") + f[12].parse::<f64>().expect("stime");
+    ticks / 100.0
 }
 
 /// Allocated bytes (`st_blocks * 512`) of the files and of the directories
@@ -588,6 +619,7 @@ struct Figures {
     system: System,
     create_s: f64,
     append_s: f64,
+    cpu_s: f64,
     latency: Latency,
     /// The slowest save of all repetitions.
     worst_s: f64,
@@ -603,6 +635,7 @@ impl Figures {
             system,
             create_s: m(&|p| p.create_s),
             append_s: m(&|p| p.append_s),
+            cpu_s: m(&|p| p.cpu_s),
             latency: Latency {
                 p50: m(&|p| p.latency.p50),
                 p99: m(&|p| p.latency.p99),
@@ -994,18 +1027,19 @@ fn print_report(r: &Report) {
         w.item_json_bytes as f64 / 1e6
     );
     println!();
-    println!("| system | turns/s | MB/s | append: store ÷ this | save p50 µs | p99 µs | p99.9 µs | max µs | worst µs | create all ms | disk MB | of which dirs MB | disk ÷ JSONL | replay all ms | replay: store ÷ this |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| system | turns/s | MB/s | append: store ÷ this | CPU ÷ wall | save p50 µs | p99 µs | p99.9 µs | max µs | worst µs | create all ms | disk MB | of which dirs MB | disk ÷ JSONL | replay all ms | replay: store ÷ this |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let store = r.find(System::Store);
     let jsonl = r.find(System::Jsonl);
     for f in &r.figures {
         let us = |s: f64| s * 1e6;
         println!(
-            "| {} | {:.0} | {:.1} | {:.2}× | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.2}× | {:.1} | {:.2}× |",
+            "| {} | {:.0} | {:.1} | {:.2}× | {:.2} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.2}× | {:.1} | {:.2}× |",
             f.system.label(),
             w.saves() as f64 / f.append_s,
             w.item_json_bytes as f64 / 1e6 / f.append_s,
             f.append_s / store.append_s,
+            f.cpu_s / f.append_s,
             us(f.latency.p50),
             us(f.latency.p99),
             us(f.latency.p999),
@@ -1042,7 +1076,7 @@ fn print_report(r: &Report) {
 
 fn print_targets(reports: &[Report]) {
     println!();
-    println!("Notes: turns/s and MB/s count `save_delta` (or the peer's save) only: creating the sessions is its own column, opening and closing are outside every clock. MB/s counts the items' JSON for every system. Latency is per save; p50–max are medians over the repetitions of each one's percentile, worst is the slowest save of all repetitions. Disk is `st_blocks × 512` of everything under the system's directory after closing; the directories' share is shown apart. Replay opens afresh (inside the clock) and restores every session into owned items; the peers read and parse their records.");
+    println!("Notes: turns/s and MB/s count `save_delta` (or the peer's save) only: creating the sessions is its own column, opening and closing are outside every clock. MB/s counts the items' JSON for every system. Latency is per save; p50–max are medians over the repetitions of each one's percentile, worst is the slowest save of all repetitions. CPU ÷ wall is the process's CPU time (every thread, user and system, in 10 ms ticks) over the saves' wall time: above 1, a system's own threads worked beside the saving one (session-store's page-cache worker; SQLite and redb run none). Disk is `st_blocks × 512` of everything under the system's directory after closing; the directories' share is shown apart. Replay opens afresh (inside the clock) and restores every session into owned items; the peers read and parse their records.");
     println!();
     println!("Targets (issue 14), this run:");
     for r in reports {

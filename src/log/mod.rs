@@ -104,6 +104,12 @@ pub struct LogOptions {
     pub recovery: RecoveryMode,
     /// Prepare (create, allocate and map) the next segment in the background.
     pub prepare_ahead: bool,
+    /// Bring the active segment's next pages into the page cache in the
+    /// background (one thread for the process), so that an append's `pwrite`
+    /// finds them and only copies: about half of a 9 KB save's time on this
+    /// project's machine (see `segment::ahead`). Only for a segment that
+    /// holds at least 32 KiB, at most 256 KiB ahead of its end.
+    pub populate_ahead: bool,
     /// The fault seam, for tests.
     pub hook: Option<Arc<dyn IoHook>>,
     /// Told of every segment the writer seals (at a roll), on the appending
@@ -140,6 +146,7 @@ impl Default for LogOptions {
             durability: Durability::Buffered,
             recovery: RecoveryMode::Strict,
             prepare_ahead: true,
+            populate_ahead: true,
             hook: None,
             on_seal: None,
         }
@@ -153,6 +160,7 @@ impl std::fmt::Debug for LogOptions {
             .field("durability", &self.durability)
             .field("recovery", &self.recovery)
             .field("prepare_ahead", &self.prepare_ahead)
+            .field("populate_ahead", &self.populate_ahead)
             .field("hook", &self.hook.is_some())
             .field("on_seal", &self.on_seal.is_some())
             .finish()

@@ -429,6 +429,7 @@ impl Log {
                 prepared: None,
                 prep_counter: 0,
                 writeback_from: o.tip.end,
+                populated_to: o.tip.end,
             })
         });
         let poisoned = Arc::new(AtomicBool::new(false));

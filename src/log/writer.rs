@@ -17,7 +17,7 @@ use crate::format::{
     FORMAT_VERSION, INDEX_ENTRY_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::schema::{Archivable, EntryKind, LogEntry, LoggedPayloadRef, MeasureItem};
-use crate::segment::{Prepared, Segment, Space, INDEX_STRIDE_BYTES};
+use crate::segment::{ahead, Prepared, Segment, Space, INDEX_STRIDE_BYTES};
 
 thread_local! {
     /// Each thread's buffer for encoding its batches, reused across calls
@@ -110,6 +110,9 @@ pub(super) struct Writer {
     pub(super) prep_counter: u64,
     /// Offset from which writeback has not been started.
     pub(super) writeback_from: u64,
+    /// Offset up to which the active segment's pages were asked for
+    /// (`segment::ahead`).
+    pub(super) populated_to: u64,
 }
 
 impl Log {
@@ -345,6 +348,16 @@ impl Log {
             seg.start_writeback(w.writeback_from, end);
             w.writeback_from = end;
         }
+        // Ask for the next pages while half of the window is still ahead.
+        let window = match self.inner.opts.populate_ahead {
+            true => ahead::window(FIRST_RECORD_OFFSET, end),
+            false => 0,
+        };
+        if window > 0 && end + window / 2 > w.populated_to {
+            let from = w.populated_to.max(end & !(PAGE - 1));
+            w.populated_to = end + window;
+            seg.populate_ahead(from, w.populated_to);
+        }
         Ok(())
     }
 
@@ -529,6 +542,7 @@ impl Log {
         w.segments.push(seg);
         w.tip.end = FIRST_RECORD_OFFSET;
         w.writeback_from = w.tip.end;
+        w.populated_to = w.tip.end;
         w.last_indexed = None;
         w.tip.session_start = None;
         w.active_sealed = false;

@@ -17,6 +17,7 @@ use crate::format::{
 use crate::fs::{io_err, sync_dir, Hook, HookedFile, ParkableFile};
 use crate::mmap::{self, Map};
 
+pub(crate) mod ahead;
 mod scan;
 #[cfg(feature = "whitebox")]
 pub use scan::links_hashed_by_opens;
@@ -480,6 +481,14 @@ impl Segment {
             mmap::start_writeback(f.file(), from, to);
             Ok(())
         });
+    }
+
+    /// Asks for `from..to` to be brought into the page cache by the
+    /// background worker (see [`ahead`]); nothing while the file is parked.
+    pub(crate) fn populate_ahead(&self, from: u64, to: u64) {
+        if let Some(file) = self.file.weak_if_open() {
+            ahead::request(file, from, to.min(self.len()));
+        }
     }
 
     /// `fdatasync`: makes every write to this file durable.
