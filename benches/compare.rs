@@ -600,7 +600,12 @@ fn interleave_dirs<T>(
     // the process has not used yet ran up to 2.6× slower, and whichever
     // system went first paid for it.
     for rep in 0..=reps {
-        for (i, run) in runs.iter_mut().enumerate() {
+        // Each repetition starts one system later, so that no system always
+        // runs first or right after the same one (two runs of the same code
+        // in one repetition came out 1.4× apart by their place alone).
+        for k in 0..runs.len() {
+            let i = (k + rep) % runs.len();
+            let run = &mut runs[i];
             // Each system's previous files go before it runs (so that it
             // reuses the memory they held rather than the next system), or
             // after the last run.

@@ -381,6 +381,10 @@ pub(crate) fn start_writeback(file: &File, from: u64, to: u64) {
 /// so that a later write there finds its pages and only copies. Only a
 /// hint: it changes no byte of the file, and an error is ignored.
 pub(crate) fn populate(file: &File, from: u64, to: u64) {
+    // A length of 0 would mean "to the end of the file".
+    if to <= from {
+        return;
+    }
     let (Ok(offset), Ok(len)) = (
         libc::off64_t::try_from(from),
         libc::off64_t::try_from(to.saturating_sub(from)),
@@ -402,13 +406,17 @@ pub(crate) fn resident_pages(file: &File, from: u64, to: u64) -> usize {
     if len == 0 {
         return 0;
     }
-    // SAFETY: a read-only map of a file this test owns; no slice of it is
-    // made, only its address handed to `mincore`.
-    let map = unsafe { memmap2::MmapOptions::new().offset(from).len(len).map(file) }.unwrap();
+    // A raw map: no slice of the file's bytes is ever made, only its
+    // address handed to `mincore`.
+    let map = memmap2::MmapOptions::new()
+        .offset(from)
+        .len(len)
+        .map_raw_read_only(file)
+        .unwrap();
     let mut vec = vec![0u8; len.div_ceil(PAGE as usize)];
     // SAFETY: `map` covers `len` bytes from its page-aligned address, and
     // `vec` has one byte for each of its pages, as `mincore` writes.
-    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    let rc = unsafe { libc::mincore(map.as_mut_ptr().cast(), len, vec.as_mut_ptr()) };
     assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
     vec.iter().filter(|&&b| b & 1 == 1).count()
 }

@@ -115,6 +115,11 @@ mod tests {
         }
     }
 
+    fn entry(i: u64) -> LogEntry {
+        let item = LoggedItem::from(&Item::user_text(format!("{i} {}", "x".repeat(4000))));
+        LogEntry::UserInput { ts: i, item }
+    }
+
     /// Appends 80 KiB of records to a fresh log; returns the log and its
     /// (only) segment's data end.
     fn written(dir: &std::path::Path, populate_ahead: bool) -> (Log, u64) {
@@ -124,8 +129,7 @@ mod tests {
         };
         let log = Log::open(dir, opts).unwrap();
         for i in 0..20 {
-            let item = LoggedItem::from(&Item::user_text(format!("{i} {}", "x".repeat(4000))));
-            log.append(&LogEntry::UserInput { ts: i, item }).unwrap();
+            log.append(&entry(i)).unwrap();
         }
         assert_eq!(log.segment_paths().len(), 1);
         let end = FIRST_RECORD_OFFSET + log.bytes();
@@ -135,13 +139,12 @@ mod tests {
     /// A log's appends past 32 KiB have the worker bring the pages after
     /// the end into the page cache, holes of a sparse segment as they are;
     /// with `populate_ahead` off, no page past the end comes in. Skipped
-    /// where the filesystem keeps files in memory (tmpfs: every page there
-    /// is the page cache already, and the hint does nothing).
+    /// where the filesystem keeps files in memory (tmpfs, ramfs).
     #[test]
     fn appends_bring_the_next_pages_in_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
-        if on_tmpfs(dir.path()) {
-            eprintln!("skipped: the temporary directory is on tmpfs");
+        if in_memory(dir.path()) {
+            eprintln!("skipped: the temporary directory is in memory");
             return;
         }
         for populate_ahead in [true, false] {
@@ -174,7 +177,44 @@ mod tests {
         }
     }
 
-    fn on_tmpfs(path: &std::path::Path) -> bool {
+    /// After a roll the next segment is asked for afresh, from its own
+    /// start: what was asked of the sealed one does not carry over.
+    #[test]
+    fn a_roll_starts_asking_afresh_in_the_next_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        if in_memory(dir.path()) {
+            eprintln!("skipped: the temporary directory is in memory");
+            return;
+        }
+        let opts = LogOptions::default()
+            .durability(Durability::Buffered)
+            .segment_size(192 << 10);
+        let log = Log::open(dir.path(), opts).unwrap();
+        let mut i = 0;
+        let before_roll = loop {
+            let before = log.bytes();
+            log.append(&entry(i)).unwrap();
+            i += 1;
+            if log.segment_paths().len() == 2 {
+                break before;
+            }
+        };
+        for _ in 0..10 {
+            log.append(&entry(i)).unwrap();
+            i += 1;
+        }
+        let paths = log.segment_paths();
+        assert_eq!(paths.len(), 2, "40 KiB more stay in the second segment");
+        let end = FIRST_RECORD_OFFSET + log.bytes() - before_roll;
+        let file = std::fs::File::open(&paths[1]).unwrap();
+        let n = resident_past(&file, end, 28 << 10, 7, Duration::from_secs(10));
+        assert_eq!(n, 7, "pages of the 28 KiB past the second segment's end");
+        log.close().unwrap();
+    }
+
+    /// Whether `path` is on a filesystem that keeps files in memory, where
+    /// every page is in the page cache already and the hint does nothing.
+    fn in_memory(path: &std::path::Path) -> bool {
         std::fs::read_to_string("/proc/self/mounts").is_ok_and(|mounts| {
             // The longest mount point that holds `path` decides.
             let path = path.canonicalize().unwrap_or_else(|_| path.to_owned());
@@ -187,7 +227,7 @@ mod tests {
                         .then_some((point.len(), kind == "tmpfs"))
                 })
                 .max()
-                .is_some_and(|(_, tmpfs)| tmpfs)
+                .is_some_and(|(_, in_memory)| in_memory)
         })
     }
 }
