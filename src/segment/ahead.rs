@@ -142,11 +142,7 @@ mod tests {
     /// where the filesystem keeps files in memory (tmpfs, ramfs).
     #[test]
     fn appends_bring_the_next_pages_in_only_when_asked() {
-        let dir = tempfile::tempdir().unwrap();
-        if in_memory(dir.path()) {
-            eprintln!("skipped: the temporary directory is in memory");
-            return;
-        }
+        let Some(dir) = disk_tempdir() else { return };
         for populate_ahead in [true, false] {
             let sub = dir.path().join(format!("{populate_ahead}"));
             let (log, end) = written(&sub, populate_ahead);
@@ -181,11 +177,7 @@ mod tests {
     /// start: what was asked of the sealed one does not carry over.
     #[test]
     fn a_roll_starts_asking_afresh_in_the_next_segment() {
-        let dir = tempfile::tempdir().unwrap();
-        if in_memory(dir.path()) {
-            eprintln!("skipped: the temporary directory is in memory");
-            return;
-        }
+        let Some(dir) = disk_tempdir() else { return };
         let opts = LogOptions::default()
             .durability(Durability::Buffered)
             .segment_size(192 << 10);
@@ -210,6 +202,17 @@ mod tests {
         let n = resident_past(&file, end, 28 << 10, 7, Duration::from_secs(10));
         assert_eq!(n, 7, "pages of the 28 KiB past the second segment's end");
         log.close().unwrap();
+    }
+
+    /// A temporary directory on a filesystem whose files have pages to
+    /// bring in, or `None` (and a line saying the test was skipped).
+    fn disk_tempdir() -> Option<tempfile::TempDir> {
+        let dir = tempfile::tempdir().unwrap();
+        if in_memory(dir.path()) {
+            eprintln!("skipped: the temporary directory is in memory");
+            return None;
+        }
+        Some(dir)
     }
 
     /// Whether `path` is on a filesystem that keeps files in memory, where
