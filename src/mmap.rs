@@ -364,10 +364,7 @@ pub(crate) fn data_ranges(file: &File, from: u64, to: u64) -> Vec<(u64, u64)> {
 /// waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). Only a hint: it makes
 /// nothing durable, and its errors surface at the next `fdatasync`.
 pub(crate) fn start_writeback(file: &File, from: u64, to: u64) {
-    let (Ok(offset), Ok(len)) = (
-        libc::off64_t::try_from(from),
-        libc::off64_t::try_from(to - from),
-    ) else {
+    let Some((offset, len)) = offset_and_len(from, to) else {
         return;
     };
     // SAFETY: plain syscall wrapper on a valid open descriptor; no memory is passed.
@@ -376,19 +373,24 @@ pub(crate) fn start_writeback(file: &File, from: u64, to: u64) {
     };
 }
 
+/// `from..to` as the offset and length the range syscalls take; `None` for
+/// an empty range (to both `sync_file_range` and `posix_fadvise` a length
+/// of 0 means "to the end of the file") or one past `off64_t`.
+fn offset_and_len(from: u64, to: u64) -> Option<(libc::off64_t, libc::off64_t)> {
+    if to <= from {
+        return None;
+    }
+    let offset = libc::off64_t::try_from(from).ok()?;
+    let len = libc::off64_t::try_from(to - from).ok()?;
+    Some((offset, len))
+}
+
 /// Asks the kernel to bring `from..to` of `file` into the page cache now
 /// (`posix_fadvise(POSIX_FADV_WILLNEED)`): a hole comes in as zeroed pages,
 /// so that a later write there finds its pages and only copies. Only a
 /// hint: it changes no byte of the file, and an error is ignored.
 pub(crate) fn populate(file: &File, from: u64, to: u64) {
-    // A length of 0 would mean "to the end of the file".
-    if to <= from {
-        return;
-    }
-    let (Ok(offset), Ok(len)) = (
-        libc::off64_t::try_from(from),
-        libc::off64_t::try_from(to.saturating_sub(from)),
-    ) else {
+    let Some((offset, len)) = offset_and_len(from, to) else {
         return;
     };
     // SAFETY: plain syscall wrapper on a valid open descriptor; no memory is passed.
