@@ -59,7 +59,7 @@ pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
 pub use tail::{HistoryTail, HistoryTailView};
 
-use shards::{head_slot_of, Shard, Victim};
+use shards::{head_slot_of, Candidates, Shard};
 
 const SHARDS: usize = 16;
 
@@ -224,10 +224,10 @@ struct Inner {
     /// recently used session of all shards.
     tick: AtomicU64,
     /// Eviction's candidates: the least recently used sessions one look
-    /// over every shard found, oldest last (`Store::evict_down_to`).
-    victims: Mutex<Vec<Victim>>,
+    /// over every shard found (`Store::evict_down_to`).
+    victims: Mutex<Candidates>,
     /// Parking's candidates, as `victims` are eviction's.
-    park_victims: Mutex<Vec<Victim>>,
+    park_victims: Mutex<Candidates>,
     /// The first failure to close an evicted session, which no caller was
     /// waiting for: `Store::close` reports it.
     eviction_failure: Mutex<Option<Error>>,
@@ -415,8 +415,8 @@ impl Store {
                 active_count: AtomicUsize::new(0),
                 open_ceiling: AtomicUsize::new(usize::MAX),
                 tick: AtomicU64::new(0),
-                victims: Mutex::new(Vec::new()),
-                park_victims: Mutex::new(Vec::new()),
+                victims: Mutex::new(Candidates::default()),
+                park_victims: Mutex::new(Candidates::default()),
             }),
         }
     }

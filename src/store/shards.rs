@@ -45,6 +45,27 @@ impl Shard {
 /// The most eviction candidates one look keeps.
 const VICTIMS_MAX: usize = 4096;
 
+/// How few candidates left start the next look, one shard a pop from then
+/// on: with 16 shards, it is done before these run out unless many of them
+/// were used since the look (then the pop that finds none left finishes
+/// it). A look over every shard at once took 0.15–0.3 ms with 10,000
+/// sessions open, one save in 1,250 (issue 14, workload B's p99.9).
+const LOOK_AHEAD: usize = 64;
+
+/// A shed's candidates, and its look in progress.
+#[derive(Default)]
+pub(super) struct Candidates {
+    /// The least recently used sessions the last finished look found,
+    /// oldest last.
+    ready: Vec<Victim>,
+    /// What the look in progress gathered from the shards before
+    /// `next_slot`.
+    gathering: Vec<Victim>,
+    /// The next shard the look in progress walks; `None` when none is in
+    /// progress.
+    next_slot: Option<usize>,
+}
+
 /// An eviction candidate: an open session and its tick of last use when
 /// the look found it.
 #[derive(Clone, Copy)]
@@ -64,11 +85,20 @@ enum Shed {
 }
 
 impl Shed {
-    /// Whether it may take `s`: (to park) it is active, and no handle holds
-    /// it. The flag first: a look for sessions to park passes over the
-    /// parked ones without loading their logs' reference counts.
+    /// Whether it may take `s`: [`Shed::may_look_at`], and no handle holds
+    /// it.
     fn may_take(self, s: &OpenSession) -> bool {
-        (self == Shed::Close || !s.parked) && s.log.is_unshared()
+        self.may_look_at(s) && s.log.is_unshared()
+    }
+
+    /// Whether a look keeps `s` as a candidate: (to park) it is active.
+    /// Whether a handle holds it is left to its turn ([`Shed::may_take`]):
+    /// the look reads only what lies in the shard's own table, since
+    /// loading every active session's reference count (a cache miss each)
+    /// made a look over 2,500 active sessions of 10,000 open take
+    /// 0.3–0.7 ms, one save in 1,250 (issue 14, workload B's p99.9).
+    fn may_look_at(self, s: &OpenSession) -> bool {
+        self == Shed::Close || !s.parked
     }
 
     /// The share of the candidates one look keeps, as a divisor: a
@@ -327,10 +357,13 @@ impl Store {
     /// open sessions at every open (with thousands open and every save an
     /// open, that walk was a fifth of a save). A candidate used since the
     /// look (its tick moved), closed, parked already, or held by a handle is
-    /// passed over; the next look comes when the candidates run out. Ticks
-    /// only grow, so the candidates left are still the least recently used,
-    /// with one exception: a session a handle held at the look, or when its
-    /// turn came, and let go since, waits for the next look.
+    /// passed over. The next look walks one shard a pop once
+    /// [`LOOK_AHEAD`] candidates are left, and the rest of the shards at
+    /// once if they run out first. Ticks only grow, so the candidates left
+    /// are still the least recently used, with two exceptions: a session a
+    /// handle held when its turn came, and let go since, waits for the next
+    /// look; and a session used after the look in progress walked its
+    /// shard waits for the look after it.
     fn shed_down_to(
         &self,
         shed: Shed,
@@ -338,67 +371,103 @@ impl Store {
         keep: Option<SessionId>,
         mut take: impl FnMut(usize, &mut Shard, SessionId),
     ) {
-        let (count, victims) = self.shed_state(shed);
+        let (count, candidates) = self.shed_state(shed);
+        // Whether this call has finished a look and taken nothing since.
+        let mut looked_in_vain = false;
         while count.load(Ordering::Acquire) > max {
-            let next = victims.lock().pop();
-            let Some(v) = next else {
-                // Only a look that finds no candidate ends it: every
-                // session open is in use (or is `keep`). Candidates that
-                // other evictors took, or that concurrent saves used, send
-                // it to look again, as the walk did before.
-                if !self.look_for_victims(shed, keep) {
-                    break;
+            let next = {
+                let mut c = candidates.lock();
+                if c.ready.is_empty() {
+                    // A look finished here whose candidates all turned out
+                    // held is followed by one that passes over the held
+                    // sessions (`Shed::may_take`).
+                    self.look_on(shed, &mut c, keep, looked_in_vain, usize::MAX);
+                    looked_in_vain = true;
+                } else {
+                    if c.next_slot.is_none() && c.ready.len() <= LOOK_AHEAD {
+                        c.next_slot = Some(0);
+                    }
+                    if c.next_slot.is_some() {
+                        self.look_on(shed, &mut c, keep, false, 1);
+                    }
                 }
-                continue;
+                c.ready.pop()
             };
+            // Only a look that finds no candidate ends it: every session
+            // open is in use (or is `keep`). Candidates that other evictors
+            // took, or that concurrent saves used, send it to look again.
+            let Some(v) = next else { break };
             if Some(v.id) == keep {
                 continue;
             }
             let mut shard = self.inner.shards[v.slot].lock();
-            // Used again, closed, or taken by another evictor, since the look.
+            // Used again, closed, or taken by another evictor, since the
+            // look; or held by a handle now.
             let idle = shard
                 .open
                 .get(&v.id)
                 .is_some_and(|s| s.tick == v.tick && shed.may_take(s));
             if idle {
                 take(v.slot, &mut shard, v.id);
+                looked_in_vain = false;
             }
         }
     }
 
     /// What `shed` counts (the open sessions, or the active ones) and its
     /// candidates.
-    fn shed_state(&self, shed: Shed) -> (&AtomicUsize, &Mutex<Vec<Victim>>) {
+    fn shed_state(&self, shed: Shed) -> (&AtomicUsize, &Mutex<Candidates>) {
         match shed {
             Shed::Close => (&self.inner.open_count, &self.inner.victims),
             Shed::Park => (&self.inner.active_count, &self.inner.park_victims),
         }
     }
 
-    /// Fills the candidates of `shed` with the least recently used
-    /// sessions open here that it may take, other than `keep`: its share of
-    /// those ([`Shed::look_share`], at least one, at most [`VICTIMS_MAX`]),
-    /// oldest last.
-    /// Returns whether it found any.
-    fn look_for_victims(&self, shed: Shed, keep: Option<SessionId>) -> bool {
-        let mut all: Vec<Victim> = Vec::new();
-        for (slot, shard) in self.inner.shards.iter().enumerate() {
-            let shard = shard.lock();
-            all.extend(
+    /// Walks up to `shards` more shards for the look in progress of
+    /// `shed` (starting one if none is), gathering the sessions open there
+    /// that it may look at ([`Shed::may_look_at`]; with `unheld`, only
+    /// those no handle holds), other than `keep`. The walk of the last
+    /// shard finishes the look: its share of what it gathered
+    /// ([`Shed::look_share`], at least one, at most [`VICTIMS_MAX`]), oldest
+    /// last, replaces the candidates.
+    fn look_on(
+        &self,
+        shed: Shed,
+        c: &mut Candidates,
+        keep: Option<SessionId>,
+        unheld: bool,
+        shards: usize,
+    ) {
+        let mut slot = c.next_slot.unwrap_or(0);
+        if slot == 0 {
+            c.gathering.clear();
+        }
+        let end = slot.saturating_add(shards).min(self.inner.shards.len());
+        while slot < end {
+            let shard = self.inner.shards[slot].lock();
+            c.gathering.extend(
                 shard
                     .open
                     .iter()
-                    .filter(|(id, s)| Some(**id) != keep && shed.may_take(s))
+                    .filter(|(id, s)| {
+                        Some(**id) != keep
+                            && shed.may_look_at(s)
+                            && (!unheld || s.log.is_unshared())
+                    })
                     .map(|(id, s)| Victim {
                         tick: s.tick,
                         slot,
                         id: *id,
                     }),
             );
+            slot += 1;
         }
-        if all.is_empty() {
-            return false;
+        if slot < self.inner.shards.len() {
+            c.next_slot = Some(slot);
+            return;
         }
+        c.next_slot = None;
+        let mut all = std::mem::take(&mut c.gathering);
         let n = (all.len() / shed.look_share()).clamp(1, VICTIMS_MAX);
         if n < all.len() {
             all.select_nth_unstable_by_key(n - 1, |v| v.tick);
@@ -406,8 +475,7 @@ impl Store {
         }
         // Oldest last, for `pop`.
         all.sort_unstable_by_key(|v| std::cmp::Reverse(v.tick));
-        *self.shed_state(shed).1.lock() = all;
-        true
+        c.ready = all;
     }
 
     /// Closes sessions taken out of shard `slot` with `Shard::take_to_close`,

@@ -173,3 +173,92 @@ fn counts_agree_with_the_shards_on_a_buffered_store() {
 fn counts_agree_with_the_shards_on_a_sync_store() {
     counts_agree_with_the_shards(Durability::Sync);
 }
+
+/// Whether a session is open here and parked.
+fn is_parked(store: &Store, id: SessionId) -> bool {
+    let shard = store.shard(id).lock();
+    shard.open.get(&id).expect("open").parked
+}
+
+/// A look keeps the least recently used active sessions as candidates
+/// without asking whether a handle holds them; when all it kept are held,
+/// the shed looks again past the held ones, so the idle session is parked
+/// rather than the store staying over its budget with one to spare.
+#[test]
+fn sessions_held_among_the_oldest_do_not_stop_a_park() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = StoreOptions::default()
+        .max_open_sessions(100)
+        .max_active_sessions(4);
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    let mut heads = Vec::new();
+    let ids: Vec<SessionId> = (0..8)
+        .map(|i| {
+            let first = [Item::user_text(format!("session {i}"))];
+            let (id, head) = store
+                .create_session(None, RequestConfig::default(), &first)
+                .unwrap();
+            heads.push(head);
+            id
+        })
+        .collect();
+    // The four oldest in use, held by handles.
+    let held: Vec<SessionHandle> = ids[..4]
+        .iter()
+        .map(|id| store.session(*id).unwrap())
+        .collect();
+    for i in 4..8 {
+        let item = [Item::assistant_text(format!("turn of {i}"))];
+        store.save_delta(ids[i], &mut heads[i], &item).unwrap();
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let expected = (4..7).contains(&i);
+        assert_eq!(is_parked(&store, *id), expected, "session {i}");
+    }
+    assert_eq!(store.inner.active_count.load(Ordering::Acquire), 5);
+    drop(held);
+    // Idle again, the held ones are parked down to the budget at the next
+    // unpark.
+    store
+        .save_delta(ids[4], &mut heads[4], &[Item::assistant_text("again")])
+        .unwrap();
+    assert_eq!(store.inner.active_count.load(Ordering::Acquire), 4);
+    store.close().unwrap();
+}
+
+/// With more candidates than the look-ahead, the next look walks a shard a
+/// pop: parks over many sessions, round-robin, keep the active sessions
+/// within the budget, never park the session in use, and leave the most
+/// recently used active.
+#[test]
+fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    const ACTIVE: usize = 3 * LOOK_AHEAD;
+    let opts = StoreOptions::default()
+        .max_open_sessions(10_000)
+        .max_active_sessions(ACTIVE);
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    let mut sessions: Vec<(SessionId, EntryHash)> = (0..4 * ACTIVE)
+        .map(|i| {
+            let first = [Item::user_text(format!("session {i}"))];
+            store
+                .create_session(None, RequestConfig::default(), &first)
+                .unwrap()
+        })
+        .collect();
+    for round in 0..3 {
+        for (i, (id, head)) in sessions.iter_mut().enumerate() {
+            let item = [Item::assistant_text(format!("round {round} of {i}"))];
+            store.save_delta(*id, head, &item).unwrap();
+            assert!(!is_parked(&store, *id), "the session just saved is active");
+            let active = store.inner.active_count.load(Ordering::Acquire);
+            assert!(active <= ACTIVE, "{active} active, budget {ACTIVE}");
+        }
+        // The newest quarter of the budget was used after every look that
+        // could have taken it.
+        for (i, (id, _)) in sessions.iter().enumerate().rev().take(ACTIVE / 4) {
+            assert!(!is_parked(&store, *id), "round {round}: session {i} parked");
+        }
+    }
+    store.close().unwrap();
+}
