@@ -64,6 +64,11 @@ pub(super) struct Candidates {
     /// The next shard the look in progress walks; `None` when none is in
     /// progress.
     next_slot: Option<usize>,
+    /// How many candidates the last finished look found.
+    looked: usize,
+    /// Candidates popped since the last one taken (or the last look past
+    /// held sessions) that gave nothing.
+    vain: usize,
 }
 
 /// An eviction candidate: an open session and its tick of last use when
@@ -359,7 +364,10 @@ impl Store {
     /// look (its tick moved), closed, parked already, or held by a handle is
     /// passed over. The next look walks one shard a pop once
     /// [`LOOK_AHEAD`] candidates are left, and the rest of the shards at
-    /// once if they run out first. Ticks only grow, so the candidates left
+    /// once if they run out first. Once as many pops as the last look's
+    /// candidates have taken nothing, a look over every shard that passes
+    /// over the held sessions decides: it ends the shed if it finds none,
+    /// as the walk did. Ticks only grow, so the candidates left
     /// are still the least recently used, with two exceptions: a session a
     /// handle held when its turn came, and let go since, waits for the next
     /// look; and a session used after the look in progress walked its
@@ -372,17 +380,26 @@ impl Store {
         mut take: impl FnMut(usize, &mut Shard, SessionId),
     ) {
         let (count, candidates) = self.shed_state(shed);
-        // Whether this call has finished a look and taken nothing since.
-        let mut looked_in_vain = false;
         while count.load(Ordering::Acquire) > max {
             let next = {
                 let mut c = candidates.lock();
-                if c.ready.is_empty() {
-                    // A look finished here whose candidates all turned out
-                    // held is followed by one that passes over the held
-                    // sessions (`Shed::may_take`).
-                    self.look_on(shed, &mut c, keep, looked_in_vain, usize::MAX);
-                    looked_in_vain = true;
+                if c.vain > 0 && c.vain >= c.looked {
+                    // As many candidates as the last look found have come
+                    // to nothing since the last take (held by handles,
+                    // used again, or taken by others): a look from the
+                    // first shard, past the held sessions, decides.
+                    c.next_slot = None;
+                    self.look_on(shed, &mut c, keep, true, usize::MAX);
+                    c.vain = 0;
+                } else if c.ready.is_empty() {
+                    let fresh = c.next_slot.is_none();
+                    self.look_on(shed, &mut c, keep, false, usize::MAX);
+                    if c.ready.is_empty() && !fresh {
+                        // The look finished here began in another call,
+                        // whose shards may have changed since: only a look
+                        // begun and finished now may end the shed.
+                        self.look_on(shed, &mut c, keep, false, usize::MAX);
+                    }
                 } else {
                     if c.next_slot.is_none() && c.ready.len() <= LOOK_AHEAD {
                         c.next_slot = Some(0);
@@ -394,23 +411,24 @@ impl Store {
                 c.ready.pop()
             };
             // Only a look that finds no candidate ends it: every session
-            // open is in use (or is `keep`). Candidates that other evictors
-            // took, or that concurrent saves used, send it to look again.
+            // open is in use (or is `keep`).
             let Some(v) = next else { break };
-            if Some(v.id) == keep {
-                continue;
-            }
             let mut shard = self.inner.shards[v.slot].lock();
             // Used again, closed, or taken by another evictor, since the
             // look; or held by a handle now.
-            let idle = shard
-                .open
-                .get(&v.id)
-                .is_some_and(|s| s.tick == v.tick && shed.may_take(s));
+            let idle = Some(v.id) != keep
+                && shard
+                    .open
+                    .get(&v.id)
+                    .is_some_and(|s| s.tick == v.tick && shed.may_take(s));
             if idle {
                 take(v.slot, &mut shard, v.id);
-                looked_in_vain = false;
             }
+            drop(shard);
+            // Counted after the shard's lock is let go: the candidates'
+            // lock is taken before a shard's, never after.
+            let mut c = candidates.lock();
+            c.vain = if idle { 0 } else { c.vain + 1 };
         }
     }
 
@@ -475,6 +493,7 @@ impl Store {
         }
         // Oldest last, for `pop`.
         all.sort_unstable_by_key(|v| std::cmp::Reverse(v.tick));
+        c.looked = all.len();
         c.ready = all;
     }
 

@@ -3,6 +3,29 @@ use std::sync::Barrier;
 use super::*;
 use crate::{EntryHash, Item, RequestConfig, StoreOptions};
 
+/// A store in a new directory with these budgets of open and active
+/// sessions.
+fn store_with_budgets(open: usize, active: usize) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = StoreOptions::default()
+        .max_open_sessions(open)
+        .max_active_sessions(active);
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    (dir, store)
+}
+
+/// Creates `n` sessions, each with one user message; returns their ids and
+/// heads.
+fn create_sessions(store: &Store, n: usize) -> Vec<(SessionId, EntryHash)> {
+    (0..n)
+        .map(|i| {
+            let first = [Item::user_text(format!("session {i}"))];
+            let created = store.create_session(None, RequestConfig::default(), &first);
+            created.unwrap()
+        })
+        .collect()
+}
+
 /// Sheds running at once (as after `EMFILE` on several threads) each
 /// get their sessions: one whose candidates another took looks again,
 /// rather than returning with nothing shed while idle sessions remain
@@ -16,12 +39,9 @@ fn concurrent_sheds_each_reach_their_target() {
     };
     let opts = StoreOptions::default().max_open_sessions(100_000);
     let store = Store::open_with(dir.path(), opts).unwrap();
-    let ids: Vec<SessionId> = (0..400)
-        .map(|i| {
-            let first = [Item::user_text(format!("session {i}"))];
-            let created = store.create_session(None, RequestConfig::default(), &first);
-            created.unwrap().0
-        })
+    let ids: Vec<SessionId> = create_sessions(&store, 400)
+        .into_iter()
+        .map(|s| s.0)
         .collect();
     const THREADS: usize = 6;
     for round in 0..20 {
@@ -85,14 +105,9 @@ fn counts_agree_with_the_shards(durability: Durability) {
         .max_active_sessions(6);
     let store = Store::open_with(dir.path(), opts).unwrap();
     let n = 40;
-    let sessions: Vec<(SessionId, Mutex<Option<EntryHash>>)> = (0..n)
-        .map(|i| {
-            let first = [Item::user_text(format!("session {i}"))];
-            let (id, head) = store
-                .create_session(None, RequestConfig::default(), &first)
-                .unwrap();
-            (id, Mutex::new(Some(head)))
-        })
+    let sessions: Vec<(SessionId, Mutex<Option<EntryHash>>)> = create_sessions(&store, n)
+        .into_iter()
+        .map(|(id, head)| (id, Mutex::new(Some(head))))
         .collect();
     const THREADS: u64 = 4;
     let barrier = Barrier::new(THREADS as usize);
@@ -186,22 +201,9 @@ fn is_parked(store: &Store, id: SessionId) -> bool {
 /// rather than the store staying over its budget with one to spare.
 #[test]
 fn sessions_held_among_the_oldest_do_not_stop_a_park() {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = StoreOptions::default()
-        .max_open_sessions(100)
-        .max_active_sessions(4);
-    let store = Store::open_with(dir.path(), opts).unwrap();
-    let mut heads = Vec::new();
-    let ids: Vec<SessionId> = (0..8)
-        .map(|i| {
-            let first = [Item::user_text(format!("session {i}"))];
-            let (id, head) = store
-                .create_session(None, RequestConfig::default(), &first)
-                .unwrap();
-            heads.push(head);
-            id
-        })
-        .collect();
+    let (_dir, store) = store_with_budgets(100, 4);
+    let (ids, mut heads): (Vec<SessionId>, Vec<EntryHash>) =
+        create_sessions(&store, 8).into_iter().unzip();
     // The four oldest in use, held by handles.
     let held: Vec<SessionHandle> = ids[..4]
         .iter()
@@ -226,39 +228,70 @@ fn sessions_held_among_the_oldest_do_not_stop_a_park() {
     store.close().unwrap();
 }
 
-/// With more candidates than the look-ahead, the next look walks a shard a
-/// pop: parks over many sessions, round-robin, keep the active sessions
-/// within the budget, never park the session in use, and leave the most
-/// recently used active.
+/// With the next look walking a shard a pop, parks over many sessions
+/// saved round-robin keep the active sessions within the budget, never
+/// park the session just saved, and park the least recently used: what
+/// stays active was saved lately.
 #[test]
 fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
-    let dir = tempfile::tempdir().unwrap();
-    const ACTIVE: usize = 3 * LOOK_AHEAD;
-    let opts = StoreOptions::default()
-        .max_open_sessions(10_000)
-        .max_active_sessions(ACTIVE);
-    let store = Store::open_with(dir.path(), opts).unwrap();
-    let mut sessions: Vec<(SessionId, EntryHash)> = (0..4 * ACTIVE)
-        .map(|i| {
-            let first = [Item::user_text(format!("session {i}"))];
-            store
-                .create_session(None, RequestConfig::default(), &first)
-                .unwrap()
-        })
-        .collect();
+    // Twice the look-ahead: each look keeps the older half of the active
+    // sessions, so every look after the first is spread over the pops.
+    // About 640 descriptors in all, under the common limit of 1,024.
+    const ACTIVE: usize = 2 * LOOK_AHEAD;
+    let (_dir, store) = store_with_budgets(10_000, ACTIVE);
+    let mut sessions = create_sessions(&store, 3 * ACTIVE);
+    let ids: Vec<SessionId> = sessions.iter().map(|s| s.0).collect();
+    // Each session's place in the order of saves.
+    let mut saved_at = vec![0usize; ids.len()];
+    let mut saves = 0;
     for round in 0..3 {
         for (i, (id, head)) in sessions.iter_mut().enumerate() {
             let item = [Item::assistant_text(format!("round {round} of {i}"))];
             store.save_delta(*id, head, &item).unwrap();
-            assert!(!is_parked(&store, *id), "the session just saved is active");
+            saves += 1;
+            saved_at[i] = saves;
             let active = store.inner.active_count.load(Ordering::Acquire);
             assert!(active <= ACTIVE, "{active} active, budget {ACTIVE}");
-        }
-        // The newest quarter of the budget was used after every look that
-        // could have taken it.
-        for (i, (id, _)) in sessions.iter().enumerate().rev().take(ACTIVE / 4) {
-            assert!(!is_parked(&store, *id), "round {round}: session {i} parked");
+            assert!(!is_parked(&store, *id), "the session just saved is active");
+            // Least recently used first: what is still active was saved
+            // within the last budget's worth of saves (and a little more:
+            // a look's candidates are the least recently used when it
+            // walked their shards).
+            for (j, other) in ids.iter().enumerate() {
+                let age = saves - saved_at[j];
+                assert!(
+                    is_parked(&store, *other) || age < ACTIVE + ACTIVE / 8,
+                    "round {round}, after session {i}: session {j}, saved {age} saves ago, still active"
+                );
+            }
         }
     }
+    store.close().unwrap();
+}
+
+/// With most sessions held by handles, the parks that a save asks for end
+/// (over the budget, nothing idle to park) rather than spin: a version
+/// whose looks finished every 16 pops, each finding 17 or more held
+/// candidates, never returned from the 35th `session` here.
+#[test]
+fn a_shed_among_many_held_sessions_ends() {
+    let (_dir, store) = store_with_budgets(1_000, 4);
+    let ids: Vec<SessionId> = create_sessions(&store, 40)
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    let (done, finished) = std::sync::mpsc::channel();
+    // Not scoped: a shed that spins is left behind, and the test fails.
+    let (store2, ids2) = (store.clone(), ids.clone());
+    std::thread::spawn(move || {
+        let held: Vec<SessionHandle> = ids2.iter().map(|id| store2.session(*id).unwrap()).collect();
+        let active = store2.inner.active_count.load(Ordering::Acquire);
+        let _ = done.send(active);
+        drop(held);
+    });
+    let active = finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("taking a handle of each of 40 sessions did not end");
+    assert_eq!(active, 40, "every held session stays active");
     store.close().unwrap();
 }
