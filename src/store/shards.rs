@@ -391,21 +391,26 @@ impl Store {
                     c.next_slot = None;
                     self.look_on(shed, &mut c, keep, true, usize::MAX);
                     c.vain = 0;
-                } else if c.ready.is_empty() {
-                    let fresh = c.next_slot.is_none();
-                    self.look_on(shed, &mut c, keep, false, usize::MAX);
-                    if c.ready.is_empty() && !fresh {
-                        // The look finished here began in another call,
-                        // whose shards may have changed since: only a look
-                        // begun and finished now may end the shed.
-                        self.look_on(shed, &mut c, keep, false, usize::MAX);
-                    }
                 } else {
+                    // Walks what is left of the look in progress at once
+                    // when no candidate is left, else one shard.
+                    let shards = match c.ready.is_empty() {
+                        true => usize::MAX,
+                        false => 1,
+                    };
                     if c.next_slot.is_none() && c.ready.len() <= LOOK_AHEAD {
                         c.next_slot = Some(0);
                     }
+                    let begun_before = c.next_slot.is_some_and(|slot| slot > 0);
                     if c.next_slot.is_some() {
-                        self.look_on(shed, &mut c, keep, false, 1);
+                        self.look_on(shed, &mut c, keep, false, shards);
+                    }
+                    if c.ready.is_empty() && begun_before {
+                        // The look just finished began at an earlier pop,
+                        // and its first shards may have changed since:
+                        // only a look begun and finished now may end the
+                        // shed.
+                        self.look_on(shed, &mut c, keep, false, usize::MAX);
                     }
                 }
                 c.ready.pop()

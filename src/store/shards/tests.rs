@@ -269,8 +269,9 @@ fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
     store.close().unwrap();
 }
 
-/// With most sessions held by handles, the parks that a save asks for end
-/// (over the budget, nothing idle to park) rather than spin: a version
+/// With most sessions held by handles, the parks that taking one more
+/// handle asks for end (over the budget, nothing idle to park) rather than
+/// spin: a version
 /// whose looks finished every 16 pops, each finding 17 or more held
 /// candidates, never returned from the 35th `session` here.
 #[test]
