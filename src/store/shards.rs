@@ -367,11 +367,11 @@ impl Store {
     /// once if they run out first. Once as many pops as the last look's
     /// candidates have taken nothing, a look over every shard that passes
     /// over the held sessions decides: it ends the shed if it finds none,
-    /// as the walk did. Ticks only grow, so the candidates left
-    /// are still the least recently used, with two exceptions: a session a
-    /// handle held when its turn came, and let go since, waits for the next
-    /// look; and a session used after the look in progress walked its
-    /// shard waits for the look after it.
+    /// as the walk did. Ticks only grow, so the candidates left are still
+    /// the least recently used, with two exceptions: a session a handle
+    /// held when its turn came, and let go since, waits for the next look;
+    /// and a session used after the look in progress walked its shard waits
+    /// for the look after it.
     fn shed_down_to(
         &self,
         shed: Shed,
@@ -394,10 +394,7 @@ impl Store {
                 } else {
                     // Walks what is left of the look in progress at once
                     // when no candidate is left, else one shard.
-                    let shards = match c.ready.is_empty() {
-                        true => usize::MAX,
-                        false => 1,
-                    };
+                    let shards = if c.ready.is_empty() { usize::MAX } else { 1 };
                     if c.next_slot.is_none() && c.ready.len() <= LOOK_AHEAD {
                         c.next_slot = Some(0);
                     }
@@ -474,8 +471,10 @@ impl Store {
                     .iter()
                     .filter(|(id, s)| {
                         Some(**id) != keep
-                            && shed.may_look_at(s)
-                            && (!unheld || s.log.is_unshared())
+                            && match unheld {
+                                true => shed.may_take(s),
+                                false => shed.may_look_at(s),
+                            }
                     })
                     .map(|(id, s)| Victim {
                         tick: s.tick,

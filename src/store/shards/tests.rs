@@ -271,9 +271,8 @@ fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
 
 /// With most sessions held by handles, the parks that taking one more
 /// handle asks for end (over the budget, nothing idle to park) rather than
-/// spin: a version
-/// whose looks finished every 16 pops, each finding 17 or more held
-/// candidates, never returned from the 35th `session` here.
+/// spin: a version whose looks finished every 16 pops, each finding 17 or
+/// more held candidates, never returned from the 35th `session` here.
 #[test]
 fn a_shed_among_many_held_sessions_ends() {
     let (_dir, store) = store_with_budgets(1_000, 4);
