@@ -241,17 +241,25 @@ fn past_the_active_budget_idle_sessions_hold_only_their_lock() {
     // its lock.
     assert_eq!(s.with_files_open(), vec![8, 9, 10, 11]);
     assert!(s.ids.iter().all(|id| is_open(&s.store, *id)));
-    // A parked session's save opens its files again and parks the least
-    // recently used active one.
+    // A parked session whose last use is older than the budget's worth of
+    // uses (11 sessions were saved since) is saved through its files
+    // opened for that save only: the active ones stay.
+    s.touch(0);
+    assert_eq!(s.with_files_open(), vec![8, 9, 10, 11]);
+    // A second save within that window makes it active, and parks the
+    // least recently used active one.
     s.touch(0);
     assert_eq!(s.with_files_open(), vec![0, 9, 10, 11]);
-    // Rounds over all of them: every save after a park continues the log.
+    // Rounds over all of them: a round-robin over more sessions than the
+    // budget saves each parked one once per round, and leaves the active
+    // ones be; every save, parked or not, continues its log.
     for _ in 0..5 {
         for i in 0..12 {
             s.touch(i);
+            assert!(s.with_files_open().len() <= 4);
         }
     }
-    assert_eq!(s.with_files_open(), vec![8, 9, 10, 11]);
+    assert_eq!(s.with_files_open(), vec![0, 9, 10, 11]);
     s.check_all(&s.store);
     s.store.close().unwrap();
     // Closed cleanly, parked or not: a new store finds every turn, and
@@ -348,6 +356,10 @@ fn a_parked_session_keeps_no_segment_prepared_ahead() {
     // has not finished to the next roll.
     std::thread::sleep(std::time::Duration::from_secs(1));
     assert!(prepared(&s), "session 0 is past half its segment");
+    // Twice: the first save of a session parked longer than the budget's
+    // worth of uses leaves it parked.
+    s.touch(1);
+    assert_eq!(s.with_files_open(), vec![0]);
     s.touch(1);
     assert_eq!(s.with_files_open(), vec![1]);
     assert!(!prepared(&s));

@@ -432,8 +432,9 @@ fn options(durability: Durability, hook: Option<Arc<dyn IoHook>>) -> StoreOption
     // Items of 3000 text bytes or more (about a third of the large ones)
     // go to the payload area, so crashes land between a payload and its
     // record too.
-    // Two sessions open, one of them active: saves also park and unpark,
-    // so crashes land with writes made through a reopened descriptor.
+    // Two sessions open, one of them active: saves also park and unpark
+    // (or open a parked session's files for one save), so crashes land
+    // with writes made through a reopened descriptor.
     StoreOptions::default()
         .log(log)
         .max_open_sessions(2)

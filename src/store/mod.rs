@@ -95,7 +95,10 @@ pub struct StoreOptions {
     /// and the catalog: two more descriptors) open between uses. Past it,
     /// the least recently used idle ones are parked: their files closed,
     /// their lock, maps and state kept, so that their next save opens one
-    /// file instead of the whole log (see DESIGN.md, "Store"). Default
+    /// file instead of the whole log (see DESIGN.md, "Store"). A save of a
+    /// session parked for longer than this many uses of the store opens
+    /// its file for that save only and leaves it parked; a second save
+    /// within that window makes it active again. Default
     /// [`default_max_active_sessions`].
     pub max_active_sessions: usize,
     /// Items whose strings hold at least this many bytes (tool outputs,

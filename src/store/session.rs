@@ -100,7 +100,7 @@ impl Store {
             }
             return Ok(());
         }
-        let s = self.session(id)?;
+        let s = self.session_for_one_use(id)?;
         let written = s
             .log
             .append_archivable(

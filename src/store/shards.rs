@@ -139,8 +139,6 @@ impl Store {
         &self.inner.shards[self.slot(id)]
     }
 
-    /// Drops this store's open log of a session, if it has one, without a
-    /// clean close: `Store::delete` takes the writer lock next.
     /// Drops this store's open log of a session, if it has one and no
     /// other handle uses it, without a clean close (`Store::delete` takes the
     /// writer lock next). Returns whether the session is now closed here.
@@ -176,6 +174,12 @@ impl Store {
     /// the shard lock, so that it does not hold up the shard's other
     /// sessions; a second caller for the same session waits for it.
     pub fn session(&self, id: SessionId) -> Result<SessionHandle> {
+        self.session_for(id, Use::Kept).map(|(handle, _)| handle)
+    }
+
+    /// [`Store::session`] and [`Store::session_for_one_use`]; returns
+    /// the handle and whether the session stays parked (a use once).
+    fn session_for(&self, id: SessionId, how: Use) -> Result<(SessionHandle, bool)> {
         self.writable()?;
         let slot = self.slot(id);
         let mut shard = self.inner.shards[slot].lock();
@@ -194,9 +198,13 @@ impl Store {
                 }
             }
             if let Some(s) = shard.open.get_mut(&id) {
-                s.tick = self.next_tick();
-                let unparked = std::mem::take(&mut s.parked);
+                let tick = self.next_tick();
+                let window = self.inner.opts.max_active_sessions as u64;
+                let once = s.parked && how == Use::Once && tick.saturating_sub(s.tick) > window;
+                s.tick = tick;
+                let unparked = s.parked && !once;
                 if unparked {
+                    s.parked = false;
                     // The catalog's file opens again at its next write.
                     s.catalog.parkable().unpark();
                 }
@@ -209,11 +217,17 @@ impl Store {
                 if unparked {
                     self.inner.active_count.fetch_add(1, Ordering::AcqRel);
                     self.park_over_budget(id);
+                }
+                if unparked || once {
                     // The active segment's file opens now, where running out
                     // of descriptors can shed idle sessions and try again.
-                    self.making_room(|| handle.log.unpark())?;
+                    let opened = self.making_room(|| handle.log.unpark());
+                    if opened.is_err() && once {
+                        self.park_again(id);
+                    }
+                    opened?;
                 }
-                return Ok(handle);
+                return Ok((handle, once));
             }
             if !shard.opening.contains(&id) {
                 break;
@@ -228,7 +242,7 @@ impl Store {
         self.inner.opened[slot].notify_all();
         let handle = opened?;
         self.keep_open(shard, &handle);
-        Ok(handle)
+        Ok((handle, false))
     }
 
     /// Puts a session whose writer this store has just opened (or created)
@@ -772,5 +786,7 @@ pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
     }
 }
 
+mod one_use;
+use one_use::Use;
 #[cfg(test)]
 mod tests;

@@ -202,16 +202,17 @@ fn is_parked(store: &Store, id: SessionId) -> bool {
 #[test]
 fn sessions_held_among_the_oldest_do_not_stop_a_park() {
     let (_dir, store) = store_with_budgets(100, 4);
-    let (ids, mut heads): (Vec<SessionId>, Vec<EntryHash>) =
-        create_sessions(&store, 8).into_iter().unzip();
+    let ids: Vec<SessionId> = create_sessions(&store, 8)
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
     // The four oldest in use, held by handles.
     let held: Vec<SessionHandle> = ids[..4]
         .iter()
         .map(|id| store.session(*id).unwrap())
         .collect();
-    for i in 4..8 {
-        let item = [Item::assistant_text(format!("turn of {i}"))];
-        store.save_delta(ids[i], &mut heads[i], &item).unwrap();
+    for id in &ids[4..8] {
+        drop(store.session(*id).unwrap());
     }
     for (i, id) in ids.iter().enumerate() {
         let expected = (4..7).contains(&i);
@@ -221,17 +222,17 @@ fn sessions_held_among_the_oldest_do_not_stop_a_park() {
     drop(held);
     // Idle again, the held ones are parked down to the budget at the next
     // unpark.
-    store
-        .save_delta(ids[4], &mut heads[4], &[Item::assistant_text("again")])
-        .unwrap();
+    drop(store.session(ids[4]).unwrap());
     assert_eq!(store.inner.active_count.load(Ordering::Acquire), 4);
     store.close().unwrap();
 }
 
 /// With the next look walking a shard a pop, parks over many sessions
-/// saved round-robin keep the active sessions within the budget, never
-/// park the session just saved, and park the least recently used: what
-/// stays active was saved lately.
+/// taken round-robin keep the active sessions within the budget, never
+/// park the session just taken, and park the least recently used: what
+/// stays active was taken lately. (A handle kept makes a parked session
+/// active whenever it was last used; a save leaves one used long ago
+/// parked, as the next test shows.)
 #[test]
 fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
     // Twice the look-ahead: each look keeps the older half of the active
@@ -239,15 +240,16 @@ fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
     // About 640 descriptors in all, under the common limit of 1,024.
     const ACTIVE: usize = 2 * LOOK_AHEAD;
     let (_dir, store) = store_with_budgets(10_000, ACTIVE);
-    let mut sessions = create_sessions(&store, 3 * ACTIVE);
-    let ids: Vec<SessionId> = sessions.iter().map(|s| s.0).collect();
-    // Each session's place in the order of saves.
+    let ids: Vec<SessionId> = create_sessions(&store, 3 * ACTIVE)
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    // Each session's place in the order of uses.
     let mut saved_at = vec![0usize; ids.len()];
     let mut saves = 0;
     for round in 0..3 {
-        for (i, (id, head)) in sessions.iter_mut().enumerate() {
-            let item = [Item::assistant_text(format!("round {round} of {i}"))];
-            store.save_delta(*id, head, &item).unwrap();
+        for (i, id) in ids.iter().enumerate() {
+            drop(store.session(*id).unwrap());
             saves += 1;
             saved_at[i] = saves;
             let active = store.inner.active_count.load(Ordering::Acquire);
@@ -267,6 +269,64 @@ fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
         }
     }
     store.close().unwrap();
+}
+
+/// Saves round-robin over more sessions than the active budget leave the
+/// active ones active (each parked one was last used a round ago, longer
+/// than the budget's worth of uses) and park none: each save of a parked
+/// session opens its files for that save and closes them after, so the
+/// flags and the files agree and the budget holds after every save. With
+/// plain least recently used, every save would unpark one and park
+/// another. A parked session saved twice within the window is active.
+#[test]
+fn saves_round_robin_past_the_budget_leave_the_active_sessions_be() {
+    const ACTIVE: usize = 8;
+    let (_dir, store) = store_with_budgets(1_000, ACTIVE);
+    let mut sessions = create_sessions(&store, 4 * ACTIVE);
+    let active_set = |store: &Store| -> Vec<SessionId> {
+        let mut active: Vec<SessionId> = Vec::new();
+        for shard in &store.inner.shards {
+            for (id, s) in shard.lock().open.iter() {
+                assert_eq!(files_parked(s), Some(s.parked), "flag and files disagree");
+                if !s.parked {
+                    active.push(*id);
+                }
+            }
+        }
+        active.sort_unstable();
+        active
+    };
+    // The newest sessions, active since their creation.
+    let first = active_set(&store);
+    assert_eq!(first.len(), ACTIVE);
+    for round in 0..3 {
+        for (i, (id, head)) in sessions.iter_mut().enumerate() {
+            let item = [Item::assistant_text(format!("round {round} of {i}"))];
+            store.save_delta(*id, head, &item).unwrap();
+            assert_eq!(
+                active_set(&store),
+                first,
+                "round {round}, after session {i}"
+            );
+        }
+    }
+    // Twice in a row: the second save makes it active.
+    let (id, head) = &mut sessions[0];
+    assert!(is_parked(&store, *id));
+    for turn in 0..2 {
+        let item = [Item::assistant_text(format!("again {turn}"))];
+        store.save_delta(*id, head, &item).unwrap();
+    }
+    assert!(!is_parked(&store, *id));
+    assert_eq!(active_set(&store).len(), ACTIVE);
+    let heads: Vec<(SessionId, EntryHash)> = sessions.clone();
+    store.close().unwrap();
+    drop(store);
+    let again = Store::open(_dir.path()).unwrap();
+    for (id, head) in heads {
+        assert_eq!(again.head(id).unwrap(), Some(head));
+        assert!(again.verify(id).unwrap().damage.is_none(), "{id}");
+    }
 }
 
 /// With most sessions held by handles, the parks that taking one more

@@ -1,0 +1,70 @@
+//! Saves of long-idle parked sessions that leave them parked (DESIGN.md,
+//! "Store").
+
+use super::{SessionHandle, Store};
+use crate::error::Result;
+use crate::schema::SessionId;
+
+/// How [`Store::session_for`] is to use a session.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Use {
+    /// Kept by the caller: a parked session is made active.
+    Kept,
+    /// For one save ([`Store::session_for_one_use`]).
+    Once,
+}
+
+impl Store {
+    /// [`Store::session`] for one save: a parked session whose last use
+    /// is not among the last `max_active_sessions` uses in the store (plain
+    /// least-recently-used would have parked it by now) stays parked. Its
+    /// active segment's file is opened for this use, and the returned
+    /// [`OneUse`] closes it again when dropped, so a round-robin over more
+    /// sessions than the budget neither evicts the active ones nor walks
+    /// for a session to park at every save (issue 14, workload B). A
+    /// second use within that window makes it active.
+    pub(in crate::store) fn session_for_one_use(&self, id: SessionId) -> Result<OneUse<'_>> {
+        let (handle, parked) = self.session_for(id, Use::Once)?;
+        Ok(OneUse {
+            store: self,
+            handle,
+            parked,
+        })
+    }
+
+    /// Parks again the files of a session used once while parked
+    /// ([`Store::session_for_one_use`]), unless a use meanwhile made it
+    /// active. Under the shard lock, as `park_down_to` parks: the flag and
+    /// the files agree for [`Store::session`].
+    pub(super) fn park_again(&self, id: SessionId) {
+        let shard = self.shard(id).lock();
+        if let Some(s) = shard.open.get(&id).filter(|s| s.parked) {
+            s.log.park();
+            s.catalog.parkable().park();
+        }
+    }
+}
+
+/// A session's handle for one save; a session it found parked and left
+/// parked has its files closed again when this is dropped.
+pub(in crate::store) struct OneUse<'a> {
+    store: &'a Store,
+    handle: SessionHandle,
+    parked: bool,
+}
+
+impl std::ops::Deref for OneUse<'_> {
+    type Target = SessionHandle;
+
+    fn deref(&self) -> &SessionHandle {
+        &self.handle
+    }
+}
+
+impl Drop for OneUse<'_> {
+    fn drop(&mut self) {
+        if self.parked {
+            self.store.park_again(self.handle.id);
+        }
+    }
+}
