@@ -363,7 +363,21 @@ fn a_parked_session_keeps_no_segment_prepared_ahead() {
     s.touch(1);
     assert_eq!(s.with_files_open(), vec![1]);
     assert!(!prepared(&s));
-    // Unparked, it rolls and goes on.
+    // A save that leaves it parked (its last use is three uses ago, past
+    // the budget of one) prepares none, though it is past half its
+    // segment: the preparation would outlive the save, a descriptor and
+    // 64 KiB of disk for a session that keeps none.
+    let item = [Item::assistant_text("z".repeat(5_000))];
+    s.store
+        .save_delta(s.ids[0], &mut s.heads[0], &item)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(s.with_files_open(), vec![1]);
+    assert!(
+        !prepared(&s),
+        "a save of a parked session prepared a segment"
+    );
+    // Unparked at its next save (within the window), it rolls and goes on.
     for _ in 0..16 {
         let item = [Item::assistant_text("y".repeat(5_000))];
         s.store

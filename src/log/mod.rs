@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -346,6 +346,12 @@ struct Inner {
     /// Set by the first `Sync` commit or `sync` call: from then on, segments
     /// are prepared zero-filled (see `segment::zero_fill`).
     syncs: AtomicBool,
+    /// Set by [`Log::park`], cleared by [`Log::unpark`]: an append to a
+    /// parked log (a save that leaves its session parked,
+    /// [`Log::open_for_one_use`]) prepares no next segment and asks for no
+    /// pages ahead, which would keep a descriptor, disk space or pages for
+    /// a session that keeps none.
+    parked: AtomicBool,
     report: RecoveryReport,
     /// A read-only view whose directory held no [`LAST_RECOVERY_FILE`] when
     /// it was opened: its restores need not look for one (one that a
@@ -393,6 +399,12 @@ impl Log {
     /// [`LAST_RECOVERY_FILE`] when it was opened.
     pub(crate) fn saw_no_last_recovery(&self) -> bool {
         self.inner.no_last_recovery
+    }
+
+    /// Whether the log is parked ([`Log::park`] since the last
+    /// [`Log::unpark`]).
+    pub(super) fn is_parked(&self) -> bool {
+        self.inner.parked.load(Ordering::Acquire)
     }
 
     /// Whether a failed write or sync poisoned the writer.
@@ -492,6 +504,7 @@ impl Log {
     /// segment prepares another. One still being prepared is left to the
     /// next roll.
     pub(crate) fn park(&self) {
+        self.inner.parked.store(true, Ordering::Release);
         for seg in self.inner.published.lock().segments.iter() {
             seg.parkable().park();
         }
@@ -524,6 +537,14 @@ impl Log {
     /// descriptors fails here, where the store can make room and try again
     /// (`Store::making_room`), rather than in the middle of an append.
     pub(crate) fn unpark(&self) -> crate::error::Result<()> {
+        self.inner.parked.store(false, Ordering::Release);
+        self.open_for_one_use()
+    }
+
+    /// [`Log::unpark`] for one save that leaves the log parked: its files
+    /// open to be kept until the next [`Log::park`], and its appends
+    /// meanwhile prepare no next segment and ask for no pages ahead.
+    pub(crate) fn open_for_one_use(&self) -> crate::error::Result<()> {
         let segments = self.inner.published.lock().segments.clone();
         for seg in segments.iter() {
             seg.parkable().unpark();

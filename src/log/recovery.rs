@@ -456,6 +456,7 @@ impl Log {
                 poisoned,
                 settle,
                 syncs: AtomicBool::new(syncs),
+                parked: AtomicBool::new(false),
                 report: o.report,
                 no_last_recovery: false,
                 first_sync: Mutex::new(None),

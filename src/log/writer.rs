@@ -349,7 +349,7 @@ impl Log {
             w.writeback_from = end;
         }
         // Ask for the next pages while half of the window is still ahead.
-        let window = match self.inner.opts.populate_ahead {
+        let window = match self.inner.opts.populate_ahead && !self.is_parked() {
             true => ahead::window(FIRST_RECORD_OFFSET, end),
             false => 0,
         };
@@ -373,7 +373,11 @@ impl Log {
     pub(super) fn maybe_prepare(&self, w: &mut Writer) {
         // A sparse file is made in an instant: only zero-filled ones are
         // worth a thread.
-        if !self.inner.opts.prepare_ahead || w.prepared.is_some() || self.space() == Space::Sparse {
+        if !self.inner.opts.prepare_ahead
+            || w.prepared.is_some()
+            || self.space() == Space::Sparse
+            || self.is_parked()
+        {
             return;
         }
         let Some(seg) = w.segments.last() else { return };

@@ -221,7 +221,10 @@ impl Store {
                 if unparked || once {
                     // The active segment's file opens now, where running out
                     // of descriptors can shed idle sessions and try again.
-                    let opened = self.making_room(|| handle.log.unpark());
+                    let opened = self.making_room(|| match once {
+                        true => handle.log.open_for_one_use(),
+                        false => handle.log.unpark(),
+                    });
                     if opened.is_err() && once {
                         self.park_again(id);
                     }

@@ -50,7 +50,7 @@ impl Store {
 pub(in crate::store) struct OneUse<'a> {
     store: &'a Store,
     handle: SessionHandle,
-    parked: bool,
+    pub(super) parked: bool,
 }
 
 impl std::ops::Deref for OneUse<'_> {

@@ -26,6 +26,11 @@ fn create_sessions(store: &Store, n: usize) -> Vec<(SessionId, EntryHash)> {
         .collect()
 }
 
+/// Creates `n` sessions as [`create_sessions`] does; returns their ids.
+fn create_ids(store: &Store, n: usize) -> Vec<SessionId> {
+    create_sessions(store, n).into_iter().map(|s| s.0).collect()
+}
+
 /// Sheds running at once (as after `EMFILE` on several threads) each
 /// get their sessions: one whose candidates another took looks again,
 /// rather than returning with nothing shed while idle sessions remain
@@ -39,10 +44,7 @@ fn concurrent_sheds_each_reach_their_target() {
     };
     let opts = StoreOptions::default().max_open_sessions(100_000);
     let store = Store::open_with(dir.path(), opts).unwrap();
-    let ids: Vec<SessionId> = create_sessions(&store, 400)
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let ids: Vec<SessionId> = create_ids(&store, 400);
     const THREADS: usize = 6;
     for round in 0..20 {
         let barrier = Barrier::new(THREADS);
@@ -202,10 +204,7 @@ fn is_parked(store: &Store, id: SessionId) -> bool {
 #[test]
 fn sessions_held_among_the_oldest_do_not_stop_a_park() {
     let (_dir, store) = store_with_budgets(100, 4);
-    let ids: Vec<SessionId> = create_sessions(&store, 8)
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let ids: Vec<SessionId> = create_ids(&store, 8);
     // The four oldest in use, held by handles.
     let held: Vec<SessionHandle> = ids[..4]
         .iter()
@@ -240,10 +239,7 @@ fn parks_spread_over_many_looks_keep_the_budget_and_the_newest() {
     // About 640 descriptors in all, under the common limit of 1,024.
     const ACTIVE: usize = 2 * LOOK_AHEAD;
     let (_dir, store) = store_with_budgets(10_000, ACTIVE);
-    let ids: Vec<SessionId> = create_sessions(&store, 3 * ACTIVE)
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let ids: Vec<SessionId> = create_ids(&store, 3 * ACTIVE);
     // Each session's place in the order of uses.
     let mut saved_at = vec![0usize; ids.len()];
     let mut saves = 0;
@@ -329,6 +325,39 @@ fn saves_round_robin_past_the_budget_leave_the_active_sessions_be() {
     }
 }
 
+/// A handle taken while a save uses a parked session once makes it
+/// active, and the save's guard then leaves its files open: the flag and
+/// the files agree either way the two end.
+#[test]
+fn a_session_made_active_during_a_save_that_leaves_it_parked_stays_active() {
+    let (_dir, store) = store_with_budgets(100, 2);
+    let ids: Vec<SessionId> = create_ids(&store, 6);
+    let agree = |store: &Store, id: SessionId| {
+        let shard = store.shard(id).lock();
+        let s = shard.open.get(&id).unwrap();
+        assert_eq!(files_parked(s), Some(s.parked), "flag and files disagree");
+        s.parked
+    };
+    for kept_first in [false, true] {
+        // Session 0 parked, its last use long ago.
+        for id in &ids[2..] {
+            drop(store.session(*id).unwrap());
+        }
+        assert!(agree(&store, ids[0]));
+        let once = store.session_for_one_use(ids[0]).unwrap();
+        assert!(once.parked, "the first use of a session parked long ago");
+        let kept = store.session(ids[0]).unwrap();
+        match kept_first {
+            true => drop((kept, once)),
+            false => drop((once, kept)),
+        }
+        assert!(!agree(&store, ids[0]), "made active by the handle");
+        drop(store.session(ids[1]).unwrap());
+        drop(store.session(ids[2]).unwrap());
+    }
+    store.close().unwrap();
+}
+
 /// With most sessions held by handles, the parks that taking one more
 /// handle asks for end (over the budget, nothing idle to park) rather than
 /// spin: a version whose looks finished every 16 pops, each finding 17 or
@@ -336,10 +365,7 @@ fn saves_round_robin_past_the_budget_leave_the_active_sessions_be() {
 #[test]
 fn a_shed_among_many_held_sessions_ends() {
     let (_dir, store) = store_with_budgets(1_000, 4);
-    let ids: Vec<SessionId> = create_sessions(&store, 40)
-        .into_iter()
-        .map(|s| s.0)
-        .collect();
+    let ids: Vec<SessionId> = create_ids(&store, 40);
     let (done, finished) = std::sync::mpsc::channel();
     // Not scoped: a shed that spins is left behind, and the test fails.
     let (store2, ids2) = (store.clone(), ids.clone());
