@@ -403,7 +403,7 @@ impl Log {
 
     /// Whether the log is parked ([`Log::park`] since the last
     /// [`Log::unpark`]).
-    pub(super) fn is_parked(&self) -> bool {
+    pub(crate) fn is_parked(&self) -> bool {
         self.inner.parked.load(Ordering::Acquire)
     }
 
@@ -501,8 +501,8 @@ impl Log {
     ///
     /// A next segment prepared ahead (with its own descriptor) is removed
     /// if its preparation is done: the next append past half the active
-    /// segment prepares another. One still being prepared is left to the
-    /// next roll.
+    /// segment after an unpark prepares another (a parked log prepares
+    /// none). One still being prepared is left to the next roll.
     pub(crate) fn park(&self) {
         self.inner.parked.store(true, Ordering::Release);
         for seg in self.inner.published.lock().segments.iter() {

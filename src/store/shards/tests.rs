@@ -82,6 +82,11 @@ fn concurrent_sheds_each_reach_their_target() {
 /// Whether every file of an open session is parked (`true`) or none is
 /// (`false`); `None` for a mix.
 fn files_parked(s: &OpenSession) -> Option<bool> {
+    assert_eq!(
+        s.log.is_parked(),
+        s.parked,
+        "the log's flag and the shard's disagree"
+    );
     let mut states = s.log.files_parked();
     states.push(s.catalog.parkable().is_parked());
     let all = states.iter().all(|&p| p);
