@@ -24,6 +24,16 @@ struct OpenSession {
     parked: bool,
 }
 
+impl OpenSession {
+    /// Closes its segment and catalog files (`Log::park`), under its
+    /// shard's lock, so that they agree with `parked` for
+    /// [`Store::session`].
+    fn park_files(&self) {
+        self.log.park();
+        self.catalog.parkable().park();
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Shard {
     open: HashMap<SessionId, OpenSession>,
@@ -289,8 +299,7 @@ impl Store {
         self.shed_down_to(Shed::Park, max, keep, |_, shard, id| {
             if let Some(s) = shard.open.get_mut(&id) {
                 s.parked = true;
-                s.log.park();
-                s.catalog.parkable().park();
+                s.park_files();
                 self.inner.active_count.fetch_sub(1, Ordering::AcqRel);
                 parked += 1;
             }

@@ -39,8 +39,7 @@ impl Store {
     pub(super) fn park_again(&self, id: SessionId) {
         let shard = self.shard(id).lock();
         if let Some(s) = shard.open.get(&id).filter(|s| s.parked) {
-            s.log.park();
-            s.catalog.parkable().park();
+            s.park_files();
         }
     }
 }
