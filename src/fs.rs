@@ -288,6 +288,19 @@ impl HookedFile {
         Ok(HookedFile::wrap(path, file, hook))
     }
 
+    /// [`HookedFile::open`] of `path`, which is `rel` beneath `base`: only
+    /// `rel` is walked (`openat`).
+    fn open_beneath(
+        base: &BaseDir,
+        rel: &Path,
+        path: &Path,
+        writable: bool,
+        hook: &Hook,
+    ) -> Result<HookedFile> {
+        let file = crate::mmap::open_at(&base.dir, rel, writable).map_err(io_err("open", path))?;
+        Ok(HookedFile::wrap(path, file, hook))
+    }
+
     /// Opens a file for reading and writing, creating it (0600, empty) if it
     /// does not exist; an existing file keeps its bytes.
     pub(crate) fn open_or_create(path: &Path, hook: &Hook) -> Result<HookedFile> {
@@ -417,6 +430,24 @@ impl HookedFile {
     }
 }
 
+/// A directory kept open so that the parked files beneath it reopen
+/// without walking the path above it (`openat`): the store's `sessions/`.
+pub(crate) struct BaseDir {
+    path: PathBuf,
+    dir: File,
+}
+
+impl BaseDir {
+    /// Opens the directory at `path`.
+    pub(crate) fn open(path: &Path) -> Result<BaseDir> {
+        let dir = File::open(path).map_err(io_err("open", path))?;
+        Ok(BaseDir {
+            path: path.to_path_buf(),
+            dir,
+        })
+    }
+}
+
 /// A file its owner can close while it keeps its place (a parked
 /// session's segment or catalog: see `Store`'s budgets). While parked,
 /// each use opens it for that use only, so that a parked session holds no
@@ -439,10 +470,11 @@ pub(crate) struct ParkableFile {
 enum FileState {
     /// Open, with its identity once a park or a reopen has read it.
     Open(Arc<HookedFile>, Option<FileId>),
-    /// Closed by `park`; each use opens it for that use.
-    Parked(FileId),
+    /// Closed by `park`; each use opens it for that use (beneath the
+    /// directory the park named, if any).
+    Parked(FileId, Option<Arc<BaseDir>>),
     /// Closed by `park`, then unparked: the next use opens it to keep.
-    Unparked(FileId),
+    Unparked(FileId, Option<Arc<BaseDir>>),
 }
 
 /// A file's device and inode.
@@ -483,14 +515,22 @@ impl ParkableFile {
     /// The open file, opened again if it was parked (and kept open if it
     /// was unparked since).
     fn take(&self) -> Result<Arc<HookedFile>> {
-        let (id, keep) = match &*self.state.lock() {
+        let (id, keep, base) = match &*self.state.lock() {
             FileState::Open(file, _) => return Ok(file.clone()),
-            FileState::Parked(id) => (*id, false),
-            FileState::Unparked(id) => (*id, true),
+            FileState::Parked(id, base) => (*id, false, base.clone()),
+            FileState::Unparked(id, base) => (*id, true, base.clone()),
         };
         // Opened outside the lock: a park or another reopen meanwhile is
         // settled below, under it.
-        let file = HookedFile::open(&self.path, self.writable, &self.hook)?;
+        let beneath = base
+            .as_deref()
+            .and_then(|b| Some((b, self.path.strip_prefix(&b.path).ok()?)));
+        let file = match beneath {
+            Some((base, rel)) => {
+                HookedFile::open_beneath(base, rel, &self.path, self.writable, &self.hook)?
+            }
+            None => HookedFile::open(&self.path, self.writable, &self.hook)?,
+        };
         if FileId::of(&file.file).map_err(io_err("stat", &self.path))? != id {
             let e = io::Error::other("the file was replaced while its session was parked");
             return Err(Error::io("reopen", &self.path, e));
@@ -499,7 +539,7 @@ impl ParkableFile {
         let mut state = self.state.lock();
         match &*state {
             FileState::Open(open, _) => return Ok(open.clone()),
-            FileState::Unparked(_) if keep => *state = FileState::Open(file.clone(), Some(id)),
+            FileState::Unparked(..) if keep => *state = FileState::Open(file.clone(), Some(id)),
             _ => {}
         }
         Ok(file)
@@ -530,9 +570,10 @@ impl ParkableFile {
     }
 
     /// Closes the file (once no use holds it); until
-    /// [`ParkableFile::unpark`], each use opens it for that use only. A file
-    /// whose identity cannot be read stays open.
-    pub(crate) fn park(&self) {
+    /// [`ParkableFile::unpark`], each use opens it for that use only, through
+    /// `base` when the file lies beneath it (and by its path otherwise). A
+    /// file whose identity cannot be read stays open.
+    pub(crate) fn park(&self, base: Option<&Arc<BaseDir>>) {
         let mut state = self.state.lock();
         let id = match &*state {
             FileState::Open(_, Some(id)) => *id,
@@ -540,30 +581,80 @@ impl ParkableFile {
                 Ok(id) => id,
                 Err(_) => return,
             },
-            FileState::Parked(_) => return,
-            FileState::Unparked(id) => *id,
+            FileState::Parked(..) => return,
+            FileState::Unparked(id, _) => *id,
         };
-        *state = FileState::Parked(id);
+        *state = FileState::Parked(id, base.cloned());
     }
 
     /// Lets the next use open a parked file to keep.
     pub(crate) fn unpark(&self) {
         let mut state = self.state.lock();
-        if let FileState::Parked(id) = &*state {
-            *state = FileState::Unparked(*id);
+        if let FileState::Parked(id, base) = &mut *state {
+            let unparked = FileState::Unparked(*id, base.take());
+            *state = unparked;
         }
     }
 
     /// Whether the file is parked (closed, each use opening it for itself).
     #[cfg(test)]
     pub(crate) fn is_parked(&self) -> bool {
-        matches!(&*self.state.lock(), FileState::Parked(_))
+        matches!(&*self.state.lock(), FileState::Parked(..))
+    }
+
+    /// Whether the file is parked with a directory to reopen it beneath.
+    #[cfg(test)]
+    pub(crate) fn is_parked_beneath(&self) -> bool {
+        matches!(&*self.state.lock(), FileState::Parked(_, Some(_)))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file parked beneath a kept directory reopens through it: with the
+    /// directory moved away, so that the file's path names nothing, a use
+    /// still reaches the same file, and a file put in its place is refused
+    /// as replaced. Parked without one, the reopen goes by the path.
+    #[test]
+    fn a_file_parked_beneath_a_kept_directory_reopens_through_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (base_path, moved) = (tmp.path().join("base"), tmp.path().join("moved"));
+        fs::create_dir_all(base_path.join("s")).unwrap();
+        let path = base_path.join("s").join("f");
+        let file = ParkableFile::new(HookedFile::create(&path, &None).unwrap(), true);
+        let base = Arc::new(BaseDir::open(&base_path).unwrap());
+        file.park(Some(&base));
+        fs::rename(&base_path, &moved).unwrap();
+        assert!(!path.exists());
+        file.with(|f| f.write_at(0, b"kept")).unwrap();
+        assert_eq!(fs::read(moved.join("s").join("f")).unwrap(), b"kept");
+
+        // Another file in its place, beneath the same directory (the old
+        // one kept, so that its inode number cannot be reused for it).
+        fs::rename(moved.join("s").join("f"), moved.join("old")).unwrap();
+        fs::write(moved.join("s").join("f"), b"other").unwrap();
+        let err = file.with(|f| f.write_at(0, b"x")).unwrap_err();
+        assert!(err.to_string().contains("replaced"), "{err}");
+        assert_eq!(fs::read(moved.join("s").join("f")).unwrap(), b"other");
+
+        // Parked by its path alone: the path names nothing now.
+        let path2 = moved.join("s").join("g");
+        let by_path = ParkableFile::new(HookedFile::create(&path2, &None).unwrap(), true);
+        by_path.park(None);
+        fs::rename(&moved, &base_path).unwrap();
+        let err = by_path.with(|f| f.write_at(0, b"x")).unwrap_err();
+        assert!(err.to_string().contains("open"), "{err}");
+        // Unparked, the next use reopens it beneath the directory to keep.
+        let h = base_path.join("s").join("h");
+        let kept = ParkableFile::new(HookedFile::create(&h, &None).unwrap(), true);
+        kept.park(Some(&Arc::new(BaseDir::open(&base_path).unwrap())));
+        kept.unpark();
+        fs::rename(&base_path, &moved).unwrap();
+        kept.open_now().unwrap();
+        assert!(kept.weak_if_open().is_some(), "kept open after the unpark");
+    }
 
     /// The page-cache worker holds a file weakly: it gets the file only
     /// while it is open, and a park closes the descriptor even while the
@@ -575,7 +666,7 @@ mod tests {
         let file = ParkableFile::new(HookedFile::create(&path, &None).unwrap(), true);
         let weak = file.weak_if_open().expect("open after create");
         assert!(weak.upgrade().is_some());
-        file.park();
+        file.park(None);
         assert!(file.weak_if_open().is_none(), "parked: nothing to hand out");
         assert!(weak.upgrade().is_none(), "the park closed the descriptor");
         // A use while parked opens for itself and keeps nothing.

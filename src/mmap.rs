@@ -360,6 +360,30 @@ pub(crate) fn data_ranges(file: &File, from: u64, to: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// Opens `rel`, a path relative to the directory `dir` is open on
+/// (`openat(2)`), for reading and, with `writable`, for writing too; the
+/// descriptor is close-on-exec. Only `rel`'s components are walked, not the
+/// ones above `dir`.
+pub(crate) fn open_at(dir: &File, rel: &std::path::Path, writable: bool) -> io::Result<File> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    let access = match writable {
+        true => libc::O_RDWR,
+        false => libc::O_RDONLY,
+    };
+    // SAFETY: `name` is NUL-terminated and outlives the call, which only
+    // reads it; `dir` is an open descriptor borrowed for the call.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), access | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by `openat`, is open, and nothing else
+    // owns it: the `File` becomes its only owner and closes it.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
 /// Asks the kernel to start writing back `from..to` of `file` now, without
 /// waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). Only a hint: it makes
 /// nothing durable, and its errors surface at the next `fdatasync`.

@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::chain::EntryHash;
 use crate::format::Point;
-use crate::fs::IoHook;
+use crate::fs::{BaseDir, IoHook};
 use crate::segment::{Segment, Space};
 
 mod commit;
@@ -493,7 +493,8 @@ impl Log {
     /// Closes every segment's file, keeping the maps, the lock and all the
     /// state: what the store does to an idle session past its budget of
     /// active ones, which then holds one descriptor (its lock). Until
-    /// [`Log::unpark`], each use of a file opens it for that use only. The
+    /// [`Log::unpark`], each use of a file opens it for that use only,
+    /// beneath `base` when the file lies there (see `ParkableFile`). The
     /// lock held all along is what keeps the state true: no other writer
     /// can have changed the log meanwhile. The store parks only a log no
     /// handle holds, whose writer is idle; it does not wait for the writer
@@ -503,17 +504,17 @@ impl Log {
     /// if its preparation is done: the next append past half the active
     /// segment after an unpark prepares another (a parked log prepares
     /// none). One still being prepared is left to the next roll.
-    pub(crate) fn park(&self) {
+    pub(crate) fn park(&self, base: Option<&Arc<BaseDir>>) {
         self.inner.parked.store(true, Ordering::Release);
         for seg in self.inner.published.lock().segments.iter() {
-            seg.parkable().park();
+            seg.parkable().park(base);
         }
         let Some(w) = &self.inner.writer else { return };
         let Some(mut w) = w.try_lock() else { return };
         // A batch that rolled and then failed left its new segment in the
         // writer's list only.
         for seg in &w.segments {
-            seg.parkable().park();
+            seg.parkable().park(base);
         }
         if w.prepared.as_ref().is_some_and(|h| h.is_finished()) {
             if let Some(Ok(Ok(p))) = w.prepared.take().map(|h| h.join()) {
@@ -522,13 +523,14 @@ impl Log {
         }
     }
 
-    /// Whether each segment's file is parked, in order.
+    /// Whether each segment's file is parked, in order, and whether with a
+    /// directory to reopen it beneath.
     #[cfg(test)]
-    pub(crate) fn files_parked(&self) -> Vec<bool> {
+    pub(crate) fn files_parked(&self) -> Vec<(bool, bool)> {
         let p = self.inner.published.lock();
         p.segments
             .iter()
-            .map(|s| s.parkable().is_parked())
+            .map(|s| (s.parkable().is_parked(), s.parkable().is_parked_beneath()))
             .collect()
     }
 

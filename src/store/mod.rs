@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::catalog::{self, HeadSlot, Identity, ListCache, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
-use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
+use crate::fs::{self as hooked_fs, io_err, sync_dir, BaseDir, Hook};
 use crate::log::{Log, LogOptions, LOCK_FILE};
 use crate::payload::PayloadArea;
 use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
@@ -253,6 +253,10 @@ struct Inner {
     /// What fetches a session's evicted segments back before a read that
     /// reaches them (an archive, `Store::attach_archive`).
     fetcher: Mutex<Option<Arc<dyn FetchBack>>>,
+    /// `sessions/`, kept open from the first park on: a parked session's
+    /// files reopen beneath it (`openat`), walking two components of their
+    /// path rather than all of it.
+    sessions_dir: OnceLock<Arc<BaseDir>>,
 }
 
 /// What a store keeps of a session it let go of dirty (`Inner::released`).
@@ -410,6 +414,7 @@ impl Store {
                 opened: (0..SHARDS).map(|_| Condvar::new()).collect(),
                 eviction_failure: Mutex::new(None),
                 released: Mutex::new(HashMap::new()),
+                sessions_dir: OnceLock::new(),
                 viewed: Mutex::new(HashMap::new()),
                 abandoned: AtomicBool::new(false),
                 handles: AtomicUsize::new(1),
@@ -486,6 +491,17 @@ impl Store {
     /// The directory of a session.
     pub fn session_dir(&self, id: SessionId) -> PathBuf {
         self.inner.root.join("sessions").join(id.to_string())
+    }
+
+    /// `sessions/`, opened at the first call that can open it; `None`
+    /// while it cannot be (out of descriptors, say), when parked files
+    /// reopen by their whole path.
+    fn sessions_dir(&self) -> Option<&Arc<BaseDir>> {
+        if let Some(dir) = self.inner.sessions_dir.get() {
+            return Some(dir);
+        }
+        let dir = BaseDir::open(&self.inner.root.join("sessions")).ok()?;
+        Some(self.inner.sessions_dir.get_or_init(|| Arc::new(dir)))
     }
 
     /// Whether a session exists. A session whose creation is not durable

@@ -28,9 +28,9 @@ impl OpenSession {
     /// Closes its segment and catalog files (`Log::park`), under its
     /// shard's lock, so that they agree with `parked` for
     /// [`Store::session`].
-    fn park_files(&self) {
-        self.log.park();
-        self.catalog.parkable().park();
+    fn park_files(&self, base: Option<&Arc<crate::fs::BaseDir>>) {
+        self.log.park(base);
+        self.catalog.parkable().park(base);
     }
 }
 
@@ -299,7 +299,7 @@ impl Store {
         self.shed_down_to(Shed::Park, max, keep, |_, shard, id| {
             if let Some(s) = shard.open.get_mut(&id) {
                 s.parked = true;
-                s.park_files();
+                s.park_files(self.sessions_dir());
                 self.inner.active_count.fetch_sub(1, Ordering::AcqRel);
                 parked += 1;
             }

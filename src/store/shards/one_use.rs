@@ -39,7 +39,7 @@ impl Store {
     pub(super) fn park_again(&self, id: SessionId) {
         let shard = self.shard(id).lock();
         if let Some(s) = shard.open.get(&id).filter(|s| s.parked) {
-            s.park_files();
+            s.park_files(self.sessions_dir());
         }
     }
 }

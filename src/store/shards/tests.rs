@@ -88,9 +88,15 @@ fn files_parked(s: &OpenSession) -> Option<bool> {
         "the log's flag and the shard's disagree"
     );
     let mut states = s.log.files_parked();
-    states.push(s.catalog.parkable().is_parked());
-    let all = states.iter().all(|&p| p);
-    (all || states.iter().all(|&p| !p)).then_some(all)
+    let catalog = s.catalog.parkable();
+    states.push((catalog.is_parked(), catalog.is_parked_beneath()));
+    // The store parks them beneath its `sessions/`, to reopen by `openat`.
+    assert!(
+        states.iter().all(|&(parked, beneath)| parked == beneath),
+        "a file parked by the store reopens beneath sessions/"
+    );
+    let all = states.iter().all(|&(p, _)| p);
+    (all || states.iter().all(|&(p, _)| !p)).then_some(all)
 }
 
 /// Under concurrent saves, syncs, reads, handles taken and dropped, a
