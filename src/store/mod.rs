@@ -493,17 +493,6 @@ impl Store {
         self.inner.root.join("sessions").join(id.to_string())
     }
 
-    /// `sessions/`, opened at the first call that can open it; `None`
-    /// while it cannot be (out of descriptors, say), when parked files
-    /// reopen by their whole path.
-    fn sessions_dir(&self) -> Option<&Arc<BaseDir>> {
-        if let Some(dir) = self.inner.sessions_dir.get() {
-            return Some(dir);
-        }
-        let dir = BaseDir::open(&self.inner.root.join("sessions")).ok()?;
-        Some(self.inner.sessions_dir.get_or_init(|| Arc::new(dir)))
-    }
-
     /// Whether a session exists. A session whose creation is not durable
     /// yet, and whose log cannot be opened now for a reason that says
     /// nothing about it (out of file descriptors, say), counts as one.

@@ -24,16 +24,6 @@ struct OpenSession {
     parked: bool,
 }
 
-impl OpenSession {
-    /// Closes its segment and catalog files (`Log::park`), under its
-    /// shard's lock, so that they agree with `parked` for
-    /// [`Store::session`].
-    fn park_files(&self, base: Option<&Arc<crate::fs::BaseDir>>) {
-        self.log.park(base);
-        self.catalog.parkable().park(base);
-    }
-}
-
 #[derive(Default)]
 pub(super) struct Shard {
     open: HashMap<SessionId, OpenSession>,
@@ -280,31 +270,6 @@ impl Store {
             }
         }
         self.park_over_budget(id);
-    }
-
-    /// Parks sessions, least recently used first among the active ones no
-    /// handle holds (and never `keep`), until the active sessions fit
-    /// `max_active_sessions` again: their segment and catalog files are
-    /// closed, their locks, maps and state kept (see `Log::park`).
-    fn park_over_budget(&self, keep: SessionId) {
-        self.park_down_to(self.inner.opts.max_active_sessions, Some(keep));
-    }
-
-    /// Parks sessions as [`Store::park_over_budget`] does, until at most
-    /// `max` are active; returns how many it parked.
-    fn park_down_to(&self, max: usize, keep: Option<SessionId>) -> usize {
-        let mut parked = 0;
-        // Under the shard lock, so that the flag and the files agree for
-        // `Store::session`, which unparks under it.
-        self.shed_down_to(Shed::Park, max, keep, |_, shard, id| {
-            if let Some(s) = shard.open.get_mut(&id) {
-                s.parked = true;
-                s.park_files(self.sessions_dir());
-                self.inner.active_count.fetch_sub(1, Ordering::AcqRel);
-                parked += 1;
-            }
-        });
-        parked
     }
 
     /// Takes sessions out of the shards, least recently used first among
@@ -799,6 +764,7 @@ pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
 }
 
 mod one_use;
+mod park;
 use one_use::Use;
 #[cfg(test)]
 mod tests;

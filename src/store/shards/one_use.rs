@@ -31,17 +31,6 @@ impl Store {
             parked,
         })
     }
-
-    /// Parks again the files of a session used once while parked
-    /// ([`Store::session_for_one_use`]), unless a use meanwhile made it
-    /// active. Under the shard lock, as `park_down_to` parks: the flag and
-    /// the files agree for [`Store::session`].
-    pub(super) fn park_again(&self, id: SessionId) {
-        let shard = self.shard(id).lock();
-        if let Some(s) = shard.open.get(&id).filter(|s| s.parked) {
-            s.park_files(self.sessions_dir());
-        }
-    }
 }
 
 /// A session's handle for one save; a session it found parked and left
