@@ -249,24 +249,56 @@ pub(crate) fn remove_dir_all(path: &Path, hook: &Hook) -> Result<()> {
 /// holds it. A reader probing for a live writer (`Store::list`) holds a
 /// shared lock for a moment, so only a lock still held after a few tries is
 /// a writer's. The lock lasts as long as the returned file.
+///
+/// A log's writer gives `path` to each new active segment ([`relink`]),
+/// so the file opened may have lost the name by the time its lock is
+/// taken (its writer let it go once the name had moved on): a lock is
+/// kept only while `path` still names the locked file, and taken again
+/// through the name otherwise.
 pub(crate) fn lock_writer(path: &Path, hook: &Hook) -> Result<File> {
-    let lock = HookedFile::open_or_create(path, hook)?.into_file();
+    let locked = || Error::Locked {
+        path: path.to_path_buf(),
+    };
     let mut tries = 0;
     loop {
+        let lock = HookedFile::open_or_create(path, hook)?.into_file();
         match lock.try_lock() {
-            Ok(()) => return Ok(lock),
-            Err(fs::TryLockError::WouldBlock) if tries < 5 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(()) => {
+                let named = fs::metadata(path).map_err(io_err("stat", path))?;
+                if FileId::of(&lock).map_err(io_err("stat", path))? == FileId::of_meta(&named) {
+                    return Ok(lock);
+                }
             }
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(Error::Locked {
-                    path: path.to_path_buf(),
-                })
-            }
+            Err(fs::TryLockError::WouldBlock) => {}
             Err(fs::TryLockError::Error(e)) => return Err(Error::io("lock", path, e)),
         }
+        if tries == 5 {
+            return Err(locked());
+        }
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
+}
+
+/// Gives the file at `target` the name `name` too, replacing what `name`
+/// named: a second name made beside it (`<name>.next`, left over from a
+/// crash if it is there, and replaced) and renamed over `name`, so that
+/// `name` always names one file or the other. Not durable until the
+/// directory is synced.
+pub(crate) fn relink(target: &Path, name: &Path, hook: &Hook) -> Result<()> {
+    let mut next = name.as_os_str().to_owned();
+    next.push(".next");
+    let next = PathBuf::from(next);
+    match link(target, &next, hook) {
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+            remove_file(&next, hook)?;
+            link(target, &next, hook)?;
+        }
+        linked => linked?,
+    }
+    rename(&next, name, hook).inspect_err(|_| {
+        let _ = fs::remove_file(&next);
+    })
 }
 
 /// An open file whose writes and syncs go through the hook, named by its
@@ -465,6 +497,9 @@ pub(crate) struct ParkableFile {
     writable: bool,
     hook: Hook,
     state: parking_lot::Mutex<FileState>,
+    /// Set by [`ParkableFile::pin`]: a park leaves the file open (it holds
+    /// its log's writer lock).
+    pinned: std::sync::atomic::AtomicBool,
 }
 
 enum FileState {
@@ -477,22 +512,37 @@ enum FileState {
     Unparked(FileId, Option<Arc<BaseDir>>),
 }
 
-/// A file's device and inode.
+/// A file's device, inode and, where the file system keeps one, birth
+/// time: a file system reuses a removed file's inode number for the next
+/// file it makes (ext4 does at once), so device and inode alone would take
+/// a file made in a parked one's place for it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct FileId {
     dev: u64,
     ino: u64,
+    born: Option<std::time::SystemTime>,
 }
 
 impl FileId {
     fn of(file: &File) -> io::Result<FileId> {
+        Ok(FileId::of_meta(&file.metadata()?))
+    }
+
+    fn of_meta(meta: &fs::Metadata) -> FileId {
         use std::os::unix::fs::MetadataExt;
-        let meta = file.metadata()?;
-        Ok(FileId {
+        FileId {
             dev: meta.dev(),
             ino: meta.ino(),
-        })
+            // `statx`'s birth time, read by the same call: none on a file
+            // system that keeps no such time (and then none on both sides).
+            born: meta.created().ok(),
+        }
     }
+}
+
+/// Whether `a` and `b` are open on the same file.
+pub(crate) fn same_file(a: &File, b: &File) -> bool {
+    matches!((FileId::of(a), FileId::of(b)), (Ok(x), Ok(y)) if x == y)
 }
 
 impl ParkableFile {
@@ -503,7 +553,33 @@ impl ParkableFile {
             writable,
             hook: file.hook.clone(),
             state: parking_lot::Mutex::new(FileState::Open(Arc::new(file), None)),
+            pinned: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Keeps the file open through parks until [`ParkableFile::unpin`]
+    /// (opened now if it was parked); returns it. The file of a log's
+    /// active segment holds the log's writer lock, and a lock closed is a
+    /// lock lost.
+    pub(crate) fn pin(&self) -> Result<Arc<HookedFile>> {
+        // Pinned first: a park from now on leaves the file as it is.
+        self.pinned
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.unpark();
+        self.take().inspect_err(|_| self.unpin())
+    }
+
+    /// Lets parks close the file again.
+    pub(crate) fn unpin(&self) {
+        self.pinned
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Uses `file`, open on the same file with the same access, in place
+    /// of the descriptor this holds, which closes (once no use holds it).
+    pub(crate) fn adopt(&self, file: File) {
+        let file = HookedFile::wrap(&self.path, file, &self.hook);
+        *self.state.lock() = FileState::Open(Arc::new(file), None);
     }
 
     /// Runs `f` on the open file, opening it again first if it was parked.
@@ -575,6 +651,9 @@ impl ParkableFile {
     /// file whose identity cannot be read stays open.
     pub(crate) fn park(&self, base: Option<&Arc<BaseDir>>) {
         let mut state = self.state.lock();
+        if self.pinned.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let id = match &*state {
             FileState::Open(_, Some(id)) => *id,
             FileState::Open(file, None) => match FileId::of(&file.file) {
@@ -600,6 +679,12 @@ impl ParkableFile {
     #[cfg(test)]
     pub(crate) fn is_parked(&self) -> bool {
         matches!(&*self.state.lock(), FileState::Parked(..))
+    }
+
+    /// Whether the file is pinned open ([`ParkableFile::pin`]).
+    #[cfg(test)]
+    pub(crate) fn is_pinned(&self) -> bool {
+        self.pinned.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the file is parked with a directory to reopen it beneath.
@@ -638,6 +723,22 @@ mod tests {
         let err = file.with(|f| f.write_at(0, b"x")).unwrap_err();
         assert!(err.to_string().contains("replaced"), "{err}");
         assert_eq!(fs::read(moved.join("s").join("f")).unwrap(), b"other");
+
+        // A file removed and made again in its place, where the file
+        // system may give the new one the old one's inode number: refused
+        // all the same (its birth time differs).
+        let reused = moved.join("s").join("r");
+        fs::write(&reused, b"first").unwrap();
+        let first = ParkableFile::new(HookedFile::open(&reused, true, &None).unwrap(), true);
+        first.park(None);
+        fs::remove_file(&reused).unwrap();
+        // Birth times are kept in nanoseconds, but a coarse clock can give
+        // two files the same one: let it tick.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::write(&reused, b"second").unwrap();
+        let err = first.with(|f| f.write_at(0, b"x")).unwrap_err();
+        assert!(err.to_string().contains("replaced"), "{err}");
+        assert_eq!(fs::read(&reused).unwrap(), b"second");
 
         // Parked by its path alone: the path names nothing now.
         let path2 = moved.join("s").join("g");

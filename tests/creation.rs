@@ -22,7 +22,9 @@ use session_store::{
     StoreOptions,
 };
 
-/// The syncs, directory syncs and renames seen, with their paths.
+/// The syncs, directory syncs and renames seen, with their paths; a
+/// rename onto a `LOCK` is the writer lock moving to a new active segment
+/// (DESIGN.md, "The writer lock"), seen as "lock moved".
 #[derive(Default)]
 struct Count(Mutex<Vec<(&'static str, PathBuf)>>);
 
@@ -31,6 +33,7 @@ impl IoHook for Count {
         let seen = match op {
             IoOp::Sync { path } => ("fdatasync", path.to_path_buf()),
             IoOp::SyncDir { path } => ("fsync dir", path.to_path_buf()),
+            IoOp::Rename { to, .. } if to.ends_with("LOCK") => ("lock moved", to.to_path_buf()),
             IoOp::Rename { to, .. } => ("rename", to.to_path_buf()),
             _ => return Ok(()),
         };
@@ -74,15 +77,24 @@ fn a_buffered_creation_syncs_nothing_until_the_session_first_syncs() {
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
         .unwrap();
-    assert_eq!(count.take(), vec![], "the creation synced or renamed");
     let session = store.session_dir(id);
+    assert_eq!(
+        count.take(),
+        vec![("lock moved", session.join("LOCK"))],
+        "the creation synced or renamed"
+    );
     assert!(session.join("CREATING").exists());
-    // The marker is a second name of the lock file: no inode of its own.
+    // The marker is a second name of the lock file the creation took (no
+    // inode of its own), and `LOCK` now names the first segment, whose
+    // descriptor holds the lock.
     {
         use std::os::unix::fs::MetadataExt;
-        let marker = std::fs::metadata(session.join("CREATING")).unwrap();
-        let lock = std::fs::metadata(session.join("LOCK")).unwrap();
-        assert_eq!((marker.dev(), marker.ino()), (lock.dev(), lock.ino()));
+        let id_of = |name: &str| {
+            let m = std::fs::metadata(session.join(name)).unwrap();
+            (m.dev(), m.ino())
+        };
+        assert_eq!(id_of("LOCK"), id_of("00000000000000000000.seg"));
+        assert_ne!(id_of("CREATING"), id_of("LOCK"));
     }
     store
         .save_delta(id, &mut head, &[Item::assistant_text("hello")])
@@ -116,7 +128,11 @@ fn a_buffered_creation_syncs_nothing_until_the_session_first_syncs() {
     store
         .create_session(None, RequestConfig::default(), &[])
         .unwrap();
-    assert_eq!(count.take(), vec![], "the creation synced or renamed");
+    assert_eq!(
+        kinds(&count.take()),
+        ["lock moved"],
+        "the creation synced or renamed"
+    );
 }
 
 #[test]
@@ -133,6 +149,7 @@ fn a_sync_creation_returns_durable_after_two_fdatasyncs_and_two_directory_syncs(
     assert_eq!(
         ops.iter().map(|(k, p)| (*k, p.clone())).collect::<Vec<_>>(),
         vec![
+            ("lock moved", session.join("LOCK")),
             ("fdatasync", session.join("00000000000000000000.seg")),
             ("fdatasync", session.join("catalog")),
             ("fsync dir", session.clone()),

@@ -3,6 +3,8 @@
 //! export that needs the store it came from, an import that changes the
 //! chain, and a collection that removes a payload a session still needs.
 
+mod engine;
+
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,20 +59,6 @@ fn payload_files(root: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
-}
-
-/// Bytes the store takes on disk (allocated blocks), all files.
-fn allocated_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let m = e.metadata().unwrap();
-        total += m.blocks() * 512;
-        if m.is_dir() {
-            total += allocated_bytes(&e.path());
-        }
-    }
-    total
 }
 
 #[test]
@@ -187,7 +175,7 @@ fn fifty_compactions_store_each_output_once() {
     // 50 distinct outputs, each once, whatever the snapshots repeat.
     assert_eq!(payload_files(dir.path()).len(), 50);
     let unique = 50 * BIG as u64;
-    let on_disk = allocated_bytes(dir.path());
+    let on_disk = engine::allocated_bytes(dir.path());
     assert!(
         on_disk < unique * 12 / 10,
         "{on_disk} bytes on disk for {unique} of unique content"

@@ -27,6 +27,9 @@ enum Event {
     Write(PathBuf, u64, Vec<u8>),
     Sync(PathBuf),
     Rename(PathBuf, PathBuf),
+    /// A second name (`LOCK.next` of the active segment, before it is
+    /// renamed over `LOCK`).
+    Link(PathBuf, PathBuf),
     SyncDir,
     Remove(PathBuf),
 }
@@ -45,6 +48,7 @@ impl IoHook for Recorder {
             }
             IoOp::Sync { path } => Event::Sync(path.to_path_buf()),
             IoOp::Rename { from, to } => Event::Rename(from.to_path_buf(), to.to_path_buf()),
+            IoOp::Link { from, to } => Event::Link(from.to_path_buf(), to.to_path_buf()),
             IoOp::SyncDir { .. } => Event::SyncDir,
             IoOp::Remove { path } => Event::Remove(path.to_path_buf()),
             _ => return Ok(()),
@@ -94,6 +98,11 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
                 names.insert(to.clone(), i);
                 pending_ops.push(e.clone());
             }
+            Event::Link(from, to) => {
+                let i = names[from];
+                names.insert(to.clone(), i);
+                pending_ops.push(e.clone());
+            }
             Event::Remove(p) => {
                 names.remove(p);
                 pending_ops.push(e.clone());
@@ -135,6 +144,11 @@ fn crash_image(events: &[Event], rng: &mut Rng, out: &Path) {
             }
             Event::Rename(from, to) => {
                 if let Some(i) = shadow.remove(from) {
+                    shadow.insert(to.clone(), i);
+                }
+            }
+            Event::Link(from, to) => {
+                if let Some(&i) = shadow.get(from) {
                     shadow.insert(to.clone(), i);
                 }
             }

@@ -2706,24 +2706,6 @@ fn sessions_within_the_open_budget_stay_open_however_they_spread_over_shards() {
     assert_eq!(open, 19);
 }
 
-/// Allocated bytes (`st_blocks`) of everything under `dir`.
-fn allocated_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| {
-            let m = e.metadata().unwrap();
-            let own = m.blocks() * 512;
-            if m.is_dir() {
-                own + allocated_bytes(&e.path())
-            } else {
-                own
-            }
-        })
-        .sum()
-}
-
 #[test]
 fn a_small_buffered_session_takes_disk_for_what_it_holds() {
     let dir = tempdir();
@@ -2741,7 +2723,7 @@ fn a_small_buffered_session_takes_disk_for_what_it_holds() {
     }
     store.close().unwrap();
     let log_bytes = store.log(id).unwrap().bytes();
-    let allocated = allocated_bytes(&store.session_dir(id));
+    let allocated = engine::allocated_bytes(&store.session_dir(id));
     // The records, plus a few blocks for the catalog, the lock and the
     // segment's header page: nowhere near the segment's 64 MiB.
     assert!(

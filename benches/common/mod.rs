@@ -489,3 +489,29 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
         (xs[n / 2 - 1] + xs[n / 2]) / 2.0
     }
 }
+
+/// Allocated bytes (`st_blocks × 512`) of the files and of the directories
+/// under `dir`, `dir` itself not counted. A file of several names (a
+/// session's `LOCK` is a second name of its active segment) counts once,
+/// as `du` counts it.
+pub fn allocated(dir: &Path) -> (u64, u64) {
+    fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> (u64, u64) {
+        use std::os::unix::fs::MetadataExt;
+        let (mut files, mut dirs) = (0, 0);
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return (0, 0);
+        };
+        for e in entries.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                let (f, d) = walk(&e.path(), seen);
+                files += f;
+                dirs += d + m.blocks() * 512;
+            } else if m.nlink() == 1 || seen.insert((m.dev(), m.ino())) {
+                files += m.blocks() * 512;
+            }
+        }
+        (files, dirs)
+    }
+    walk(dir, &mut std::collections::HashSet::new())
+}

@@ -42,22 +42,8 @@ fn options(durability: Durability) -> StoreOptions {
 
 /// Allocated bytes under `dir`: every file's and directory's blocks.
 pub fn disk_bytes(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            total += m.blocks() * 512;
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
+    let (files, dirs) = crate::common::allocated(dir);
+    files + dirs
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -9,9 +9,6 @@
 //! (`payload_threshold(usize::MAX)`, every item in its record: the store
 //! before this change), in the same run.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-
 use session_store::{Item, RequestConfig, Store, StoreOptions, ToolOutput};
 
 use crate::{medians, target, time, Op};
@@ -51,18 +48,6 @@ fn text_bytes(item: &Item) -> u64 {
     serde_json::to_string(item).map_or(0, |s| s.len() as u64)
 }
 
-fn allocated(dir: &Path) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir(dir).expect("read dir").flatten() {
-        let m = e.metadata().expect("stat");
-        total += m.blocks() * 512;
-        if m.is_dir() {
-            total += allocated(&e.path());
-        }
-    }
-    total
-}
-
 /// Builds the session in a fresh store; returns the store's allocated bytes
 /// and the seconds one restore takes (median of `reps`).
 fn build(threshold: usize, reps: usize) -> (u64, f64) {
@@ -85,7 +70,7 @@ fn build(threshold: usize, reps: usize) -> (u64, f64) {
         head = store.compact(id, head, keep).expect("compact");
     }
     store.close().expect("close");
-    let bytes = allocated(dir.path());
+    let bytes = crate::forks::disk_bytes(dir.path());
     let store = Store::open_with(
         dir.path(),
         StoreOptions::default().payload_threshold(threshold),

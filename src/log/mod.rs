@@ -1,7 +1,6 @@
 //! The log: a directory of rolling segments with one writer (across
 //! processes), group commit, recovery on open, and any number of readers.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,6 +15,7 @@ use crate::segment::{Segment, Space};
 
 mod commit;
 pub(crate) mod evicted;
+mod lock;
 mod opening;
 mod reader;
 mod recovery;
@@ -360,7 +360,8 @@ struct Inner {
     /// What the next group commit must make durable besides the records,
     /// after its `fdatasync` (see [`Log::on_first_sync`]).
     first_sync: Mutex<Option<FirstSync>>,
-    _lock: Option<File>,
+    /// The writer lock (`None` for a read-only view): see `lock.rs`.
+    lock: Mutex<Option<lock::WriterLock>>,
 }
 
 /// Work a log's first sync runs after its `fdatasync`, before the sync
@@ -490,9 +491,11 @@ impl Log {
         self.snapshot().bytes()
     }
 
-    /// Closes every segment's file, keeping the maps, the lock and all the
-    /// state: what the store does to an idle session past its budget of
-    /// active ones, which then holds one descriptor (its lock). Until
+    /// Closes every segment's file but the one that holds the writer lock
+    /// (the active segment's, pinned: see `lock.rs`), keeping the maps, the
+    /// lock and all the state: what the store does to an idle session past
+    /// its budget of active ones, which then holds one descriptor (its
+    /// lock, through which its saves still write). Until
     /// [`Log::unpark`], each use of a file opens it for that use only,
     /// beneath `base` when the file lies there (see `ParkableFile`). The
     /// lock held all along is what keeps the state true: no other writer
@@ -524,14 +527,23 @@ impl Log {
     }
 
     /// Whether each segment's file is parked, in order, and whether with a
-    /// directory to reopen it beneath.
+    /// directory to reopen it beneath; the file that holds the writer lock
+    /// (pinned open, never parked) is left out.
     #[cfg(test)]
     pub(crate) fn files_parked(&self) -> Vec<(bool, bool)> {
         let p = self.inner.published.lock();
         p.segments
             .iter()
+            .filter(|s| !s.parkable().is_pinned())
             .map(|s| (s.parkable().is_parked(), s.parkable().is_parked_beneath()))
             .collect()
+    }
+
+    /// Whether a writer holds its lock through its active segment's own
+    /// descriptor, `LOCK` being a second name of that segment.
+    #[cfg(test)]
+    pub(crate) fn holds_lock_in_segment(&self) -> bool {
+        self.inner.lock_in_segment()
     }
 
     /// Lets the next use of each segment's file keep it open again, and

@@ -256,7 +256,7 @@ impl Log {
             // disk must not keep the log from opening (`full_disk.rs`).
             record_recovery(&dir, &opened.report, &hook);
         }
-        Ok(Log::from_opened(dir, opts, opened, Some(lock)))
+        Log::writer_from_opened(dir, opts, opened, lock)
     }
 
     /// Creates a new log in `dir`, which holds no segment, as its writer,
@@ -270,12 +270,7 @@ impl Log {
     pub(crate) fn create_unsynced(dir: &Path, opts: LogOptions, lock: File) -> Result<Log> {
         let hook: Hook = opts.hook.clone();
         let opened = create_first_segment(dir, &opts, &hook, false)?;
-        Ok(Log::from_opened(
-            dir.to_path_buf(),
-            opts,
-            opened,
-            Some(lock),
-        ))
+        Log::writer_from_opened(dir.to_path_buf(), opts, opened, lock)
     }
 
     /// The last recovery that changed the log in `dir` (cut a torn tail,
@@ -460,10 +455,21 @@ impl Log {
                 report: o.report,
                 no_last_recovery: false,
                 first_sync: Mutex::new(None),
-                _lock: lock,
+                lock: Mutex::new(lock.map(super::lock::WriterLock::File)),
             }),
             payloads: None,
         }
+    }
+
+    /// [`Log::from_opened`] for a writer, whose lock then moves to its
+    /// active segment (see `lock.rs`).
+    fn writer_from_opened(dir: PathBuf, opts: LogOptions, o: Opened, lock: File) -> Result<Log> {
+        let log = Log::from_opened(dir, opts, o, Some(lock));
+        let active = log.inner.published.lock().segments.last().cloned();
+        if let Some(active) = active {
+            log.inner.hold_lock_in(&active)?;
+        }
+        Ok(log)
     }
 
     /// Re-reads a read-only log to see what was committed since.

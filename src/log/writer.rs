@@ -526,6 +526,10 @@ impl Log {
         };
         // An empty active segment has the same name; the rename replaces it.
         let seg = Arc::new(prepared.activate(&inner.dir, header, false, hook)?);
+        // The lock moves with the active segment: a parked session then
+        // holds the one descriptor it writes through.
+        // (A segment made just now is nobody else's to have locked.)
+        let _ = inner.hold_lock_in(&seg);
         // The seal's fdatasync and the directory's fsync happen off the lock.
         // (A last segment that was sealed when the log opened, the open synced.)
         *inner.settle.pending.lock() = Some(Unsettled {

@@ -1,11 +1,16 @@
 //! The default open and active session budgets, from the process's
 //! open-file limit (see DESIGN.md, "Store").
 
-/// File descriptors an open session holds while it is active: its `LOCK`,
-/// its active segment and its catalog.
+/// File descriptors an open session is counted to hold while it is
+/// active: its active segment (which holds its writer lock, `LOCK` being
+/// a second name of it) and its catalog, and one more for a `LOCK` of its
+/// own, which a writer keeps where it cannot move the lock into the
+/// segment (a file system without hard links): three at most.
 pub const FDS_PER_ACTIVE_SESSION: usize = 3;
 
-/// File descriptors an open session holds while it is parked: its `LOCK`.
+/// File descriptors an open session holds while it is parked: the one that
+/// holds its writer lock (its active segment's, through which its saves
+/// write).
 pub const FDS_PER_PARKED_SESSION: usize = 1;
 
 /// The default [`StoreOptions::max_open_sessions`](super::StoreOptions::max_open_sessions), from the process's soft

@@ -61,4 +61,12 @@ impl Store {
     pub fn abandon(self) {
         self.inner.abandoned.store(true, Ordering::Release);
     }
+
+    /// Whether the store holds session `id` open and parked (`Some(true)`),
+    /// open and active (`Some(false)`), or not open (`None`). Hidden, not a
+    /// stable API (feature `whitebox`).
+    #[doc(hidden)]
+    pub fn parked_state(&self, id: crate::SessionId) -> Option<bool> {
+        self.parked_here(id)
+    }
 }

@@ -650,6 +650,13 @@ impl Store {
         result
     }
 
+    /// Whether `id` is open here and parked (`Some(true)`), open and
+    /// active (`Some(false)`), or not open here (`None`).
+    #[cfg(feature = "whitebox")]
+    pub(super) fn parked_here(&self, id: SessionId) -> Option<bool> {
+        self.shard(id).lock().open.get(&id).map(|s| s.parked)
+    }
+
     pub(super) fn is_open_here(&self, id: SessionId) -> bool {
         self.shard(id).lock().open.contains_key(&id)
     }

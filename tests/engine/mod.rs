@@ -181,12 +181,20 @@ pub enum OpKind {
     SyncDir,
     /// Removing a file.
     Remove,
+    /// A step of the writer lock's move to a new active segment (the link
+    /// `LOCK.next`, its rename over `LOCK`, the removal of one a crash
+    /// left), counted apart: a failed one leaves the lock where it was.
+    LockMove,
 }
 
 impl OpKind {
     /// The kind of `op`.
     pub fn of(op: &IoOp<'_>) -> Option<OpKind> {
+        let lock_move = |p: &Path| p.ends_with("LOCK") || p.ends_with("LOCK.next");
         Some(match op {
+            IoOp::Rename { to, .. } if lock_move(to) => OpKind::LockMove,
+            IoOp::Link { to, .. } if lock_move(to) => OpKind::LockMove,
+            IoOp::Remove { path } if lock_move(path) => OpKind::LockMove,
             IoOp::Write { .. } => OpKind::Write,
             IoOp::Sync { .. } => OpKind::Sync,
             IoOp::Allocate { .. } => OpKind::Allocate,
@@ -404,4 +412,25 @@ pub fn closed_session(
 pub fn put_back(kept: &Path, dir: &Path) {
     fs::remove_dir_all(dir).unwrap();
     copy_tree(kept, dir);
+}
+
+/// Allocated bytes (`st_blocks × 512`) of everything under `dir` (files and
+/// directories, `dir` itself not counted). A file of several names (a
+/// session's `LOCK` is a second name of its active segment) counts once,
+/// as `du` counts it.
+pub fn allocated_bytes(dir: &Path) -> u64 {
+    fn walk(dir: &Path, seen: &mut std::collections::HashSet<(u64, u64)>) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let mut total = 0;
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                total += m.blocks() * 512 + walk(&e.path(), seen);
+            } else if m.nlink() == 1 || seen.insert((m.dev(), m.ino())) {
+                total += m.blocks() * 512;
+            }
+        }
+        total
+    }
+    walk(dir, &mut std::collections::HashSet::new())
 }

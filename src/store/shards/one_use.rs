@@ -17,9 +17,11 @@ pub(super) enum Use {
 impl Store {
     /// [`Store::session`] for one save: a parked session whose last use
     /// is not among the last `max_active_sessions` uses in the store (plain
-    /// least-recently-used would have parked it by now) stays parked. Its
-    /// active segment's file is opened for this use, and the returned
-    /// [`OneUse`] closes it again when dropped, so a round-robin over more
+    /// least-recently-used would have parked it by now) stays parked. The
+    /// save writes through its active segment's descriptor, which a parked
+    /// session keeps (it holds the writer lock; one whose lock could not
+    /// move there opens the file for this use), and the returned
+    /// [`OneUse`] parks what the save opened when dropped, so a round-robin over more
     /// sessions than the budget neither evicts the active ones nor walks
     /// for a session to park at every save (issue 14, workload B). A
     /// second use within that window makes it active.

@@ -1,5 +1,6 @@
-//! Parking: an idle session past the active budget has its segment and
-//! catalog files closed, its lock, maps and state kept, and reopens them
+//! Parking: an idle session past the active budget has its catalog and
+//! sealed segments' files closed, its active segment's descriptor (which
+//! holds its lock), maps and state kept, and reopens the closed files
 //! beneath the store's `sessions/` (DESIGN.md, "Store").
 
 use std::sync::atomic::Ordering;

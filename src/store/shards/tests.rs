@@ -87,6 +87,9 @@ fn files_parked(s: &OpenSession) -> Option<bool> {
         s.parked,
         "the log's flag and the shard's disagree"
     );
+    // The active segment's descriptor holds the writer lock, `LOCK`
+    // being a second name of it, and stays open parked or not.
+    assert!(s.log.holds_lock_in_segment(), "the lock is in the segment");
     let mut states = s.log.files_parked();
     let catalog = s.catalog.parkable();
     states.push((catalog.is_parked(), catalog.is_parked_beneath()));
