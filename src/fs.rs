@@ -246,9 +246,9 @@ pub(crate) fn remove_dir_all(path: &Path, hook: &Hook) -> Result<()> {
 
 /// Takes the one-writer lock at `path` (an exclusive `flock`, the file made
 /// 0600 if missing), or fails with [`Error::Locked`] while another writer
-/// holds it. A reader probing for a live writer (`Store::list`) holds a
-/// shared lock for a moment, so only a lock still held after a few tries is
-/// a writer's. The lock lasts as long as the returned file.
+/// holds it. A probe for a live writer (the trash sweep, a test) may hold
+/// the lock for a moment, so only a lock still held after a few tries is a
+/// writer's. The lock lasts as long as the returned file.
 ///
 /// A log's writer gives `path` to each new active segment ([`relink`]),
 /// so the file opened may have lost the name by the time its lock is

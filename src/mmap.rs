@@ -1,6 +1,7 @@
 //! The one module with `unsafe`: read-only memory maps of segment files (or,
 //! for a read-only view of a small one, its bytes read into aligned memory
-//! without zeroing it first, as a payload file is read too), the
+//! without zeroing it first, as a small payload file is read too) and of
+//! large payload files, the
 //! `posix_fallocate` call that reserves their space, and the few other
 //! syscalls `std` lacks (holes, writeback, bringing pages into the page
 //! cache, the open-file limit).
@@ -237,6 +238,36 @@ impl Map {
 /// and a full 64 MiB one stays mapped.
 pub(crate) const COPY_MAX: usize = 8 << 20;
 
+/// A whole file mapped read-only: a large payload, read in place rather
+/// than copied into fresh memory whose pages the kernel zeroes first.
+pub(crate) struct FileMap(memmap2::Mmap);
+
+impl FileMap {
+    /// Maps all `len` bytes of `file` (at least one), read-only.
+    pub(crate) fn new(file: &File, len: usize) -> io::Result<FileMap> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty file"));
+        }
+        // SAFETY: a shared read-only map of a payload file, which is never
+        // written once it has its name (it is written under a temporary
+        // one and renamed) and never shrunk: collection removes payload
+        // files whole, which leaves a map valid. Another process writing
+        // or truncating it is outside the model (DESIGN.md, "Threat
+        // model"). The bytes are checked (length, BLAKE3, archive) before
+        // anything trusts them.
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
+        Ok(FileMap(map))
+    }
+}
+
+impl std::ops::Deref for FileMap {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// Reads `file` on from `bytes.len()` to its byte `n` into `bytes` (a
 /// segment's records, or a payload file whole),
 /// without zeroing the room first; `bytes` is left as it was on an error.
@@ -452,6 +483,18 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    #[test]
+    fn a_file_map_shows_the_whole_file_and_refuses_an_empty_one() {
+        let mut file = tempfile::tempfile().unwrap();
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        file.write_all(&bytes).unwrap();
+        let map = FileMap::new(&file, bytes.len()).unwrap();
+        assert_eq!(&map[..], &bytes[..]);
+        assert_eq!(map.as_ptr() as usize % 16, 0, "aligned as an archive needs");
+        let empty = tempfile::tempfile().unwrap();
+        assert!(FileMap::new(&empty, 0).is_err());
+    }
 
     #[test]
     fn read_to_reads_on_from_the_length_held_and_refuses_a_short_file() {

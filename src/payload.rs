@@ -38,6 +38,43 @@ const LOCK_FILE: &str = "LOCK";
 /// Distinguishes the temporary files of concurrent writers in one process.
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Payloads at least this long are read through a map rather than into
+/// memory: copying a large one into fresh memory costs the kernel's zeroing
+/// of every page first (a 1 MB payload is 256 page faults), and the item
+/// made from it copies the bytes again anyway.
+const MAP_FROM: usize = 64 << 10;
+
+/// A payload file's bytes as read: copied into aligned memory, or mapped
+/// (page-aligned) when large. Either way aligned as an archive needs.
+pub(crate) enum PayloadBytes {
+    /// Read into memory.
+    Read(rkyv::util::AlignedVec<16>),
+    /// Mapped read-only.
+    Mapped(crate::mmap::FileMap),
+}
+
+impl std::ops::Deref for PayloadBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            PayloadBytes::Read(v) => v,
+            PayloadBytes::Mapped(m) => m,
+        }
+    }
+}
+
+impl PayloadBytes {
+    /// The bytes, owned (an upload to an archive).
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        match self {
+            PayloadBytes::Read(v) => v.into_vec(),
+            PayloadBytes::Mapped(m) => m.to_vec(),
+        }
+    }
+}
+
 /// What is wrong with a payload a record refers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayloadProblem {
@@ -375,7 +412,7 @@ impl PayloadArea {
     pub(crate) fn read(
         &self,
         r: &LoggedPayloadRef,
-    ) -> std::result::Result<rkyv::util::AlignedVec, PayloadProblem> {
+    ) -> std::result::Result<PayloadBytes, PayloadProblem> {
         let path = self.path(&r.hash);
         let file = match File::open(&path) {
             Ok(f) => f,
@@ -392,15 +429,26 @@ impl PayloadArea {
                 actual,
             });
         }
-        // Read into the room unzeroed: a payload of a MB would otherwise be
-        // written twice, zeros first.
-        let mut buf = rkyv::util::AlignedVec::<16>::new();
-        crate::mmap::read_to(&file, &mut buf, actual as usize)
-            .map_err(|e| PayloadProblem::Invalid(format!("cannot read: {e}")))?;
-        if blake3::hash(&buf).as_bytes() != &r.hash {
+        let cannot_read = |e: io::Error| PayloadProblem::Invalid(format!("cannot read: {e}"));
+        let len = actual as usize;
+        // A file system that cannot map the file has it read instead.
+        let mapped = (len >= MAP_FROM)
+            .then(|| crate::mmap::FileMap::new(&file, len).ok())
+            .flatten();
+        let bytes = match mapped {
+            Some(map) => PayloadBytes::Mapped(map),
+            None => {
+                // Read into the room unzeroed: the payload would otherwise
+                // be written twice, zeros first.
+                let mut buf = rkyv::util::AlignedVec::<16>::new();
+                crate::mmap::read_to(&file, &mut buf, len).map_err(cannot_read)?;
+                PayloadBytes::Read(buf)
+            }
+        };
+        if blake3::hash(&bytes).as_bytes() != &r.hash {
             return Err(PayloadProblem::Hash);
         }
-        Ok(buf)
+        Ok(bytes)
     }
 
     /// Every payload file and temporary file in the area, with its length.
@@ -536,7 +584,7 @@ pub(crate) fn read_payload(
     area: Option<&PayloadArea>,
     seq: u64,
     r: &LoggedPayloadRef,
-) -> Result<rkyv::util::AlignedVec> {
+) -> Result<PayloadBytes> {
     let area = area.ok_or_else(|| {
         payload_error(
             seq,

@@ -280,14 +280,35 @@ fn a_lock_file_removed_under_a_writer_lets_no_second_writer_in() {
     let log = Log::open(dir.path(), opts(SEG)).unwrap();
     log.append(&entry(0, 10)).unwrap();
     std::fs::remove_file(&lock).unwrap();
+    let active = log.segment_paths().pop().unwrap();
+    let before = std::fs::read(&active).unwrap();
     match Log::open(dir.path(), opts(SEG)) {
         Err(Error::Locked { path }) => assert_eq!(path, lock),
         other => panic!("a second writer after LOCK was removed: {other:?}"),
     }
+    // Refused before its recovery wrote anything into the live log.
+    assert_eq!(std::fs::read(&active).unwrap(), before);
     assert!(run_child("write", dir.path()).starts_with("locked"));
     log.append(&entry(1, 10)).unwrap();
     assert_eq!(log.verify().damage, None);
     drop(log);
     let log = Log::open(dir.path(), opts(SEG)).unwrap();
     assert_eq!(log.next_seq(), 2);
+}
+
+/// The writer's lock goes with the writer, though a snapshot it handed out
+/// keeps the active segment (whose descriptor held the lock) open: the
+/// next writer, here or in another process, opens at once.
+#[test]
+fn a_snapshot_outliving_its_writer_keeps_no_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    log.append(&entry(0, 10)).unwrap();
+    let snapshot = log.snapshot();
+    drop(log);
+    assert_eq!(run_child("write", dir.path()), "opened");
+    let log = Log::open(dir.path(), opts(SEG)).unwrap();
+    assert_eq!(log.next_seq(), 2);
+    // The snapshot still reads what it saw.
+    assert_eq!(snapshot.entries_from(0).count(), 1);
 }

@@ -93,9 +93,52 @@ impl Inner {
         Ok(())
     }
 
+    /// Lets go of the lock, as the writer goes: unlocked and unpinned
+    /// where a segment holds it (whoever still holds the segment keeps an
+    /// unlocked descriptor), closed where `LOCK`'s own file does.
+    pub(super) fn let_go_of_lock(&self) {
+        match self.lock.lock().take() {
+            Some(WriterLock::Segment(seg)) => {
+                seg.parkable().if_open(|f| {
+                    let _ = f.unlock();
+                });
+                seg.parkable().unpin();
+            }
+            Some(WriterLock::File(f)) => drop(f),
+            None => {}
+        }
+    }
+
     /// Whether the lock is held through the active segment's descriptor.
     #[cfg(test)]
     pub(super) fn lock_in_segment(&self) -> bool {
         matches!(&*self.lock.lock(), Some(WriterLock::Segment(_)))
+    }
+}
+
+/// Refuses the open of a writer that has taken `lock` (the file `LOCK`
+/// names) when the log's last segment, `last`, is another file that
+/// another writer holds locked: `LOCK` was removed or replaced under a
+/// live writer. Checked before recovery writes anything, so that the
+/// refused open changes nothing in a log another writer is appending to.
+/// The common case, `LOCK` naming the last segment, costs a `statx`.
+pub(super) fn refuse_if_held_elsewhere(
+    lock: &File,
+    last: &std::path::Path,
+    lock_path: &std::path::Path,
+) -> Result<()> {
+    let Ok(segment) = File::open(last) else {
+        // Recovery meets what is wrong with it and says so.
+        return Ok(());
+    };
+    if hooked_fs::same_file(lock, &segment) {
+        return Ok(());
+    }
+    match segment.try_lock() {
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked {
+            path: lock_path.to_path_buf(),
+        }),
+        // Free: closing the probe lets it go.
+        _ => Ok(()),
     }
 }

@@ -583,5 +583,9 @@ impl Drop for Inner {
                 }
             }
         }
+        // The writer is gone: its lock goes now, though a snapshot (or a
+        // settle or page-cache thread) may keep the segment, and with it
+        // the descriptor that holds the lock, open for a while yet.
+        self.let_go_of_lock();
     }
 }

@@ -169,6 +169,9 @@ impl Log {
             preparations: preps,
             ..
         } = list_segments(&dir)?;
+        if let Some((_, last)) = listed.last() {
+            super::lock::refuse_if_held_elsewhere(&lock, last, &dir.join(LOCK_FILE))?;
+        }
         let mut removed = Vec::new();
         for p in preps {
             hooked_fs::remove_file(&p, &hook)?;
