@@ -79,17 +79,7 @@ impl Inner {
             seg.parkable().unpin();
             return Ok(());
         }
-        match held.replace(WriterLock::Segment(seg.clone())) {
-            Some(WriterLock::Segment(old)) => {
-                old.parkable().if_open(|f| {
-                    let _ = f.unlock();
-                });
-                old.parkable().unpin();
-            }
-            // Closed: the lock on the file `LOCK` named goes with it.
-            Some(WriterLock::File(f)) => drop(f),
-            None => {}
-        }
+        let_go(held.replace(WriterLock::Segment(seg.clone())));
         Ok(())
     }
 
@@ -97,22 +87,29 @@ impl Inner {
     /// where a segment holds it (whoever still holds the segment keeps an
     /// unlocked descriptor), closed where `LOCK`'s own file does.
     pub(super) fn let_go_of_lock(&self) {
-        match self.lock.lock().take() {
-            Some(WriterLock::Segment(seg)) => {
-                seg.parkable().if_open(|f| {
-                    let _ = f.unlock();
-                });
-                seg.parkable().unpin();
-            }
-            Some(WriterLock::File(f)) => drop(f),
-            None => {}
-        }
+        let_go(self.lock.lock().take());
     }
 
     /// Whether the lock is held through the active segment's descriptor.
     #[cfg(test)]
     pub(super) fn lock_in_segment(&self) -> bool {
         matches!(&*self.lock.lock(), Some(WriterLock::Segment(_)))
+    }
+}
+
+/// Lets go of a lock held through `held`: a segment's descriptor is
+/// unlocked (it may stay open for reads, or for whoever holds the segment)
+/// and unpinned; `LOCK`'s own file is closed, which lets its lock go.
+fn let_go(held: Option<WriterLock>) {
+    match held {
+        Some(WriterLock::Segment(seg)) => {
+            seg.parkable().if_open(|f| {
+                let _ = f.unlock();
+            });
+            seg.parkable().unpin();
+        }
+        Some(WriterLock::File(f)) => drop(f),
+        None => {}
     }
 }
 
