@@ -492,6 +492,58 @@ fn a_failed_buffered_creation_leaves_nothing_and_its_id_stays_free() {
 }
 
 #[test]
+fn a_failed_creation_is_cleared_away_under_the_writer_lock() {
+    /// Fails the creation of the catalog (after the writer lock moved
+    /// into the first segment), then, when the failed creation removes
+    /// what it made, tries the lock as another creator of the id would.
+    #[derive(Default)]
+    struct FailThenProbe {
+        /// Whether the lock was free at a removal: `Some` once probed.
+        free_at_removal: Mutex<Option<bool>>,
+    }
+    impl IoHook for FailThenProbe {
+        fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+            match op {
+                IoOp::Create { path } if path.ends_with("catalog") => {
+                    Err(io::Error::other("injected failure"))
+                }
+                IoOp::Remove { path } | IoOp::RemoveDir { path } => {
+                    let dir = if path.ends_with("catalog") {
+                        path.parent().unwrap()
+                    } else {
+                        path
+                    };
+                    let lock = dir.join("LOCK");
+                    let mut seen = self.free_at_removal.lock().unwrap();
+                    if seen.is_none() && lock.exists() {
+                        let probe = fs::File::open(&lock).unwrap();
+                        *seen = Some(probe.try_lock().is_ok());
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(FailThenProbe::default());
+    let store = store_with(dir.path(), Durability::Buffered, hook.clone());
+    let id = SessionId::new_v7();
+    let err = create(&store, id, "first").unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert_eq!(
+        *hook.free_at_removal.lock().unwrap(),
+        Some(false),
+        "the failed creation's files were removed while another creator could take the id's lock"
+    );
+    assert!(!store.exists(id));
+    assert_eq!(
+        fs::read_dir(dir.path().join("sessions")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
 fn a_session_with_nothing_of_its_own_to_keep_has_an_empty_catalog_until_it_does() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

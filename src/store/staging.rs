@@ -180,8 +180,9 @@ impl Store {
         let attempt = || -> Result<EntryHash> {
             let lock = self.claim(id, &dir)?;
             // The log takes the lock; this second descriptor of it keeps it
-            // held until a failed creation is cleared away, so that no other
-            // creator of the id claims the directory meanwhile.
+            // held until the log moves it into its first segment. A failed
+            // creation is cleared away under the lock (below), so that no
+            // other creator of the id claims the directory meanwhile.
             let held = lock.try_clone().map_err(hooked_fs::io_err("dup", &dir))?;
             // Payloads first: written before any record that refers to them,
             // and synced by the creation's first group commit before its log.
@@ -197,7 +198,24 @@ impl Store {
                     Ok(head)
                 }
                 Err(e) => {
-                    self.discard_creation(&dir);
+                    // `held` keeps the lock only while `LOCK` names its
+                    // file: past the lock's move into the first segment,
+                    // the log let it go when it dropped. Cleared away
+                    // under the lock only, taken again where it is now,
+                    // so that no other creator of the id has claimed the
+                    // directory meanwhile (one that has clears what is
+                    // left at its claim).
+                    let lock_path = dir.join(LOCK_FILE);
+                    let still_held = std::fs::File::open(&lock_path)
+                        .is_ok_and(|named| hooked_fs::same_file(&held, &named));
+                    let relocked = match still_held {
+                        true => None,
+                        false => hooked_fs::lock_writer(&lock_path, self.hook()).ok(),
+                    };
+                    if still_held || relocked.is_some() {
+                        self.discard_creation(&dir);
+                    }
+                    drop(relocked);
                     Err(e)
                 }
             };
