@@ -264,8 +264,7 @@ pub(crate) fn lock_writer(path: &Path, hook: &Hook) -> Result<File> {
         let lock = HookedFile::open_or_create(path, hook)?.into_file();
         match lock.try_lock() {
             Ok(()) => {
-                let named = fs::metadata(path).map_err(io_err("stat", path))?;
-                if FileId::of(&lock).map_err(io_err("stat", path))? == FileId::of_meta(&named) {
+                if names(path, &lock).map_err(io_err("stat", path))? {
                     return Ok(lock);
                 }
             }
@@ -543,6 +542,11 @@ impl FileId {
 /// Whether `a` and `b` are open on the same file.
 pub(crate) fn same_file(a: &File, b: &File) -> bool {
     matches!((FileId::of(a), FileId::of(b)), (Ok(x), Ok(y)) if x == y)
+}
+
+/// Whether `path` names, now, the file that `file` is open on.
+pub(crate) fn names(path: &Path, file: &File) -> io::Result<bool> {
+    Ok(FileId::of(file)? == FileId::of_meta(&fs::metadata(path)?))
 }
 
 impl ParkableFile {

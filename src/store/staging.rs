@@ -10,7 +10,6 @@
 //! that was never durable: it is no session, and its id is free. A deleted
 //! session is renamed into `trash/` first, so a crash never brings it back.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -206,8 +205,7 @@ impl Store {
                     // directory meanwhile (one that has clears what is
                     // left at its claim).
                     let lock_path = dir.join(LOCK_FILE);
-                    let still_held = std::fs::File::open(&lock_path)
-                        .is_ok_and(|named| hooked_fs::same_file(&held, &named));
+                    let still_held = hooked_fs::names(&lock_path, &held).unwrap_or(false);
                     let relocked = match still_held {
                         true => None,
                         false => hooked_fs::lock_writer(&lock_path, self.hook()).ok(),
@@ -246,21 +244,14 @@ impl Store {
             let lock = match hooked_fs::lock_writer(&lock_path, self.hook()) {
                 Ok(lock) => lock,
                 Err(Error::Locked { .. }) => return Err(already_exists(id)),
-                // Removed by a failed creation since: claim it again.
+                // Removed by a failed creation since (which removes its
+                // directory with the lock held, so a lock taken on a file
+                // it removed is never returned): claim it again.
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     continue
                 }
                 Err(e) => return Err(e),
             };
-            // A creation that failed removes its directory with the lock
-            // held; a lock taken on the file it removed holds nothing.
-            let same = match (lock.metadata(), std::fs::metadata(&lock_path)) {
-                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-                _ => false,
-            };
-            if !same {
-                continue;
-            }
             return match found(dir, &self.inner.payloads)? {
                 Found::Session => Err(already_exists(id)),
                 // Retired since the look before the `mkdir` (a retire is one
