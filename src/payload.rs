@@ -429,22 +429,8 @@ impl PayloadArea {
                 actual,
             });
         }
-        let cannot_read = |e: io::Error| PayloadProblem::Invalid(format!("cannot read: {e}"));
-        let len = actual as usize;
-        // A file system that cannot map the file has it read instead.
-        let mapped = (len >= MAP_FROM)
-            .then(|| crate::mmap::FileMap::new(&file, len).ok())
-            .flatten();
-        let bytes = match mapped {
-            Some(map) => PayloadBytes::Mapped(map),
-            None => {
-                // Read into the room unzeroed: the payload would otherwise
-                // be written twice, zeros first.
-                let mut buf = rkyv::util::AlignedVec::<16>::new();
-                crate::mmap::read_to(&file, &mut buf, len).map_err(cannot_read)?;
-                PayloadBytes::Read(buf)
-            }
-        };
+        let bytes = file_bytes(&file, actual as usize, crate::mmap::FileMap::new)
+            .map_err(|e| PayloadProblem::Invalid(format!("cannot read: {e}")))?;
         if blake3::hash(&bytes).as_bytes() != &r.hash {
             return Err(PayloadProblem::Hash);
         }
@@ -632,4 +618,77 @@ pub(crate) fn check_archive(
 
 fn parse_hash(name: &str) -> Option<[u8; 32]> {
     name.parse::<crate::chain::EntryHash>().ok().map(|h| h.0)
+}
+
+/// All `len` bytes of a payload file: through `map` when the file is
+/// large, and read into memory otherwise or where the map fails (a file
+/// system that cannot map the file, an address space that is full).
+fn file_bytes(
+    file: &File,
+    len: usize,
+    map: impl FnOnce(&File, usize) -> io::Result<crate::mmap::FileMap>,
+) -> io::Result<PayloadBytes> {
+    if len >= MAP_FROM {
+        if let Ok(map) = map(file, len) {
+            return Ok(PayloadBytes::Mapped(map));
+        }
+    }
+    // Read into the room unzeroed: the payload would otherwise be written
+    // twice, zeros first.
+    let mut buf = rkyv::util::AlignedVec::<16>::new();
+    crate::mmap::read_to(file, &mut buf, len)?;
+    Ok(PayloadBytes::Read(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn file_of(len: usize) -> (File, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        (file, bytes)
+    }
+
+    #[test]
+    fn a_large_payload_is_mapped_and_a_small_one_read() {
+        let (file, bytes) = file_of(MAP_FROM);
+        let got = file_bytes(&file, bytes.len(), crate::mmap::FileMap::new).unwrap();
+        assert!(matches!(got, PayloadBytes::Mapped(_)));
+        assert_eq!(&got[..], &bytes[..]);
+
+        let (file, bytes) = file_of(MAP_FROM - 1);
+        let mut mapped = false;
+        let got = file_bytes(&file, bytes.len(), |f, n| {
+            mapped = true;
+            crate::mmap::FileMap::new(f, n)
+        })
+        .unwrap();
+        assert!(!mapped, "a payload under the threshold is not mapped");
+        assert!(matches!(got, PayloadBytes::Read(_)));
+        assert_eq!(&got[..], &bytes[..]);
+    }
+
+    #[test]
+    fn a_payload_whose_map_fails_is_read_instead() {
+        let (file, bytes) = file_of(MAP_FROM + 4_321);
+        let got = file_bytes(&file, bytes.len(), |_, _| {
+            Err(io::Error::from_raw_os_error(libc::ENODEV))
+        })
+        .unwrap();
+        assert!(matches!(got, PayloadBytes::Read(_)));
+        assert_eq!(&got[..], &bytes[..]);
+        assert_eq!(got.as_ptr() as usize % 16, 0, "aligned as an archive needs");
+    }
+
+    #[test]
+    fn a_payload_file_shorter_than_its_length_is_an_error_either_way() {
+        let (file, bytes) = file_of(MAP_FROM);
+        let fail = |_: &File, _: usize| Err(io::Error::from_raw_os_error(libc::ENODEV));
+        let e = file_bytes(&file, bytes.len() + 1, fail).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
 }
