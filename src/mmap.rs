@@ -16,9 +16,12 @@
 //!   only while no writer of this process runs: during open, under the
 //!   writer lock, before anything is published.
 //!
-//! Files are preallocated with `posix_fallocate`, so a full disk is an error
-//! at allocation time, and only the locked writer rewrites or zeroes a file,
-//! during its own open. Another process that writes the file under us (not
+//! A segment is sized in full when made. A log that syncs reserves its
+//! space with `posix_fallocate`, so a full disk is an error at allocation
+//! time; a sparse segment (a log that never syncs) meets it at a `pwrite`,
+//! and nothing reads its holes through the map (scans stop at the first
+//! one). Only the locked writer rewrites or zeroes a file, during its own
+//! open. Another process that writes the file under us (not
 //! this crate's writer) is outside these rules; DESIGN.md lists it in the
 //! threat model.
 #![allow(unsafe_code)]

@@ -1,4 +1,4 @@
-//! One segment file: create (preallocated), map, append (pwrite), seal, scan.
+//! One segment file: create (sized in full), map, append (pwrite), seal, scan.
 
 use std::fs::{self, File};
 use std::io;
@@ -270,7 +270,7 @@ impl Segment {
         };
         let header = SegmentHeader::decode(&header_bytes).map_err(|(o, k)| corrupt(o, k))?;
         if header.segment_len > len {
-            // Segments are preallocated in full, so a shorter file lost its end.
+            // Segments are sized in full when made, so a shorter file lost its end.
             return Err(corrupt(len, CorruptKind::Truncated));
         }
         if header.segment_len != len {
