@@ -170,6 +170,10 @@ struct Pending {
     /// A shard directory was made, or a payload found whose shard a crashed
     /// writer may have made: `payloads/` is synced too.
     new_shard: bool,
+    /// `payloads/` was made, or may have been made by a process that died
+    /// before a sync (true until this process's first sync of payloads):
+    /// the store's root, which holds its name, is synced too.
+    new_area: bool,
 }
 
 impl std::fmt::Debug for PayloadArea {
@@ -186,7 +190,10 @@ impl PayloadArea {
         PayloadArea {
             dir: root.join(PAYLOADS_DIR),
             hook,
-            pending: parking_lot::Mutex::new(Pending::default()),
+            pending: parking_lot::Mutex::new(Pending {
+                new_area: true,
+                ..Pending::default()
+            }),
             syncing: parking_lot::Mutex::new(()),
             known: parking_lot::Mutex::new(HashMap::new()),
         }
@@ -231,9 +238,13 @@ impl PayloadArea {
 
     fn lock_file(&self) -> Result<File> {
         if !hooked_fs::dir_exists(&self.dir)? {
+            // Made and noted under one lock, as a shard is: the root is
+            // synced by the next sync of payloads, not now, so a store that
+            // never syncs (`Buffered`) pays no `fsync` for its first large
+            // item.
+            let mut pending = self.pending.lock();
             hooked_fs::create_dir(&self.dir, &self.hook)?;
-            let root = self.dir.parent().unwrap_or(Path::new("."));
-            sync_dir(root, &self.hook)?;
+            pending.new_area = true;
         }
         Ok(HookedFile::open_or_create(&self.dir.join(LOCK_FILE), &self.hook)?.into_file())
     }
@@ -342,10 +353,15 @@ impl PayloadArea {
     /// being synced by the first. A payload collected since is skipped.
     pub(crate) fn sync_pending(&self) -> Result<()> {
         let _one = self.syncing.lock();
-        let pending = std::mem::take(&mut *self.pending.lock());
-        if pending.files.is_empty() && !pending.new_shard {
-            return Ok(());
-        }
+        let pending = {
+            let mut p = self.pending.lock();
+            // Nothing written or found: the root waits for a sync that
+            // has payloads to make durable.
+            if p.files.is_empty() && !p.new_shard {
+                return Ok(());
+            }
+            std::mem::take(&mut *p)
+        };
         let synced = (|| {
             let mut dirs: Vec<&Path> = Vec::new();
             for path in &pending.files {
@@ -364,6 +380,9 @@ impl PayloadArea {
             if pending.new_shard {
                 dirs.push(&self.dir);
             }
+            if pending.new_area {
+                dirs.push(self.dir.parent().unwrap_or(Path::new(".")));
+            }
             dirs.into_iter().try_for_each(|d| sync_dir(d, &self.hook))
         })();
         if synced.is_err() {
@@ -371,6 +390,7 @@ impl PayloadArea {
             let mut p = self.pending.lock();
             p.files.extend(pending.files);
             p.new_shard |= pending.new_shard;
+            p.new_area |= pending.new_area;
         }
         synced
     }

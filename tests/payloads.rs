@@ -509,12 +509,63 @@ fn a_sync_save_syncs_its_payloads_then_its_records_in_one_group_commit() {
         "{seen:?}"
     );
     assert_eq!(dirs_before.len(), 3, "two shards and payloads/: {seen:?}");
+    // And the root, which names the new `payloads/`.
+    assert!(
+        seen[..segment_at.unwrap()]
+            .iter()
+            .any(|(k, p)| *k == "fsync" && p.as_path() == dir.path()),
+        "{seen:?}"
+    );
     // A save that repeats both outputs writes nothing to the area and
     // syncs only its segment.
     store.save_delta(id, &mut head, &items).unwrap();
     let seen = syncs.take();
     assert!(seen.iter().all(|(_, p)| !in_payloads(p)), "{seen:?}");
     assert_eq!(seen.len(), 1, "{seen:?}");
+}
+
+#[test]
+fn a_process_syncs_the_root_at_its_first_sync_of_payloads_even_where_payloads_exists() {
+    use session_store::Durability;
+    // `payloads/` made by an earlier process, which may have died before
+    // its root was synced: this process syncs the root once, at its first
+    // commit with payloads, and not again.
+    let dir = tempfile::tempdir().unwrap();
+    let sync_opts = |log: LogOptions| StoreOptions::default().log(log.durability(Durability::Sync));
+    let store = Store::open_with(dir.path(), sync_opts(LogOptions::default())).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
+        .unwrap();
+    store.save_delta(id, &mut head, &turn(0)).unwrap();
+    drop(store);
+    assert!(dir.path().join("payloads").is_dir());
+
+    let syncs = Arc::new(Syncs::default());
+    let store = Store::open_with(
+        dir.path(),
+        sync_opts(LogOptions::default().hook(syncs.clone())),
+    )
+    .unwrap();
+    let root_syncs = |seen: &[(&'static str, PathBuf)]| {
+        seen.iter()
+            .filter(|(k, p)| *k == "fsync" && p.as_path() == dir.path())
+            .count()
+    };
+    // A commit with no payloads leaves the root for one that has some.
+    store
+        .save_delta(id, &mut head, &[Item::user_text("small")])
+        .unwrap();
+    syncs.take();
+    store.save_delta(id, &mut head, &turn(1)).unwrap();
+    let seen = syncs.take();
+    let segment_at = seen
+        .iter()
+        .position(|(_, p)| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    assert_eq!(root_syncs(&seen[..segment_at]), 1, "{seen:?}");
+    store.save_delta(id, &mut head, &turn(2)).unwrap();
+    let seen = syncs.take();
+    assert_eq!(root_syncs(&seen), 0, "once a process: {seen:?}");
 }
 
 #[test]
@@ -526,10 +577,27 @@ fn a_buffered_save_syncs_nothing_and_its_payloads_go_before_its_records_at_the_s
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
         .unwrap();
-    // The first save makes `payloads/` (and syncs the root once).
-    store.save_delta(id, &mut head, &turn(9)).unwrap();
-    store.sync(id).unwrap();
+    // The first save makes `payloads/`, and syncs nothing either; the
+    // first sync makes its name in the root durable, before the records.
     syncs.take();
+    store.save_delta(id, &mut head, &turn(9)).unwrap();
+    assert_eq!(
+        syncs.take(),
+        vec![],
+        "a Buffered first large item syncs nothing"
+    );
+    store.sync(id).unwrap();
+    let seen = syncs.take();
+    let root_at = seen
+        .iter()
+        .position(|(k, p)| *k == "fsync" && p.as_path() == dir.path());
+    let first_segment = seen
+        .iter()
+        .position(|(_, p)| p.extension().is_some_and(|e| e == "seg"));
+    assert!(
+        matches!((root_at, first_segment), (Some(r), Some(s)) if r < s),
+        "the root before the records: {seen:?}"
+    );
     for n in 0..3 {
         store.save_delta(id, &mut head, &turn(n)).unwrap();
     }
