@@ -221,6 +221,16 @@ impl PayloadArea {
             .then(|| Arc::new(PayloadArea::new(root, hook.clone())))
     }
 
+    /// The store's root, which names `payloads/`: `.` for an area under a
+    /// relative root of one part (a log opened as `sessions/<id>` from
+    /// the root), whose parent is the empty path.
+    fn root(&self) -> &Path {
+        self.dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+    }
+
     /// The file of the payload with this hash.
     pub(crate) fn path(&self, hash: &[u8; 32]) -> PathBuf {
         let hex = crate::chain::EntryHash(*hash).to_string();
@@ -238,10 +248,11 @@ impl PayloadArea {
 
     fn lock_file(&self) -> Result<File> {
         if !hooked_fs::dir_exists(&self.dir)? {
-            // Made and noted under one lock, as a shard is: the root is
-            // synced by the next sync of payloads, not now, so a store that
-            // never syncs (`Buffered`) pays no `fsync` for its first large
-            // item.
+            // The root is synced by the next sync of payloads, not now, so
+            // a store that never syncs (`Buffered`) pays no `fsync` for its
+            // first large item. Noted under the list's lock (the flag is
+            // already set until this area's first sync; this matters only
+            // where `payloads/` went away since).
             let mut pending = self.pending.lock();
             hooked_fs::create_dir(&self.dir, &self.hook)?;
             pending.new_area = true;
@@ -346,7 +357,8 @@ impl PayloadArea {
 
     /// Makes every payload written since the last sync durable: each file
     /// `fdatasync`ed, then each of their shard directories `fsync`ed (and
-    /// `payloads/` when a shard was made). Runs at the start of every group
+    /// `payloads/` when a shard was made, and the store's root at this
+    /// area's first sync or when it made `payloads/`). Runs at the start of every group
     /// commit of a log of the store, so that no record becomes durable
     /// before the payloads it names. One sync at a time: a second caller
     /// waits, so that it never returns while payloads it covers are still
@@ -381,7 +393,7 @@ impl PayloadArea {
                 dirs.push(&self.dir);
             }
             if pending.new_area {
-                dirs.push(self.dir.parent().unwrap_or(Path::new(".")));
+                dirs.push(self.root());
             }
             dirs.into_iter().try_for_each(|d| sync_dir(d, &self.hook))
         })();
@@ -705,7 +717,26 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_file_shorter_than_its_length_is_an_error_either_way() {
+    fn the_root_of_an_area_under_a_relative_root_is_a_path_that_syncs() {
+        let hook = Hook::default();
+        // `Log::open("sessions/<id>")` from inside the store's root.
+        let area = PayloadArea::new(Path::new(""), hook.clone());
+        assert_eq!(area.root(), Path::new("."));
+        assert_eq!(
+            PayloadArea::new(Path::new("st"), hook.clone()).root(),
+            Path::new("st")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let area = PayloadArea::new(dir.path(), hook.clone());
+        assert_eq!(area.root(), dir.path());
+        // What the sync does with it: an empty path would fail.
+        sync_dir(PayloadArea::new(Path::new(""), hook.clone()).root(), &hook).unwrap();
+    }
+
+    /// A short file read (the map forced to fail: `PayloadArea::read`
+    /// checks the length first, so a short file never reaches a map).
+    #[test]
+    fn a_payload_file_shorter_than_its_length_is_an_error_when_read() {
         let (file, bytes) = file_of(MAP_FROM);
         let fail = |_: &File, _: usize| Err(io::Error::from_raw_os_error(libc::ENODEV));
         let e = file_bytes(&file, bytes.len() + 1, fail).err().unwrap();
