@@ -78,9 +78,10 @@ impl Map {
             ));
         }
         // SAFETY: a shared read-only map of a segment file whose length was
-        // fixed when it was made (`posix_fallocate` or `ftruncate`). This crate's writer never shrinks a file that
-        // another handle may map, except during its own locked open, before
-        // any reader of this process exists (see DESIGN.md).
+        // fixed when it was made (`posix_fallocate` or `ftruncate`). This
+        // crate's writer never shrinks a file that another handle may map,
+        // except during its own locked open, before any reader of this
+        // process exists (see DESIGN.md).
         let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
         Ok(Map {
             ptr: map.as_ptr(),

@@ -171,8 +171,8 @@ struct Pending {
     /// writer may have made: `payloads/` is synced too.
     new_shard: bool,
     /// `payloads/` was made, or may have been made by a process that died
-    /// before a sync (true until this process's first sync of payloads):
-    /// the store's root, which holds its name, is synced too.
+    /// before a sync (true until this area's first sync of payloads): the
+    /// store's root, which holds its name, is synced too.
     new_area: bool,
 }
 
@@ -358,11 +358,12 @@ impl PayloadArea {
     /// Makes every payload written since the last sync durable: each file
     /// `fdatasync`ed, then each of their shard directories `fsync`ed (and
     /// `payloads/` when a shard was made, and the store's root at this
-    /// area's first sync or when it made `payloads/`). Runs at the start of every group
-    /// commit of a log of the store, so that no record becomes durable
-    /// before the payloads it names. One sync at a time: a second caller
-    /// waits, so that it never returns while payloads it covers are still
-    /// being synced by the first. A payload collected since is skipped.
+    /// area's first sync or when it made `payloads/`). Runs at the start
+    /// of every group commit of a log of the store, so that no record
+    /// becomes durable before the payloads it names. One sync at a time: a
+    /// second caller waits, so that it never returns while payloads it
+    /// covers are still being synced by the first. A payload collected
+    /// since is skipped.
     pub(crate) fn sync_pending(&self) -> Result<()> {
         let _one = self.syncing.lock();
         let pending = {

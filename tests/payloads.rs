@@ -434,7 +434,7 @@ impl IoHook for FailWhile {
 
 /// A segment write: the save's payload is written, its record is not.
 fn segment_write(op: &IoOp<'_>) -> bool {
-    matches!(op, IoOp::Write { path, .. } if path.extension().is_some_and(|e| e == "seg"))
+    matches!(op, IoOp::Write { path, .. } if is_segment(path))
 }
 
 /// The `fdatasync` of a payload.
@@ -465,6 +465,16 @@ impl Syncs {
     }
 }
 
+/// Whether `path` is a segment file.
+fn is_segment(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "seg")
+}
+
+/// Whether a recorded sync is the directory `fsync` of `dir`.
+fn is_fsync_of(kind: &str, path: &Path, dir: &Path) -> bool {
+    kind == "fsync" && path == dir
+}
+
 fn in_payloads(path: &Path) -> bool {
     path.components().any(|c| c.as_os_str() == "payloads")
 }
@@ -491,15 +501,10 @@ fn a_sync_save_syncs_its_payloads_then_its_records_in_one_group_commit() {
     // Two payloads, then the segment: three fdatasyncs in all.
     assert_eq!(files.len(), 3, "{seen:?}");
     assert!(files[..2].iter().all(|(_, p)| in_payloads(p)), "{seen:?}");
-    assert!(
-        files[2].1.extension().is_some_and(|e| e == "seg"),
-        "{seen:?}"
-    );
+    assert!(is_segment(&files[2].1), "{seen:?}");
     // The payloads' directories (their shards and `payloads/`, which holds
     // the new shards) before the segment.
-    let segment_at = seen
-        .iter()
-        .position(|(_, p)| p.extension().is_some_and(|e| e == "seg"));
+    let segment_at = seen.iter().position(|(_, p)| is_segment(p));
     let dirs_before: Vec<_> = seen[..segment_at.unwrap()]
         .iter()
         .filter(|(k, p)| *k == "fsync" && in_payloads(p))
@@ -513,7 +518,7 @@ fn a_sync_save_syncs_its_payloads_then_its_records_in_one_group_commit() {
     assert!(
         seen[..segment_at.unwrap()]
             .iter()
-            .any(|(k, p)| *k == "fsync" && p.as_path() == dir.path()),
+            .any(|(k, p)| is_fsync_of(k, p, dir.path())),
         "{seen:?}"
     );
     // A save that repeats both outputs writes nothing to the area and
@@ -525,11 +530,11 @@ fn a_sync_save_syncs_its_payloads_then_its_records_in_one_group_commit() {
 }
 
 #[test]
-fn a_process_syncs_the_root_at_its_first_sync_of_payloads_even_where_payloads_exists() {
+fn a_store_handle_syncs_the_root_at_its_first_sync_of_payloads_even_where_payloads_exists() {
     use session_store::Durability;
     // `payloads/` made by an earlier process, which may have died before
-    // its root was synced: this process syncs the root once, at its first
-    // commit with payloads, and not again.
+    // its root was synced: a new store handle syncs the root once, at its
+    // first commit with payloads, and not again.
     let dir = tempfile::tempdir().unwrap();
     let sync_opts = |log: LogOptions| StoreOptions::default().log(log.durability(Durability::Sync));
     let store = Store::open_with(dir.path(), sync_opts(LogOptions::default())).unwrap();
@@ -548,7 +553,7 @@ fn a_process_syncs_the_root_at_its_first_sync_of_payloads_even_where_payloads_ex
     .unwrap();
     let root_syncs = |seen: &[(&'static str, PathBuf)]| {
         seen.iter()
-            .filter(|(k, p)| *k == "fsync" && p.as_path() == dir.path())
+            .filter(|(k, p)| is_fsync_of(k, p, dir.path()))
             .count()
     };
     // A commit with no payloads leaves the root for one that has some.
@@ -558,14 +563,11 @@ fn a_process_syncs_the_root_at_its_first_sync_of_payloads_even_where_payloads_ex
     syncs.take();
     store.save_delta(id, &mut head, &turn(1)).unwrap();
     let seen = syncs.take();
-    let segment_at = seen
-        .iter()
-        .position(|(_, p)| p.extension().is_some_and(|e| e == "seg"))
-        .unwrap();
+    let segment_at = seen.iter().position(|(_, p)| is_segment(p)).unwrap();
     assert_eq!(root_syncs(&seen[..segment_at]), 1, "{seen:?}");
     store.save_delta(id, &mut head, &turn(2)).unwrap();
     let seen = syncs.take();
-    assert_eq!(root_syncs(&seen), 0, "once a process: {seen:?}");
+    assert_eq!(root_syncs(&seen), 0, "once a store handle: {seen:?}");
 }
 
 #[test]
@@ -588,12 +590,8 @@ fn a_buffered_save_syncs_nothing_and_its_payloads_go_before_its_records_at_the_s
     );
     store.sync(id).unwrap();
     let seen = syncs.take();
-    let root_at = seen
-        .iter()
-        .position(|(k, p)| *k == "fsync" && p.as_path() == dir.path());
-    let first_segment = seen
-        .iter()
-        .position(|(_, p)| p.extension().is_some_and(|e| e == "seg"));
+    let root_at = seen.iter().position(|(k, p)| is_fsync_of(k, p, dir.path()));
+    let first_segment = seen.iter().position(|(_, p)| is_segment(p));
     assert!(
         matches!((root_at, first_segment), (Some(r), Some(s)) if r < s),
         "the root before the records: {seen:?}"
@@ -605,10 +603,7 @@ fn a_buffered_save_syncs_nothing_and_its_payloads_go_before_its_records_at_the_s
     store.sync(id).unwrap();
     let seen = syncs.take();
     let last_payload = seen.iter().rposition(|(_, p)| in_payloads(p)).unwrap();
-    let first_segment = seen
-        .iter()
-        .position(|(_, p)| p.extension().is_some_and(|e| e == "seg"))
-        .unwrap();
+    let first_segment = seen.iter().position(|(_, p)| is_segment(p)).unwrap();
     assert!(last_payload < first_segment, "{seen:?}");
     let payload_syncs = seen
         .iter()
@@ -873,7 +868,7 @@ fn a_writer_recovering_a_crashed_writers_records_syncs_their_payloads_before_its
     assert!(!payload_syncs.is_empty(), "{seen:?}");
     let last_segment_sync = seen
         .iter()
-        .rposition(|(_, p)| p.extension().is_some_and(|e| e == "seg"))
+        .rposition(|(_, p)| is_segment(p))
         .expect("the recovery marks the log");
     assert!(
         payload_syncs.iter().all(|&i| i < last_segment_sync),
