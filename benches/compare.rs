@@ -34,6 +34,7 @@
 //! cargo bench --bench compare -- --forks    # the forks table only (with --quick too)
 //! cargo bench --bench compare -- --sessions # the headline table only (with --quick too)
 //! cargo bench --bench compare -- --payloads # the payload table only (with --quick too)
+//! cargo bench --bench compare -- --single   # the single-log table only (with --quick, --large too)
 //! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
 //!                                           # restore 1 GB vs 10 MB
@@ -666,6 +667,7 @@ fn main() {
     let forks_only = args.iter().any(|a| a == "--forks");
     let sessions_only = args.iter().any(|a| a == "--sessions");
     let payloads_only = args.iter().any(|a| a == "--payloads");
+    let single_only = args.iter().any(|a| a == "--single");
     let reps = args.iter().position(|a| a == "--reps").map(|i| {
         args.get(i + 1)
             .and_then(|n| n.parse().ok())
@@ -695,18 +697,20 @@ fn main() {
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;
     }
-    sessions::run(quick, cfg.reps);
-    if sessions_only {
-        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
-        return;
+    if !single_only {
+        sessions::run(quick, cfg.reps);
+        if sessions_only {
+            eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+            return;
+        }
+        creation::run(quick, cfg.reps);
+        forks::run(quick, cfg.reps);
+        if headline_only {
+            eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+            return;
+        }
+        payloads::run(quick, cfg.reps);
     }
-    creation::run(quick, cfg.reps);
-    forks::run(quick, cfg.reps);
-    if headline_only {
-        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
-        return;
-    }
-    payloads::run(quick, cfg.reps);
     eprintln!(
         "compare: single log, {} mode, {} turns, {} repetitions",
         if quick { "quick" } else { "full" },

@@ -136,6 +136,9 @@ pub fn check_payload_bytes(bytes: &[u8]) -> std::result::Result<Item, PayloadPro
 }
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
+pub use log::encode_delta;
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
 pub use schema::JSON_GROWTH;
 pub use schema::{
     group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,

@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use session_store::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use session_store::format::{self, RecordHeader, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use session_store::{
     entry_line, parse_line, ContentPart, EntryHash, EntryKind, Error, IoHook, IoOp, Item,
     ItemStatus, JsonText, ListFilter, LogEntry, LogOptions, LoggedItem, Problem, RequestConfig,
@@ -168,6 +168,52 @@ fn next_ms() -> u64 {
 // ---------------------------------------------------------------------------
 // The seed's session tests, ported.
 // ---------------------------------------------------------------------------
+
+/// The benchmarks' bound of the record format encodes a save with
+/// `encode_delta` and seals each record with `format::write_record_header`:
+/// it must make the very records `save_delta` writes, the same hashes from
+/// the same head, seqs and timestamp, or the bound bounds something else.
+#[test]
+fn the_benchmarks_encoder_seals_to_the_hashes_save_delta_writes() {
+    let dir = tempdir();
+    let store = open(dir.path());
+    let (id, mut head) = store
+        .create_session(Some("You are terse."), RequestConfig::model("m1"), &[])
+        .unwrap();
+    let before = head;
+    let items = turn(3, 2000);
+    store.save_delta(id, &mut head, &items).unwrap();
+    let written: Vec<(u64, u64, EntryKind, EntryHash)> = store
+        .snapshot(id)
+        .unwrap()
+        .iter()
+        .map(|r| r.unwrap())
+        .filter(|r| r.seq >= 1)
+        .map(|r| (r.seq, r.ts, r.kind, r.hash))
+        .collect();
+    assert_eq!(written.iter().map(|w| w.2).collect::<Vec<_>>(), TURN_KINDS);
+    let ts = written[0].1;
+    let mut buf = rkyv::util::AlignedVec::<16>::new();
+    let made = session_store::encode_delta(&items, ts, &mut buf).unwrap();
+    assert_eq!(made.len(), written.len());
+    let mut prev = before;
+    for (k, (&(at, payload_len, kind), &(seq, _, written_kind, hash))) in
+        made.iter().zip(&written).enumerate()
+    {
+        assert_eq!(kind, written_kind, "record {seq}");
+        let header = RecordHeader {
+            prev_hash: prev,
+            payload_len: payload_len as u32,
+            kind: kind as u8,
+            seq,
+            ts,
+            continues: k + 1 < made.len(),
+        };
+        prev = format::write_record_header(&mut buf[at..], &header);
+        assert_eq!(prev, hash, "record {seq}");
+    }
+    assert_eq!(prev, head);
+}
 
 #[test]
 fn a_run_logs_its_entries_and_the_chain_is_intact() {

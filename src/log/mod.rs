@@ -21,6 +21,8 @@ mod reader;
 mod recovery;
 mod verify;
 mod writer;
+#[cfg(feature = "whitebox")]
+pub use writer::encode_delta;
 
 #[cfg(feature = "archive")]
 pub(crate) use opening::continues;

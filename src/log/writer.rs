@@ -557,3 +557,25 @@ impl Log {
         Ok(())
     }
 }
+
+/// The records [`Store::save_delta`](crate::Store::save_delta) writes for
+/// `items` kept in their records, encoded as the writer encodes them, with
+/// blank headers: for the benchmarks' bounds, which then seal them
+/// ([`format::write_record_header`]) and write them. Each record's start
+/// in `buf`, payload length and kind. Feature `whitebox`; not a stable
+/// API.
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub fn encode_delta(
+    items: &[crate::Item],
+    ts: u64,
+    buf: &mut AlignedVec,
+) -> Result<Vec<(usize, usize, EntryKind)>> {
+    let entries = crate::schema::group_delta_borrowed(items, ts);
+    let mut out = Vec::with_capacity(entries.len());
+    encode_batch(&entries, buf, &mut out, None)?;
+    Ok(out
+        .iter()
+        .map(|e| (e.start, e.payload_len, e.kind))
+        .collect())
+}
