@@ -136,7 +136,7 @@ pub fn check_payload_bytes(bytes: &[u8]) -> std::result::Result<Item, PayloadPro
 }
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
-pub use log::encode_delta;
+pub use log::seal_delta;
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
 pub use schema::JSON_GROWTH;

@@ -797,8 +797,8 @@ enum FloorChain {
     PerRecord,
     /// session-store's own records, made in the clock: the caller's items
     /// encoded as its writer encodes them (the grouped entries archived
-    /// with rkyv, [`session_store::encode_delta`]), each record sealed
-    /// (CRC32 and its keyed BLAKE3, chained) as its writer seals them.
+    /// with rkyv) and each record sealed (CRC32 and its keyed BLAKE3,
+    /// chained) as its writer seals them ([`session_store::seal_delta`]).
     /// The bytes made before the clock are not used.
     Format,
 }
@@ -806,8 +806,8 @@ enum FloorChain {
 /// The least a save can cost that leaves the turn in the page cache, as
 /// `Buffered` and the JSONL peer do: one `write(2)` per save of bytes made
 /// before the clock (the turn's JSON records), to a file per session kept
-/// open, round-robin as every system saves; no encoding, no hash, no
-/// state. Returns the time of all saves.
+/// open, round-robin as every system saves; with [`FloorChain::None`],
+/// no encoding, no hash, no state. Returns the time of all saves.
 ///
 /// With [`FloorChain::PerSave`], each save also hashes its bytes once,
 /// keyed by the session's previous hash (BLAKE3), and keeps the digest as
@@ -819,8 +819,9 @@ enum FloorChain {
 /// record on its own instead, keyed by the one before, as session-store's
 /// format does. [`FloorChain::Format`] writes session-store's records
 /// instead of the JSON lines, encoding the caller's items into them in the
-/// clock: the least a store writing that format can cost, with no session
-/// to find, no head to check and no payload area.
+/// clock: the least a store writing those records with one `write(2)` a
+/// save can cost, with no session to find, no head to check and no
+/// payload area.
 ///
 /// Only the first `kept` sessions' files stay open; each save of any other
 /// session opens its file (append) and closes it again, as a store must
@@ -892,23 +893,10 @@ fn write_floor(w: &Sessions, chain: FloorChain, kept: usize) -> (f64, f64) {
                         }
                     }
                     FloorChain::Format => {
-                        let ts = common::TS0 + t as u64;
-                        let made = session_store::encode_delta(&w.turns[s][t], ts, &mut buf)
-                            .expect("encode");
                         let (head, seq) = &mut heads[s];
-                        for (k, &(at, payload_len, kind)) in made.iter().enumerate() {
-                            let header = session_store::format::RecordHeader {
-                                prev_hash: *head,
-                                payload_len: payload_len as u32,
-                                kind: kind as u8,
-                                seq: *seq,
-                                ts,
-                                continues: k + 1 < made.len(),
-                            };
-                            *head =
-                                session_store::format::write_record_header(&mut buf[at..], &header);
-                            *seq += 1;
-                        }
+                        let ts = common::TS0 + t as u64;
+                        session_store::seal_delta(&w.turns[s][t], ts, head, seq, &mut buf)
+                            .expect("encode");
                         bytes = &buf;
                     }
                 }
@@ -1216,9 +1204,9 @@ fn print_targets(reports: &[Report]) {
             "- {name}: bound: the same, writing session-store's own records instead of JSON lines, made in the clock: \
              the caller's items encoded as its writer encodes them (the grouped entries as rkyv archives) and each \
              record sealed as its writer seals them (CRC32, keyed BLAKE3 chained), every item in its record; no \
-             session to find, no head to check, no payload area; takes {:.1} ms: no store writing this record \
-             format through a file per session can beat JSONL + SHA-256 by more than {:.2}× here; session-store \
-             takes {:.2}× this bound",
+             session to find, no head to check, no payload area; takes {:.1} ms: no store writing these records \
+             with one write(2) a save to a file per session can beat JSONL + SHA-256 by more than {:.2}× here; \
+             session-store takes {:.2}× this bound",
             r.format_floor_s * 1e3,
             jsonl.append_s / r.format_floor_s,
             store.append_s / r.format_floor_s

@@ -22,7 +22,7 @@ mod recovery;
 mod verify;
 mod writer;
 #[cfg(feature = "whitebox")]
-pub use writer::encode_delta;
+pub use writer::seal_delta;
 
 #[cfg(feature = "archive")]
 pub(crate) use opening::continues;

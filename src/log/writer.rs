@@ -559,23 +559,34 @@ impl Log {
 }
 
 /// The records [`Store::save_delta`](crate::Store::save_delta) writes for
-/// `items` kept in their records, encoded as the writer encodes them, with
-/// blank headers: for the benchmarks' bounds, which then seal them
-/// ([`format::write_record_header`]) and write them. Each record's start
-/// in `buf`, payload length and kind. Feature `whitebox`; not a stable
-/// API.
+/// `items` kept in their records, after the record whose hash is `head`
+/// and from seq `seq` on: encoded into `buf` as the writer encodes them and
+/// sealed as it seals them (CRC32, keyed BLAKE3 chained); `head` and `seq`
+/// advance past them. The benchmarks' bound of the record format writes
+/// `buf` then. Feature `whitebox`; not a stable API.
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
-pub fn encode_delta(
+pub fn seal_delta(
     items: &[crate::Item],
     ts: u64,
+    head: &mut EntryHash,
+    seq: &mut u64,
     buf: &mut AlignedVec,
-) -> Result<Vec<(usize, usize, EntryKind)>> {
+) -> Result<()> {
     let entries = crate::schema::group_delta_borrowed(items, ts);
-    let mut out = Vec::with_capacity(entries.len());
-    encode_batch(&entries, buf, &mut out, None)?;
-    Ok(out
-        .iter()
-        .map(|e| (e.start, e.payload_len, e.kind))
-        .collect())
+    let mut records = Vec::with_capacity(entries.len());
+    encode_batch(&entries, buf, &mut records, None)?;
+    for (k, r) in records.iter().enumerate() {
+        let header = RecordHeader {
+            prev_hash: *head,
+            payload_len: r.payload_len as u32,
+            kind: r.kind as u8,
+            seq: *seq,
+            ts: r.ts,
+            continues: k + 1 < records.len(),
+        };
+        *head = format::write_record_header(&mut buf[r.start..], &header);
+        *seq += 1;
+    }
+    Ok(())
 }
