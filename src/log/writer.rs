@@ -48,6 +48,24 @@ struct Encoded {
     ts: u64,
 }
 
+impl Encoded {
+    /// Fills in this record's header in `buf` (the batch buffer it was
+    /// encoded into) as record `seq` after the record whose hash is `prev`,
+    /// with its CRC, and returns its chain hash. `continues` marks a record
+    /// of a batch that more records follow (outside the chain).
+    fn seal(&self, buf: &mut [u8], prev: EntryHash, seq: u64, continues: bool) -> EntryHash {
+        let header = RecordHeader {
+            prev_hash: prev,
+            payload_len: self.payload_len as u32,
+            kind: self.kind as u8,
+            seq,
+            ts: self.ts,
+            continues,
+        };
+        format::write_record_header(&mut buf[self.start..], &header)
+    }
+}
+
 /// Encodes `entries` into `buf`, record after record, framed by the record
 /// codec (`format::begin_record`, `format::end_record`): a blank header, the
 /// rkyv payload, zero padding. Every record starts 16-byte aligned, so each
@@ -89,16 +107,8 @@ pub(crate) fn entry_hash(prev: &EntryHash, seq: u64, entry: &LogEntry) -> Result
     let mut buf = AlignedVec::new();
     let mut records = Vec::with_capacity(1);
     encode_batch(std::slice::from_ref(entry), &mut buf, &mut records, None)?;
-    let header = RecordHeader {
-        prev_hash: *prev,
-        payload_len: records[0].payload_len as u32,
-        kind: entry.kind() as u8,
-        seq,
-        ts: entry.ts(),
-        // The magic is outside the chain: any batch gives the same hash.
-        continues: false,
-    };
-    Ok(format::write_record_header(&mut buf, &header))
+    // The magic is outside the chain: any batch gives the same hash.
+    Ok(records[0].seal(&mut buf, *prev, seq, false))
 }
 
 pub(super) struct Writer {
@@ -301,30 +311,20 @@ impl Log {
                 at = w.tip.end;
                 offset = at;
             }
-            let header = RecordHeader {
-                prev_hash: w.tip.hash,
-                payload_len: r.payload_len as u32,
-                kind: r.kind as u8,
-                seq: w.tip.next_seq,
-                ts: r.ts,
-                continues: batch && k + 1 < records.len(),
-            };
-            let hash = format::write_record_header(&mut buf[r.start..], &header);
+            let seq = w.tip.next_seq;
+            let hash = r.seal(buf, w.tip.hash, seq, batch && k + 1 < records.len());
             if w.last_indexed
                 .is_none_or(|last| offset - last >= INDEX_STRIDE_BYTES)
             {
                 let seg = w.segments.last().expect("a log always has a segment");
-                seg.index.write().push(IndexEntry {
-                    seq: header.seq,
-                    offset,
-                });
+                seg.index.write().push(IndexEntry { seq, offset });
                 w.last_indexed = Some(offset);
             }
-            out.push((header.seq, hash));
+            out.push((seq, hash));
             w.tip.hash = hash;
             w.tip.next_seq += 1;
             if r.kind == EntryKind::SessionStart {
-                w.tip.last_session_start = Some(header.seq);
+                w.tip.last_session_start = Some(seq);
                 w.tip.session_start = Some(offset);
             }
         }
@@ -577,15 +577,7 @@ pub fn seal_delta(
     let mut records = Vec::with_capacity(entries.len());
     encode_batch(&entries, buf, &mut records, None)?;
     for (k, r) in records.iter().enumerate() {
-        let header = RecordHeader {
-            prev_hash: *head,
-            payload_len: r.payload_len as u32,
-            kind: r.kind as u8,
-            seq: *seq,
-            ts: r.ts,
-            continues: k + 1 < records.len(),
-        };
-        *head = format::write_record_header(&mut buf[r.start..], &header);
+        *head = r.seal(buf, *head, *seq, k + 1 < records.len());
         *seq += 1;
     }
     Ok(())
