@@ -60,6 +60,7 @@ fn turn(n: usize) -> Vec<Item> {
     vec![
         Item::user_text(format!("step {n}: look at the next file")),
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: call_id.clone(),
             name: "read_file".into(),
@@ -67,6 +68,7 @@ fn turn(n: usize) -> Vec<Item> {
             status: None,
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id,
             summary: String::new(),

@@ -56,7 +56,8 @@ fn tail(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("json", &name), &limit, |b, &limit| {
             b.iter(|| {
                 let tail = store.history_tail(id, limit).expect("tail");
-                responses::history_to_json(&tail.items).expect("json")
+                responses::history_to_json(&tail.items, session_store::Form::AsStored)
+                    .expect("json")
             })
         });
     }

@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 Item::user_text(format!("question {t}")),
                 Item::Reasoning {
+                    extra: Default::default(),
                     id: None,
                     text: String::new(),
                     summary: vec!["thinking".into()],
@@ -30,6 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     status: None,
                 },
                 Item::ToolCall {
+                    extra: Default::default(),
                     id: None,
                     call_id: format!("c{t}"),
                     name: "shell".into(),
@@ -37,6 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     status: None,
                 },
                 Item::ToolResult {
+                    extra: Default::default(),
                     id: None,
                     call_id: format!("c{t}"),
                     summary: "ok".into(),

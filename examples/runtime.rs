@@ -27,6 +27,7 @@ fn turn(s: usize, n: usize) -> Vec<Item> {
     vec![
         Item::user_text(format!("session {s}, turn {n}: what changed in src/?")),
         Item::Reasoning {
+            extra: Default::default(),
             id: None,
             text: String::new(),
             summary: vec![format!("Look at the diff of turn {n}.")],
@@ -34,6 +35,7 @@ fn turn(s: usize, n: usize) -> Vec<Item> {
             status: None,
         },
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: call_id.clone(),
             name: "shell".into(),
@@ -41,6 +43,7 @@ fn turn(s: usize, n: usize) -> Vec<Item> {
             status: None,
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id,
             summary: String::new(),
@@ -167,7 +170,7 @@ pub async fn run(
             "session {id}: {:?}",
             state.check()
         );
-        let expected: Vec<Item> = expected.iter().map(Item::without_provider_state).collect();
+        let expected: Vec<Item> = expected.to_vec();
         assert_eq!(state.history, expected, "session {id}");
     }
     assert!(store

@@ -17,7 +17,9 @@ use serde_json::Value;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::log::RecordView;
-use crate::schema::{JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedToolOutput};
+use crate::schema::{
+    JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedItemOf, LoggedToolOutput,
+};
 
 pub use crate::schema::MAX_LINE_BYTES;
 
@@ -151,6 +153,10 @@ struct RawJsonFields<'a> {
     annotations: Option<&'a RawValue>,
     #[serde(borrow, default)]
     logprobs: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    diff: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    item: Option<&'a RawValue>,
 }
 
 fn restore_json_text(line: &str, entry: &mut LogEntry) -> std::result::Result<(), String> {
@@ -194,6 +200,20 @@ fn raw_fields(raw: &RawValue) -> std::result::Result<RawJsonFields<'_>, String> 
 }
 
 fn restore_item(item: &mut LoggedItem, raw: &RawValue) -> std::result::Result<(), String> {
+    match item {
+        LoggedItem::Extended(e) => {
+            restore(e.diff.as_mut(), raw_fields(raw)?.diff)?;
+            match raw_fields(raw)?.item {
+                Some(raw) => restore_typed(&mut e.item, raw),
+                None => Ok(()),
+            }
+        }
+        item => restore_typed(item, raw),
+    }
+}
+
+fn restore_typed<X>(item: &mut LoggedItemOf<X>, raw: &RawValue) -> std::result::Result<(), String> {
+    use LoggedItemOf as LoggedItem;
     let fields = raw_fields(raw)?;
     match item {
         LoggedItem::Opaque { json, .. } => restore(Some(json), fields.json),

@@ -20,12 +20,15 @@
 //! Version 7 gives every record of a batch but its last another magic
 //! ([`RECORD_MAGIC_BATCH`]), so that recovery can cut a batch a crash left
 //! incomplete; a reader built before it would take that magic for damage.
+//! Version 8 has version 7's layout; its records may hold schema 6 items
+//! (`LoggedItem::Extended`: an item with what its provider gave beyond the
+//! typed fields), which a reader built before it would take for damage.
 
 use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
 /// Current format version: every new segment is written with it.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// The oldest version still read.
 pub const OLDEST_VERSION: u32 = 1;
 

@@ -12,17 +12,33 @@
 //! [`anthropic`].
 
 pub mod anthropic;
+mod extra;
 mod fields;
 pub mod responses;
 mod tree;
 mod view;
 
-pub use tree::{JsonSink, JsonTree};
+pub(crate) use extra::ExtraView;
+pub use extra::{Extra, WireForm};
+pub use tree::{JsonSink, JsonTree, TreeSink};
 pub use view::ItemView;
 
 use serde::{Deserialize, Serialize};
 
 use crate::schema::JsonText;
+
+/// The form a writer gives items in: a read-time choice, since the log
+/// keeps every item as it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// As the runtime gave them: ids, statuses and every field the provider
+    /// added, JSON-equal to what was saved.
+    AsStored,
+    /// Ready for a stateless re-send: as stored, less provider item ids and
+    /// statuses, which a provider that no longer keeps the item refuses
+    /// ("Item with id 'rs_…' not found"). Fields the provider added stay.
+    Resend,
+}
 
 /// Who authored a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -38,7 +54,8 @@ pub enum Role {
     Developer,
 }
 
-/// Provider-side lifecycle state of an item. Not persisted.
+/// Provider-side lifecycle state of an item: kept, and left out of the
+/// re-send form ([`Form::Resend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemStatus {
@@ -136,20 +153,24 @@ pub enum ToolOutput {
 pub enum Item {
     /// A message from the user, the assistant or the system.
     Message {
-        /// Provider item id; never re-sent, never persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// The author.
         role: Role,
         /// The content parts, in order.
         content: Vec<ContentPart>,
-        /// Provider status; not persisted.
+        /// Provider status: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// A function/tool call made by the model.
     ToolCall {
-        /// Provider item id; not persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// Pairs the call with its result.
@@ -158,9 +179,13 @@ pub enum Item {
         name: String,
         /// The arguments, as JSON text exactly as the model produced them.
         arguments: String,
-        /// Provider status; not persisted.
+        /// Provider status: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// The text result of running a function tool.
     ///
@@ -171,7 +196,7 @@ pub enum Item {
     /// forms leave it out. Outputs with parts, `is_error` or for a custom tool
     /// are [`Item::ToolOutput`].
     ToolResult {
-        /// Provider item id; not persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// The `call_id` of the call this answers.
@@ -181,10 +206,14 @@ pub enum Item {
         /// The full output, kept for the runtime and never sent to the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// A reasoning item, possibly carrying opaque encrypted state.
     Reasoning {
-        /// Provider item id; never re-sent, never persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// Visible reasoning text.
@@ -195,13 +224,17 @@ pub enum Item {
         /// Opaque provider state for stateless re-send; must round-trip byte for byte.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
-        /// Provider status; not persisted.
+        /// Provider status: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// A Responses `custom_tool_call`: a call with free-form text input.
     CustomToolCall {
-        /// Provider item id; not persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// Pairs the call with its output.
@@ -210,14 +243,18 @@ pub enum Item {
         name: String,
         /// The input, byte for byte as the model produced it.
         input: String,
-        /// Provider status; not persisted.
+        /// Provider status: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// A tool's output in full: a list of parts, an error flag, or the output
     /// of a custom tool call. The whole `output` is what the model sees.
     ToolOutput {
-        /// Provider item id; not persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// The `call_id` of the call this answers.
@@ -231,14 +268,18 @@ pub enum Item {
         /// Answers a custom tool call (a Responses `custom_tool_call_output`).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         custom: bool,
-        /// Provider status; not persisted.
+        /// Provider status: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// A Responses `reasoning` item that [`Item::Reasoning`] cannot hold: a
     /// `content` list that is present but not exactly one non-empty part.
     ReasoningParts {
-        /// Provider item id; never re-sent, never persisted.
+        /// Provider item id: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         /// Summary texts, in order.
@@ -249,9 +290,13 @@ pub enum Item {
         /// Opaque provider state, byte for byte.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
-        /// Provider status; not persisted.
+        /// Provider status: kept, and left out of the re-send form.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<ItemStatus>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// An Anthropic `thinking` block.
     Thinking {
@@ -260,11 +305,19 @@ pub enum Item {
         /// The signature that lets the provider verify it, byte for byte.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// An Anthropic `redacted_thinking` block.
     RedactedThinking {
         /// The encrypted thinking, byte for byte.
         data: String,
+        /// What the provider's item carried beyond these fields, kept so
+        /// that it is written back as given (see [`Extra`]).
+        #[serde(default, skip_serializing_if = "Extra::is_empty")]
+        extra: Extra,
     },
     /// An item this model does not type, kept as its JSON, byte for byte, ids
     /// and statuses included: a Responses item (hosted tool calls, MCP items,
@@ -298,6 +351,7 @@ impl Item {
     /// A message with one text part and no id or status.
     pub fn message(role: Role, text: impl Into<String>) -> Item {
         Item::Message {
+            extra: Default::default(),
             id: None,
             role,
             content: vec![ContentPart::Text { text: text.into() }],
@@ -426,26 +480,105 @@ impl Item {
         }
     }
 
-    /// The same item with ids and statuses cleared: what the log keeps.
-    /// Opaque items are kept as given.
+    /// The item's id, status and extra, where its variant has them.
+    #[allow(clippy::type_complexity)]
+    fn provider_slots(
+        &mut self,
+    ) -> (
+        Option<&mut Option<String>>,
+        Option<&mut Option<ItemStatus>>,
+        Option<&mut Extra>,
+    ) {
+        match self {
+            Item::Message {
+                id, status, extra, ..
+            }
+            | Item::ToolCall {
+                id, status, extra, ..
+            }
+            | Item::Reasoning {
+                id, status, extra, ..
+            }
+            | Item::CustomToolCall {
+                id, status, extra, ..
+            }
+            | Item::ToolOutput {
+                id, status, extra, ..
+            }
+            | Item::ReasoningParts {
+                id, status, extra, ..
+            } => (Some(id), Some(status), Some(extra)),
+            Item::ToolResult { id, extra, .. } => (Some(id), None, Some(extra)),
+            Item::Thinking { extra, .. } | Item::RedactedThinking { extra, .. } => {
+                (None, None, Some(extra))
+            }
+            Item::Opaque { .. } => (None, None, None),
+        }
+    }
+
+    /// Takes the item's id, status and extra, leaving `None` and empty.
+    pub(crate) fn take_provider_state(&mut self) -> (Option<String>, Option<ItemStatus>, Extra) {
+        let (id, status, extra) = self.provider_slots();
+        (
+            id.and_then(Option::take),
+            status.and_then(Option::take),
+            extra.map(std::mem::take).unwrap_or_default(),
+        )
+    }
+
+    /// Sets the item's id, status and extra where its variant has them (a
+    /// tool result has no status; thinking has neither id nor status).
+    pub(crate) fn set_provider_state(
+        &mut self,
+        new_id: Option<String>,
+        new_status: Option<ItemStatus>,
+        new_extra: Extra,
+    ) {
+        let (id, status, extra) = self.provider_slots();
+        if let Some(id) = id {
+            *id = new_id;
+        }
+        if let Some(status) = status {
+            *status = new_status;
+        }
+        if let Some(extra) = extra {
+            *extra = new_extra;
+        }
+    }
+
+    /// The same item in its form for a stateless re-send: ids and statuses
+    /// cleared (a provider refuses an id it no longer keeps); what else the
+    /// provider gave stays. Opaque items are kept as given.
     pub fn without_provider_state(&self) -> Item {
         let mut item = self.clone();
-        match &mut item {
-            Item::Message { id, status, .. }
-            | Item::ToolCall { id, status, .. }
-            | Item::Reasoning { id, status, .. }
-            | Item::CustomToolCall { id, status, .. }
-            | Item::ToolOutput { id, status, .. }
-            | Item::ReasoningParts { id, status, .. } => {
-                *id = None;
-                *status = None;
-            }
-            Item::ToolResult { id, .. } => *id = None,
-            Item::Thinking { .. } | Item::RedactedThinking { .. } | Item::Opaque { .. } => {}
+        let (id, status, _) = item.provider_slots();
+        if let Some(id) = id {
+            *id = None;
+        }
+        if let Some(status) = status {
+            *status = None;
         }
         item
     }
+
+    /// What the item carried beyond its typed fields.
+    pub fn extra(&self) -> &Extra {
+        match self {
+            Item::Message { extra, .. }
+            | Item::ToolCall { extra, .. }
+            | Item::ToolResult { extra, .. }
+            | Item::Reasoning { extra, .. }
+            | Item::CustomToolCall { extra, .. }
+            | Item::ToolOutput { extra, .. }
+            | Item::ReasoningParts { extra, .. }
+            | Item::Thinking { extra, .. }
+            | Item::RedactedThinking { extra, .. } => extra,
+            Item::Opaque { .. } => &NO_EXTRA,
+        }
+    }
 }
+
+static NO_EXTRA: Extra = Extra::NONE;
 
 /// One side of a call/output pair, with its call id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -498,6 +631,7 @@ mod tests {
         assert!(Item::assistant_text("x").is_assistant_output());
         assert!(Item::system_text("x").is_system_message());
         let call = Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: "c".into(),
             name: "n".into(),
@@ -518,6 +652,7 @@ mod tests {
             Item::user_text("x"),
             Item::assistant_text("x"),
             Item::ToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id: "c".into(),
                 name: "n".into(),
@@ -525,6 +660,7 @@ mod tests {
                 status: None,
             },
             Item::CustomToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id: "k".into(),
                 name: "n".into(),
@@ -532,6 +668,7 @@ mod tests {
                 status: None,
             },
             Item::Reasoning {
+                extra: Default::default(),
                 id: None,
                 text: "r".into(),
                 summary: Vec::new(),
@@ -539,16 +676,19 @@ mod tests {
                 status: None,
             },
             Item::Thinking {
+                extra: Default::default(),
                 thinking: "t".into(),
                 signature: None,
             },
             Item::ToolResult {
+                extra: Default::default(),
                 id: None,
                 call_id: "c".into(),
                 summary: String::new(),
                 content: None,
             },
             Item::ToolOutput {
+                extra: Default::default(),
                 id: None,
                 call_id: "c".into(),
                 output: None,

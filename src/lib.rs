@@ -112,8 +112,8 @@ pub use history::{
     ItemTranscript, Locator, NotFoundReason, ReadStats, TranscriptItem, TranscriptSegment,
 };
 pub use item::{
-    anthropic, responses, CallLink, ContentPart, Item, ItemStatus, ItemView, JsonSink, JsonTree,
-    Role, ToolOutput,
+    anthropic, responses, CallLink, ContentPart, Extra, Form, Item, ItemStatus, ItemView, JsonSink,
+    JsonTree, Role, ToolOutput, TreeSink, WireForm,
 };
 pub use log::evicted::{EvictedRecord, EvictedSegment, EVICTED_FILE};
 pub use log::{
@@ -141,9 +141,11 @@ pub use log::seal_delta;
 #[doc(hidden)]
 pub use schema::JSON_GROWTH;
 pub use schema::{
-    group_delta, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LogEntry,
-    LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedItem,
-    LoggedOutputText, LoggedPayloadRef, LoggedRole, LoggedToolOutput, RequestConfig, SessionId,
+    group_delta, ArchivedLogEntry, ArchivedLoggedCoreItem, ArchivedLoggedExtended,
+    ArchivedLoggedItem, ArchivedLoggedItemOf, EntryKind, ItemExtension, JsonText, LogEntry,
+    LoggedContentPart, LoggedCoreItem, LoggedExtended, LoggedForm, LoggedInputAudio,
+    LoggedInputFile, LoggedInputImage, LoggedItem, LoggedItemOf, LoggedOutputText,
+    LoggedPayloadRef, LoggedRole, LoggedStatus, LoggedToolOutput, RequestConfig, SessionId,
     SessionOrigin, WorkerResult, MAX_JSON_DEPTH,
 };
 #[cfg(feature = "whitebox")]

@@ -335,6 +335,7 @@ fn continuous_archival_uploads_the_large_items_a_sealed_segment_names() {
         .unwrap();
     for n in 0..8 {
         let output = Item::ToolOutput {
+            extra: Default::default(),
             id: None,
             call_id: format!("c{n}"),
             output: Some(session_store::ToolOutput::Text(

@@ -469,6 +469,7 @@ fn read_only_inspection_of_an_evicted_session_writes_nothing() {
 /// stored once in the store's payload area and its records refer to it.
 fn big_output(n: usize) -> Item {
     Item::ToolOutput {
+        extra: Default::default(),
         id: None,
         call_id: format!("c{n}"),
         output: Some(session_store::ToolOutput::Text(

@@ -19,6 +19,7 @@ fn turn_items(session: usize, n: usize) -> Vec<Item> {
     vec![
         Item::user_text(format!("session {session} question {n}")),
         Item::Reasoning {
+            extra: Default::default(),
             id: None,
             text: String::new(),
             summary: vec![format!("thinking {n}")],
@@ -26,6 +27,7 @@ fn turn_items(session: usize, n: usize) -> Vec<Item> {
             status: None,
         },
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: call_id.clone(),
             name: "shell".into(),
@@ -33,6 +35,7 @@ fn turn_items(session: usize, n: usize) -> Vec<Item> {
             status: None,
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id,
             summary: String::new(),
@@ -65,7 +68,7 @@ async fn sixty_four_sessions(root: &std::path::Path, durability: Durability) {
             let mut expected = Vec::new();
             for n in 0..TURNS {
                 let items = turn_items(s, n);
-                expected.extend(items.iter().map(Item::without_provider_state));
+                expected.extend(items.iter().cloned());
                 let usage = UsageRecord {
                     output_tokens: n as u64,
                     ..UsageRecord::default()

@@ -1510,6 +1510,7 @@ fn markdown_export_marks_turns_tools_forks_and_compactions() {
         vec![
             Item::user_text(format!("question {n}")),
             Item::ToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id: format!("call_{n}"),
                 name: "shell".into(),
@@ -1517,6 +1518,7 @@ fn markdown_export_marks_turns_tools_forks_and_compactions() {
                 status: None,
             },
             Item::ToolResult {
+                extra: Default::default(),
                 id: None,
                 call_id: format!("call_{n}"),
                 summary: String::new(),
@@ -1584,6 +1586,7 @@ fn grep_finds_lines_across_sessions_by_kind_with_context() {
             &[
                 Item::user_text("please find the NEEDLE"),
                 Item::ToolCall {
+                    extra: Default::default(),
                     id: None,
                     call_id: "c1".into(),
                     name: "grep".into(),
@@ -1591,6 +1594,7 @@ fn grep_finds_lines_across_sessions_by_kind_with_context() {
                     status: None,
                 },
                 Item::ToolResult {
+                    extra: Default::default(),
                     id: None,
                     call_id: "c1".into(),
                     summary: String::new(),
@@ -1671,6 +1675,7 @@ fn grep_finds_lines_across_sessions_by_kind_with_context() {
 fn verify_names_a_missing_payload_and_gc_removes_only_unreferenced_ones() {
     let (_tmp, root) = store_dir();
     let big = Item::ToolResult {
+        extra: Default::default(),
         id: None,
         call_id: "c1".into(),
         summary: "x".repeat(40 << 10),
@@ -1684,6 +1689,7 @@ fn verify_names_a_missing_payload_and_gc_removes_only_unreferenced_ones() {
         .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
         .unwrap();
     let other = Item::ToolResult {
+        extra: Default::default(),
         id: None,
         call_id: "c2".into(),
         summary: "y".repeat(40 << 10),

@@ -177,6 +177,7 @@ fn store_turn(n: u64) -> Vec<Item> {
     vec![
         Item::user_text(format!("turn {n}")),
         Item::ToolOutput {
+            extra: Default::default(),
             id: None,
             call_id: format!("c{n}"),
             output: Some(ToolOutput::Text(

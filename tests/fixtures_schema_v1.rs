@@ -169,6 +169,7 @@ fn the_committed_schema_v1_log_reads_with_todays_types() {
     assert_eq!(
         state.history[3],
         Item::Message {
+            extra: Default::default(),
             id: None,
             role: session_store::Role::User,
             content: vec![

@@ -44,13 +44,15 @@ fn entries() -> Vec<LogEntry> {
         let items = vec![
             Item::user_text(format!("turn {t}: what is in src/?")),
             Item::Reasoning {
-                id: Some("rs_dropped".into()),
+                extra: Default::default(),
+                id: None,
                 text: String::new(),
                 summary: vec![format!("look at the tree, turn {t}")],
                 encrypted_content: Some(format!("gAAAAB{}", "Zm9v".repeat(200 + t as usize))),
                 status: None,
             },
             Item::ToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id: format!("call_{t}"),
                 name: "shell".into(),
@@ -58,6 +60,7 @@ fn entries() -> Vec<LogEntry> {
                 status: None,
             },
             Item::ToolResult {
+                extra: Default::default(),
                 id: None,
                 call_id: format!("call_{t}"),
                 summary: "exit 0".into(),

@@ -912,6 +912,7 @@ fn import_pairs_calls_and_results_with_deterministic_ids() {
     let want = vec![
         Item::user_text("do two things"),
         Item::Message {
+            extra: Default::default(),
             id: None,
             role: Role::Assistant,
             content: vec![
@@ -925,6 +926,7 @@ fn import_pairs_calls_and_results_with_deterministic_ids() {
             status: None,
         },
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: "agy-1-0".into(),
             name: "run_command".into(),
@@ -932,6 +934,7 @@ fn import_pairs_calls_and_results_with_deterministic_ids() {
             status: None,
         },
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: "agy-1-1".into(),
             name: "view_file".into(),
@@ -939,12 +942,14 @@ fn import_pairs_calls_and_results_with_deterministic_ids() {
             status: None,
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id: "agy-1-0".into(),
             summary: "built".into(),
             content: Some("built\nall good\nexit code: 0".into()),
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id: "agy-1-1".into(),
             summary: "no such file".into(),
@@ -953,6 +958,7 @@ fn import_pairs_calls_and_results_with_deterministic_ids() {
         Item::assistant_text("Now a third."),
         // Unpaired: the user moved on. No result is invented.
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: "agy-4-0".into(),
             name: "grep_search".into(),
@@ -962,6 +968,7 @@ fn import_pairs_calls_and_results_with_deterministic_ids() {
         Item::user_text("never mind"),
         // Orphan: an id of its own, and no call is invented for it.
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id: "agy-6-result".into(),
             summary: "orphan listing".into(),
@@ -1105,11 +1112,7 @@ fn import_then_restore_reports_unpaired_calls() {
     let store = session_store::Store::open(root.path()).unwrap();
     let id = import.write_to(&store).unwrap();
     let state = store.restore(id).unwrap();
-    let expected: Vec<_> = import
-        .items
-        .iter()
-        .map(|i| i.without_provider_state())
-        .collect();
+    let expected = import.items.clone();
     assert_eq!(state.history, expected);
     assert_eq!(state.extensions.len(), 1);
     assert_eq!(state.extensions[0].domain, "history.agy");

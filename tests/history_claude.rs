@@ -108,10 +108,13 @@ fn blocks_map_to_items_losslessly_and_one_response_stays_one() {
     let items = &import.items;
     // The isMeta caveat is imported (the model saw it), then the path.
     assert!(matches!(&items[0], Item::Message { .. }));
-    assert_eq!(items[1], Item::user_text("Fix the failing test"));
+    // Given as a string, and kept so (see `Extra`).
+    assert!(items[1].is_user_message());
+    assert_eq!(items[1].text().as_deref(), Some("Fix the failing test"));
     assert_eq!(
         items[2],
         Item::Thinking {
+            extra: Default::default(),
             thinking: "Run the tests first.".into(),
             signature: Some("EqQBCkYIBxgCKkB+/sig==".into()),
         }
@@ -134,6 +137,7 @@ fn blocks_map_to_items_losslessly_and_one_response_stays_one() {
     assert_eq!(
         items[4],
         Item::ToolOutput {
+            extra: Default::default(),
             id: None,
             call_id: "toolu_1".into(),
             output: Some(ToolOutput::Text("1 failed".into())),
@@ -145,6 +149,7 @@ fn blocks_map_to_items_losslessly_and_one_response_stays_one() {
     assert_eq!(
         items[5],
         Item::RedactedThinking {
+            extra: Default::default(),
             data: "EmwKAhgBEgy+/redacted==".into()
         }
     );

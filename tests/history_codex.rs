@@ -13,7 +13,7 @@ use session_store::codex::{
     self, discover_by_cwd, discover_by_session, parse_rollout_bytes, read_rollout,
 };
 use session_store::{
-    Discovery, Error, HistoryRole, HistoryService, Item, NotFoundReason, Store, ToolOutput,
+    Discovery, Error, Form, HistoryRole, HistoryService, Item, NotFoundReason, Store, ToolOutput,
 };
 
 const CURRENT: &str = "rollout-2025-12-28T12-18-30-019b64e5-57fa-7463-b644-fba7e456f905.jsonl";
@@ -67,15 +67,25 @@ fn response_items_map_to_items_losslessly() {
     let items: Vec<&Item> = t.segments[0].items.iter().map(|i| &i.item).collect();
     assert!(items[0].is_user_message()); // the environment context, imported
     assert_eq!(*items[1], Item::user_text("List the files"));
-    assert_eq!(
-        *items[2],
+    match items[2] {
         Item::Reasoning {
-            id: None,
-            text: String::new(),
-            summary: vec!["**Listing files**".into()],
-            encrypted_content: Some("gAAAAABpUSenc+/==".into()),
-            status: None,
+            text,
+            summary,
+            encrypted_content,
+            ..
+        } => {
+            assert_eq!(text, "");
+            assert_eq!(summary, &["**Listing files**"]);
+            assert_eq!(encrypted_content.as_deref(), Some("gAAAAABpUSenc+/=="));
         }
+        other => panic!("{other:?}"),
+    }
+    // Written back as the rollout has it, its `"content": null` included.
+    let back: serde_json::Value =
+        serde_json::from_str(&items[2].to_responses_json(Form::AsStored).unwrap()).unwrap();
+    assert_eq!(
+        back,
+        serde_json::json!({"type":"reasoning","summary":[{"type":"summary_text","text":"**Listing files**"}],"content":null,"encrypted_content":"gAAAAABpUSenc+/=="})
     );
     match items[3] {
         Item::ToolCall {
@@ -112,11 +122,13 @@ fn response_items_map_to_items_losslessly() {
         }
     ));
     assert!(matches!(items[9], Item::Opaque { role: None, .. }));
-    // A message with a field the typed model lacks (`phase`) stays whole.
-    match items[10] {
-        Item::Opaque { json, .. } => assert!(json.as_str().contains(r#""phase":"final_answer""#)),
-        other => panic!("{other:?}"),
-    }
+    // A message with a field the typed model lacks (`phase`) is typed, and
+    // keeps the field.
+    assert!(items[10].is_assistant_message(), "{:?}", items[10]);
+    assert!(items[10]
+        .to_responses_json(Form::AsStored)
+        .unwrap()
+        .contains(r#""phase":"final_answer""#));
     assert_eq!(items.len(), 11);
 
     assert_eq!(t.stats.malformed_lines, 1);
@@ -383,7 +395,7 @@ fn cli_history_codex_reads_imports_once_and_round_trips() {
     let as_responses = |items: &[Item]| -> Vec<String> {
         items
             .iter()
-            .map(|i| i.to_responses_json().unwrap())
+            .map(|i| i.to_responses_json(Form::AsStored).unwrap())
             .collect()
     };
     assert_eq!(

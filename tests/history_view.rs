@@ -11,7 +11,9 @@ mod common;
 use std::borrow::Cow;
 
 use serde_json::{Map, Value};
-use session_store::{responses, Error, Item, ItemView, JsonSink, RequestConfig, SessionId, Store};
+use session_store::{
+    responses, Error, Form, Item, ItemView, JsonSink, RequestConfig, SessionId, Store,
+};
 
 /// Builds `serde_json` values: a sink from outside the crate, as a
 /// binding's is.
@@ -69,13 +71,16 @@ type InPlace = (Vec<Item>, Result<Vec<Value>, Error>);
 fn read_in_place(store: &Store, id: SessionId, limit: Option<usize>) -> Result<InPlace, Error> {
     store.with_history_tail(id, limit, |tail| {
         let items = tail.items.iter().map(ItemView::to_item).collect();
-        (items, responses::write_history(tail.items, &mut ValueSink))
+        (
+            items,
+            responses::write_history(tail.items, Form::AsStored, &mut ValueSink),
+        )
     })
 }
 
 /// What the Responses form of `items` must be: `history_to_json`'s.
 fn expected(items: &[Item]) -> Vec<Value> {
-    serde_json::from_str(&responses::history_to_json(items).unwrap()).unwrap()
+    serde_json::from_str(&responses::history_to_json(items, Form::AsStored).unwrap()).unwrap()
 }
 
 /// Every item variant and content part that has a Responses form, stored
@@ -85,7 +90,7 @@ fn expected(items: &[Item]) -> Vec<Value> {
 fn every_item_type_reads_in_place_as_written() {
     let items: Vec<Item> = common::every_item()
         .into_iter()
-        .filter(|item| item.to_responses_json().is_ok())
+        .filter(|item| item.to_responses_json(Form::AsStored).is_ok())
         .collect();
     assert!(items.len() > 10, "{} items", items.len());
     let dir = tempfile::tempdir().unwrap();
@@ -174,6 +179,7 @@ fn an_item_with_no_responses_form_fails_naming_its_index() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     let thinking = Item::Thinking {
+        extra: Default::default(),
         thinking: "hmm".into(),
         signature: None,
     };

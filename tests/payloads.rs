@@ -19,6 +19,7 @@ const BIG: usize = 64 << 10;
 
 fn big_output(call_id: &str, fill: char) -> Item {
     Item::ToolOutput {
+        extra: Default::default(),
         id: None,
         call_id: call_id.into(),
         output: Some(ToolOutput::Text(fill.to_string().repeat(BIG))),
@@ -32,6 +33,7 @@ fn turn(n: usize) -> Vec<Item> {
     vec![
         Item::user_text(format!("question {n}")),
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: format!("c{n}"),
             name: "read".into(),
@@ -296,6 +298,7 @@ fn a_history_over_32_mib_that_names_large_items_starts_a_session_and_exports_who
     let mut history = vec![big_output("c0", 'x')];
     for n in 0..1_100 {
         history.push(Item::ToolOutput {
+            extra: Default::default(),
             id: None,
             call_id: format!("k{n}"),
             output: Some(ToolOutput::Text(small.clone())),

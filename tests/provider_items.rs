@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use serde_json::Value;
-use session_store::{anthropic, responses};
+use session_store::{anthropic, responses, Form};
 use session_store::{Error, Item, RequestConfig, SessionId, Store};
 
 fn fixture(name: &str) -> String {
@@ -37,8 +37,8 @@ fn cli(root: &Path, args: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// What export must give back for an imported Responses item: the same JSON,
-/// without `id` and `status` on the items the model types.
+/// What `export --resend` must give back for an imported Responses item: the
+/// same JSON, without `id` and `status` on the items the model types.
 fn responses_expected(line: &str) -> Value {
     let mut v: Value = serde_json::from_str(line).unwrap();
     let typed = [
@@ -74,13 +74,25 @@ fn a_responses_history_survives_import_and_export() {
         Some(&input),
     );
     let id = id.trim();
-    let out = cli(dir.path(), &["export", "--format", "responses", id], None);
+    let as_given: Vec<Value> = values(&input);
+    let resend = cli(
+        dir.path(),
+        &["export", "--format", "responses", "--resend", id],
+        None,
+    );
     let expected: Vec<Value> = lines(&input).into_iter().map(responses_expected).collect();
-    assert_eq!(values(&out), expected);
+    assert_eq!(values(&resend), expected);
+    let out = cli(dir.path(), &["export", "--format", "responses", id], None);
+    assert_eq!(values(&out), as_given);
     // Opaque items come back byte for byte; typed ones keep their exact strings.
     let out_lines = lines(&out);
     for (given, got) in lines(&input).iter().zip(&out_lines) {
-        if got.contains("_68a") || got.contains("new_1") || got.contains("approval_request_id") {
+        let opaque = responses_expected(given) == serde_json::from_str::<Value>(given).unwrap();
+        if opaque
+            && (got.contains("_68a")
+                || got.contains("new_1")
+                || got.contains("approval_request_id"))
+        {
             assert_eq!(got, given);
         }
     }
@@ -177,7 +189,7 @@ fn restored_histories_are_ready_to_send_and_survive_fork_and_compaction() {
 #[test]
 fn whole_histories_go_both_ways_as_json_lists() {
     let history = responses_history();
-    let json = responses::history_to_json(&history).unwrap();
+    let json = responses::history_to_json(&history, Form::AsStored).unwrap();
     assert_eq!(responses::history_from_json(&json).unwrap(), history);
     let history = anthropic_history();
     let json = anthropic::history_to_json(&history).unwrap();
@@ -193,74 +205,51 @@ fn place(e: Error) -> (Option<usize>, String) {
 }
 
 #[test]
-fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
-    let bad_responses = [
-        (
-            r#"{"type":"message","role":"user","content":"hi","phase":"x"}"#,
-            "phase",
-        ),
-        (
-            r#"{"type":"message","role":"owner","content":"hi"}"#,
-            "role",
-        ),
-        (
-            r#"{"type":"message","role":"user","content":[{"type":"input_text"}]}"#,
-            "content[0].text",
-        ),
-        (
-            r#"{"type":"message","role":"user","content":[{"type":"input_image","detail":7}]}"#,
-            "content[0].detail",
-        ),
-        (
-            r#"{"type":"message","role":"assistant","content":[{"type":"input_text","text":"x"}]}"#,
-            "content[0].type",
-        ),
-        (
-            r#"{"type":"function_call","call_id":"c","name":"f"}"#,
-            "arguments",
-        ),
-        (
-            r#"{"type":"reasoning","summary":[{"type":"x","text":"t"}]}"#,
-            "summary[0].type",
-        ),
-        (
-            r#"{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"t","x":1}]}"#,
-            "content[0].x",
-        ),
-        (
-            r#"{"type":"function_call_output","call_id":"c","output":7}"#,
-            "output",
-        ),
-        (r#"{"content":[]}"#, "type"),
-        (r#"[1]"#, "type"),
+fn what_does_not_fit_the_typed_model_is_kept_as_given() {
+    // Each is kept: typed where it can be, its JSON as given where not.
+    let odd_responses = [
+        r#"{"type":"message","role":"user","content":"hi","phase":"x"}"#,
+        r#"{"type":"message","role":"owner","content":"hi"}"#,
+        r#"{"type":"message","role":"user","content":[{"type":"input_text"}]}"#,
+        r#"{"type":"message","role":"user","content":[{"type":"input_image","detail":7}]}"#,
+        r#"{"type":"message","role":"assistant","content":[{"type":"input_text","text":"x"}]}"#,
+        r#"{"type":"function_call","call_id":"c","name":"f"}"#,
+        r#"{"type":"reasoning","summary":[{"type":"x","text":"t"}]}"#,
+        r#"{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"t","x":1}]}"#,
+        r#"{"type":"function_call_output","call_id":"c","output":7}"#,
+        r#"{"content":[]}"#,
+        r#"[1]"#,
     ];
-    for (json, field) in bad_responses {
-        let list = format!("[{{\"type\":\"web_search_call\"}},{json}]");
-        assert_eq!(
-            place(responses::history_from_json(&list).unwrap_err()),
-            (Some(1), field.to_string()),
-            "{json}"
-        );
+    for json in odd_responses {
+        let item = Item::from_responses_json(json).unwrap();
+        let back: Value =
+            serde_json::from_str(&item.to_responses_json(Form::AsStored).unwrap()).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(json).unwrap(), "{json}");
     }
+    // What is not JSON a wire line can hold is still refused, naming the item.
+    for (json, field) in [(r#"{"a":1e400}"#, ""), (r#"{"a":"#, "")] {
+        let list = format!("[{{\"type\":\"web_search_call\"}},{json}]");
+        let err = responses::history_from_json(&list).unwrap_err();
+        assert!(matches!(err, Error::ItemForm { .. }), "{json}: {err:?}");
+        let _ = field;
+    }
+    let odd_anthropic = [
+        r#"{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}"#,
+        r#"{"role":"user","content":[{"type":"tool_use","id":"t","name":"n","input":{}}]}"#,
+        r#"{"role":"assistant","content":[{"type":"thinking","signature":"s"}]}"#,
+        r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","is_error":"yes"}]}"#,
+    ];
+    for json in odd_anthropic {
+        let items = Item::from_anthropic_message(json).unwrap();
+        let back: Value =
+            serde_json::from_str(&Item::to_anthropic_messages(&items).unwrap()[0]).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(json).unwrap(), "{json}");
+    }
+    // A Messages history is a list of `{role, content}`.
     let bad_anthropic = [
         (r#"{"role":"system","content":"x"}"#, "role"),
-        (
-            r#"{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}"#,
-            "content[0].cache_control",
-        ),
-        (
-            r#"{"role":"user","content":[{"type":"tool_use","id":"t","name":"n","input":{}}]}"#,
-            "content[0].type",
-        ),
-        (
-            r#"{"role":"assistant","content":[{"type":"thinking","signature":"s"}]}"#,
-            "content[0].thinking",
-        ),
-        (
-            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","is_error":"yes"}]}"#,
-            "content[0].is_error",
-        ),
         (r#"{"role":"user"}"#, "content"),
+        (r#"{"role":"user","content":"x","model":"m"}"#, "model"),
     ];
     for (json, field) in bad_anthropic {
         let list = format!("[{{\"role\":\"user\",\"content\":\"hi\"}},{json}]");
@@ -272,16 +261,21 @@ fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
     }
     // Items with no form in the other API.
     let thinking = Item::Thinking {
+        extra: Default::default(),
         thinking: "t".into(),
         signature: None,
     };
-    assert_eq!(place(thinking.to_responses_json().unwrap_err()).1, "type");
+    assert_eq!(
+        place(thinking.to_responses_json(Form::AsStored).unwrap_err()).1,
+        "type"
+    );
     let history = [Item::user_text("hi"), Item::system_text("be brief")];
     assert_eq!(
         place(Item::to_anthropic_messages(&history).unwrap_err()),
         (Some(1), "role".to_string())
     );
     let call = Item::ToolCall {
+        extra: Default::default(),
         id: None,
         call_id: "c".into(),
         name: "f".into(),
@@ -303,23 +297,26 @@ fn what_does_not_fit_is_an_error_naming_the_item_and_field() {
 }
 
 #[test]
-fn other_spellings_read_as_their_canonical_form() {
+fn other_spellings_are_typed_and_kept() {
     let easy = Item::from_responses_json(r#"{"role":"user","content":"hi"}"#).unwrap();
-    assert_eq!(easy, Item::user_text("hi"));
+    assert!(easy.is_user_message());
+    assert_eq!(easy.text().as_deref(), Some("hi"));
     assert_eq!(
-        easy.to_responses_json().unwrap(),
-        r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}"#
+        easy.to_responses_json(Form::AsStored).unwrap(),
+        r#"{"role":"user","content":"hi"}"#
     );
     let items = Item::from_anthropic_message(r#"{"role":"user","content":"hi"}"#).unwrap();
-    assert_eq!(items, vec![Item::user_text("hi")]);
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].text().as_deref(), Some("hi"));
     assert_eq!(
         Item::to_anthropic_messages(&items).unwrap(),
-        vec![r#"{"role":"user","content":[{"type":"text","text":"hi"}]}"#.to_string()]
+        vec![r#"{"role":"user","content":"hi"}"#.to_string()]
     );
     // Runtime items without a provider origin go to both APIs.
     let history = [
         Item::user_text("hi"),
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: "c1".into(),
             name: "f".into(),
@@ -341,7 +338,7 @@ fn other_spellings_read_as_their_canonical_form() {
 #[test]
 fn a_bad_line_fails_the_import_naming_the_line() {
     let dir = tempfile::tempdir().unwrap();
-    let input = "{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}\n";
+    let input = "{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}],\"model\":\"m\"}\n";
     let out = Command::cargo_bin("session-store")
         .unwrap()
         .arg("--root")
@@ -352,8 +349,5 @@ fn a_bad_line_fails_the_import_naming_the_line() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        err.contains("line 2") && err.contains("content[0].text"),
-        "{err}"
-    );
+    assert!(err.contains("line 2") && err.contains("model"), "{err}");
 }

@@ -10,6 +10,7 @@ const TEST: &str = "a_log_opened_as_sessions_id_from_the_root_recovers_and_syncs
 
 fn big() -> Item {
     Item::ToolOutput {
+        extra: Default::default(),
         id: None,
         call_id: "c1".into(),
         output: Some(ToolOutput::Text("z".repeat(100 << 10))),

@@ -25,7 +25,7 @@ fn encrypted(item: &Item) -> Option<&[u8]> {
             encrypted_content, ..
         } => encrypted_content.as_deref().map(str::as_bytes),
         Item::Thinking { signature, .. } => signature.as_deref().map(str::as_bytes),
-        Item::RedactedThinking { data } => Some(data.as_bytes()),
+        Item::RedactedThinking { extra: _, data } => Some(data.as_bytes()),
         Item::Opaque { json, .. } => Some(json.as_str().as_bytes()),
         _ => None,
     }
@@ -33,7 +33,7 @@ fn encrypted(item: &Item) -> Option<&[u8]> {
 
 /// The seed's round trip for one item, through every JSON path the log has.
 fn assert_item_round_trips(item: &Item) {
-    let expected = item.without_provider_state();
+    let expected = item.clone();
 
     let logged = LoggedItem::from(item);
     assert_eq!(
@@ -124,24 +124,21 @@ fn every_item_variant_round_trips_through_json() {
 }
 
 #[test]
-fn ids_and_statuses_are_dropped_and_nothing_else() {
-    // Opaque items are kept as given, ids and statuses included.
+fn ids_and_statuses_are_kept_and_left_out_only_for_resend() {
     for item in every_item()
         .into_iter()
         .filter(|i| !matches!(i, Item::Opaque { .. }))
     {
-        let json = serde_json::to_string(&LoggedItem::from(&item)).unwrap();
-        assert!(!json.contains("\"id\""), "{json}");
-        assert!(!json.contains("\"status\""), "{json}");
-        assert!(!json.contains("msg_") && !json.contains("rs_1") && !json.contains("fc_1"));
-        // Dropping provider state is the only change: the runtime's own JSON of
-        // the item, without it, carries the same field values.
+        // The log keeps the item whole: its runtime JSON comes back equal.
         let restored = LoggedItem::from(&item).into_item();
+        assert_eq!(restored, item);
+        // The re-send form is the item less its provider state.
+        let resend = item.without_provider_state();
         let mut runtime: Value = serde_json::to_value(&item).unwrap();
         let obj = runtime.as_object_mut().unwrap();
         obj.remove("id");
         obj.remove("status");
-        assert_eq!(serde_json::to_value(&restored).unwrap(), runtime);
+        assert_eq!(serde_json::to_value(&resend).unwrap(), runtime);
     }
 }
 
@@ -154,6 +151,7 @@ fn one_mebibyte_strings_round_trip() {
     };
     let items = [
         Item::Message {
+            extra: Default::default(),
             id: None,
             role: Role::Assistant,
             content: vec![
@@ -163,6 +161,7 @@ fn one_mebibyte_strings_round_trip() {
             status: None,
         },
         Item::ToolCall {
+            extra: Default::default(),
             id: Some(big('x')),
             call_id: big('c'),
             name: "n".into(),
@@ -170,12 +169,14 @@ fn one_mebibyte_strings_round_trip() {
             status: None,
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id: "c".into(),
             summary: big('s'),
             content: Some(big('😀')),
         },
         Item::Reasoning {
+            extra: Default::default(),
             id: None,
             text: big('r'),
             summary: vec![big('\u{7f}')],
@@ -535,6 +536,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
     prop_oneof![
         (prop::option::of(t()), role(), parts(), status()).prop_map(
             |(id, role, content, status)| Item::Message {
+                extra: Default::default(),
                 id,
                 role,
                 content,
@@ -543,6 +545,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
         ),
         (prop::option::of(t()), t(), t(), t(), status()).prop_map(
             |(id, call_id, name, arguments, status)| Item::ToolCall {
+                extra: Default::default(),
                 id,
                 call_id,
                 name,
@@ -552,6 +555,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
         ),
         (prop::option::of(t()), t(), t(), prop::option::of(t())).prop_map(
             |(id, call_id, summary, content)| Item::ToolResult {
+                extra: Default::default(),
                 id,
                 call_id,
                 summary,
@@ -567,6 +571,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
         )
             .prop_map(|(id, text, summary, encrypted_content, status)| {
                 Item::Reasoning {
+                    extra: Default::default(),
                     id,
                     text,
                     summary,
@@ -576,6 +581,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
             }),
         (prop::option::of(t()), t(), t(), t(), status()).prop_map(
             |(id, call_id, name, input, status)| Item::CustomToolCall {
+                extra: Default::default(),
                 id,
                 call_id,
                 name,
@@ -593,6 +599,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
         )
             .prop_map(|(id, call_id, output, is_error, custom, status)| {
                 Item::ToolOutput {
+                    extra: Default::default(),
                     id,
                     call_id,
                     output,
@@ -610,6 +617,7 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
         )
             .prop_map(|(id, summary, content, encrypted_content, status)| {
                 Item::ReasoningParts {
+                    extra: Default::default(),
                     id,
                     summary,
                     content,
@@ -618,10 +626,14 @@ fn item(text: BoxedStrategy<String>) -> BoxedStrategy<Item> {
                 }
             }),
         (t(), prop::option::of(t())).prop_map(|(thinking, signature)| Item::Thinking {
+            extra: Default::default(),
             thinking,
             signature
         }),
-        t().prop_map(|data| Item::RedactedThinking { data }),
+        t().prop_map(|data| Item::RedactedThinking {
+            extra: Default::default(),
+            data
+        }),
         (prop::option::of(role()), json_text())
             .prop_map(|(role, json)| Item::Opaque { role, json }),
     ]

@@ -47,6 +47,7 @@ fn tempdir() -> tempfile::TempDir {
 
 fn call(call_id: &str, arguments: &str) -> Item {
     Item::ToolCall {
+        extra: Default::default(),
         id: Some(format!("fc_{call_id}")),
         call_id: call_id.into(),
         name: "shell".into(),
@@ -57,6 +58,7 @@ fn call(call_id: &str, arguments: &str) -> Item {
 
 fn result(call_id: &str, output: &str) -> Item {
     Item::ToolResult {
+        extra: Default::default(),
         id: Some(format!("fco_{call_id}")),
         call_id: call_id.into(),
         summary: format!("ran {call_id}"),
@@ -66,6 +68,7 @@ fn result(call_id: &str, output: &str) -> Item {
 
 fn reasoning(text: &str) -> Item {
     Item::Reasoning {
+        extra: Default::default(),
         id: Some("rs_0123".into()),
         text: text.into(),
         summary: vec![format!("summary: {text}")],
@@ -77,6 +80,7 @@ fn reasoning(text: &str) -> Item {
 
 fn answer(text: &str) -> Item {
     Item::Message {
+        extra: Default::default(),
         id: Some("msg_0456".into()),
         role: Role::Assistant,
         content: vec![ContentPart::Text { text: text.into() }],
@@ -104,8 +108,9 @@ const TURN_KINDS: [EntryKind; 4] = [
     EntryKind::AssistantItems,
 ];
 
-fn stripped(items: &[Item]) -> Vec<Item> {
-    items.iter().map(Item::without_provider_state).collect()
+/// What a restore gives back of `items`: all of them, as given.
+fn as_given(items: &[Item]) -> Vec<Item> {
+    items.to_vec()
 }
 
 fn kinds(store: &Store, id: SessionId) -> Vec<EntryKind> {
@@ -246,11 +251,12 @@ fn a_run_logs_its_entries_and_the_chain_is_intact() {
 }
 
 #[test]
-fn restore_round_trips_everything_but_ids_and_statuses() {
+fn restore_round_trips_everything_ids_and_statuses_included() {
     let dir = tempdir();
     let initial = vec![
         Item::system_text("hook: repo is clean"),
         Item::Message {
+            extra: Default::default(),
             id: Some("msg_u0".into()),
             role: Role::User,
             content: vec![ContentPart::Text {
@@ -261,6 +267,7 @@ fn restore_round_trips_everything_but_ids_and_statuses() {
     ];
     let delta = vec![
         Item::Message {
+            extra: Default::default(),
             id: Some("msg_u1".into()),
             role: Role::User,
             content: vec![
@@ -275,6 +282,7 @@ fn restore_round_trips_everything_but_ids_and_statuses() {
         },
         reasoning("plan"),
         Item::Message {
+            extra: Default::default(),
             id: Some("msg_a1".into()),
             role: Role::Assistant,
             content: vec![
@@ -288,6 +296,7 @@ fn restore_round_trips_everything_but_ids_and_statuses() {
         call("c1", "{\"cmd\":  \"ls -la\",\n \"env\": {\"ü\": \"\\n\"}}"),
         result("c1", "total 0\n"),
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id: "c1b".into(),
             summary: String::new(),
@@ -305,8 +314,11 @@ fn restore_round_trips_everything_but_ids_and_statuses() {
         extra: Some(JsonText::parse(r#"{"store": false, "n": 1.50}"#).unwrap()),
     };
     let all: Vec<Item> = initial.iter().chain(&delta).cloned().collect();
-    let expected = stripped(&all);
-    assert_ne!(expected, all, "the items must carry provider state to drop");
+    let expected = as_given(&all);
+    assert!(
+        all.iter().any(|i| *i != i.without_provider_state()),
+        "the items must carry provider state to keep"
+    );
 
     let (id, head) = {
         let store = open(dir.path());
@@ -387,7 +399,7 @@ fn tool_calls_pair_up_and_keep_their_arguments_byte_for_byte() {
     let mut all = parallel.clone();
     all.extend(pending);
     all.push(result("c", "ran"));
-    assert_eq!(state.history, stripped(&all));
+    assert_eq!(state.history, as_given(&all));
     assert_eq!(state.check(), vec![]);
     let args: Vec<&str> = state
         .history
@@ -432,7 +444,7 @@ fn a_session_resumes_after_a_pause_with_the_held_head() {
     };
     let store = open(dir.path());
     let state = store.restore(id).unwrap();
-    assert_eq!(state.history, stripped(&all));
+    assert_eq!(state.history, as_given(&all));
     assert_eq!(state.head, Some(head));
     assert_eq!(store.log(id).unwrap().verify().damage, None);
     // The head from before the second pause no longer matches.
@@ -462,7 +474,7 @@ fn a_fork_keeps_state_and_then_goes_its_own_way() {
     let (fork, mut fork_head) = store.fork_at(src, src_head).unwrap();
     assert_ne!(fork, src);
     let state = store.restore(fork).unwrap();
-    assert_eq!(state.history, stripped(&history));
+    assert_eq!(state.history, as_given(&history));
     assert_eq!(state.system_prompt.as_deref(), Some("be careful"));
     assert_eq!(state.config, config);
     let origin = SessionOrigin {
@@ -522,7 +534,7 @@ fn fork_at_truncates_by_hash_and_by_seq() {
     let (by_seq, _) = store.fork_at_seq(src, 4).unwrap();
     for fork in [by_hash, by_seq] {
         let state = store.restore(fork).unwrap();
-        assert_eq!(state.history, stripped(&upto_first));
+        assert_eq!(state.history, as_given(&upto_first));
         assert_eq!(
             state.forked_from,
             Some(SessionOrigin {
@@ -535,11 +547,11 @@ fn fork_at_truncates_by_hash_and_by_seq() {
     let (mid, _) = store.fork_at_seq(src, 2).unwrap();
     assert_eq!(
         store.restore(mid).unwrap().history,
-        stripped(&upto_first[..4])
+        as_given(&upto_first[..4])
     );
     let (start, _) = store.fork_at_seq(src, 0).unwrap();
     let state = store.restore(start).unwrap();
-    assert_eq!(state.history, stripped(&initial));
+    assert_eq!(state.history, as_given(&initial));
     assert_eq!(state.forked_from.unwrap().at_hash, h0);
 
     let listed = store.list().unwrap().len();
@@ -664,15 +676,15 @@ fn a_head_conflict_forks_and_a_stale_save_writes_nothing() {
     let (fork, mut fork_head) = store.ensure_head_or_fork(id, head_b).unwrap();
     assert_ne!(fork, id);
     let fork_state = store.restore(fork).unwrap();
-    assert_eq!(fork_state.history, stripped(&initial));
+    assert_eq!(fork_state.history, as_given(&initial));
     assert_eq!(fork_state.forked_from.unwrap().at_hash, h0);
     let b_turn = turn(2, 100);
     store.save_delta(fork, &mut fork_head, &b_turn).unwrap();
 
     let a_hist: Vec<Item> = initial.iter().cloned().chain(turn(1, 100)).collect();
     let b_hist: Vec<Item> = initial.iter().cloned().chain(b_turn).collect();
-    assert_eq!(store.restore(id).unwrap().history, stripped(&a_hist));
-    assert_eq!(store.restore(fork).unwrap().history, stripped(&b_hist));
+    assert_eq!(store.restore(id).unwrap().history, as_given(&a_hist));
+    assert_eq!(store.restore(fork).unwrap().history, as_given(&b_hist));
     assert_eq!(store.head(id).unwrap(), Some(head_a));
 }
 
@@ -735,7 +747,7 @@ fn compaction_in_place_records_its_origin_and_list_agrees_with_restore() {
     let mut head = compacted_at;
     store.save_delta(id, &mut head, &turn(9, 10)).unwrap();
     let mut expected = summary.clone();
-    expected.extend(stripped(&turn(9, 10)));
+    expected.extend(as_given(&turn(9, 10)));
     assert_eq!(store.restore(id).unwrap().history, expected);
     // The history before the compaction stays in the log.
     assert_eq!(
@@ -794,7 +806,7 @@ fn restore_starts_at_the_last_session_start_without_reading_older_segments() {
         (id, segments_before[0].clone())
     };
     let expected: Vec<Item> = std::iter::once(Item::user_text("summary of 8 turns"))
-        .chain(stripped(&turn(100, 10)))
+        .chain(as_given(&turn(100, 10)))
         .collect();
     {
         let store = open(dir.path());
@@ -1531,7 +1543,7 @@ fn a_session_that_fails_to_close_is_reported_by_store_close_even_after_eviction(
         let history = store.restore(a).unwrap().history;
         assert_eq!(
             history,
-            stripped(&[Item::user_text("a"), answer("unsynced")]),
+            as_given(&[Item::user_text("a"), answer("unsynced")]),
             "{evicted}"
         );
     }
@@ -1641,7 +1653,7 @@ fn concurrent_sessions(max_open: usize) {
                     let (id, head) = store
                         .create_session(None, RequestConfig::default(), &initial)
                         .unwrap();
-                    sessions.push((id, head, stripped(&initial)));
+                    sessions.push((id, head, as_given(&initial)));
                 }
                 for round in 0..ROUNDS {
                     for (s, (id, head, expected)) in sessions.iter_mut().enumerate() {
@@ -1652,7 +1664,7 @@ fn concurrent_sessions(max_open: usize) {
                             result(&call_id, &"r".repeat(s * 7 % 500)),
                         ];
                         store.save_delta(*id, head, &delta).unwrap();
-                        expected.extend(stripped(&delta));
+                        expected.extend(as_given(&delta));
                     }
                 }
                 sessions
@@ -1794,7 +1806,7 @@ fn many_sessions_round_robin(root: &Path, options: StoreOptions, sessions: usize
         for (id, head, expected) in all.iter_mut() {
             let delta = vec![answer(&format!("round {round}"))];
             store.save_delta(*id, head, &delta).unwrap();
-            expected.extend(stripped(&delta));
+            expected.extend(as_given(&delta));
         }
     }
     for (id, head, expected) in &all {
@@ -3128,12 +3140,12 @@ fn a_released_session_reopens_whole_after_another_writer_appended_to_it() {
     let words = ["first", "second", "third", "fourth"];
     let mut expected = vec![Item::user_text("a")];
     expected.extend(words.iter().map(|w| answer(w)));
-    assert_eq!(history, stripped(&expected));
+    assert_eq!(history, as_given(&expected));
     assert!(store.verify(a).unwrap().damage.is_none());
     store.close().unwrap();
     other.close().unwrap();
     let reopened = Store::open(dir.path()).unwrap();
-    assert_eq!(reopened.restore(a).unwrap().history, stripped(&expected));
+    assert_eq!(reopened.restore(a).unwrap().history, as_given(&expected));
     assert!(reopened.verify(a).unwrap().damage.is_none());
 }
 
@@ -3181,7 +3193,7 @@ fn a_release_hint_is_not_trusted_for_another_log_in_its_place() {
     // A's reopen must read that log whole: a hint trusted for it would find
     // the record at its point with another hash, and cut there or fail.
     let state = store.restore(a).unwrap();
-    assert_eq!(state.history, stripped(&expected));
+    assert_eq!(state.history, as_given(&expected));
     assert_eq!(store.head(a).unwrap(), Some(head_c));
     let mut head = head_c;
     store.save_delta(a, &mut head, &[answer("after")]).unwrap();
@@ -3229,10 +3241,10 @@ fn a_released_session_reopens_past_its_durable_mark_without_a_sync() {
     let words = ["synced", "unsynced", "after"];
     let mut expected = vec![Item::user_text("a")];
     expected.extend(words.iter().map(|w| answer(w)));
-    assert_eq!(store.restore(a).unwrap().history, stripped(&expected));
+    assert_eq!(store.restore(a).unwrap().history, as_given(&expected));
     store.close().unwrap();
     let reopened = Store::open(dir.path()).unwrap();
-    assert_eq!(reopened.restore(a).unwrap().history, stripped(&expected));
+    assert_eq!(reopened.restore(a).unwrap().history, as_given(&expected));
     assert!(reopened.verify(a).unwrap().damage.is_none());
 }
 
@@ -3270,7 +3282,7 @@ fn a_released_sessions_hint_that_its_records_no_longer_bear_out_cuts_nothing() {
         answer("two B"),
         answer("three"),
     ];
-    assert_eq!(store.restore(a).unwrap().history, stripped(&expected));
+    assert_eq!(store.restore(a).unwrap().history, as_given(&expected));
     assert!(store.verify(a).unwrap().damage.is_none());
     store.close().unwrap();
 }

@@ -155,7 +155,7 @@ fn tool_calls_and_results_keep_log_order() {
 fn ids_and_statuses_do_not_come_back() {
     let items = common::every_item();
     let state = collect_state([assistant(&items)]);
-    let expected: Vec<Item> = items.iter().map(Item::without_provider_state).collect();
+    let expected: Vec<Item> = items.to_vec();
     assert_eq!(state.history, expected);
 }
 
@@ -399,7 +399,7 @@ fn mixed_runs_split_where_the_kind_changes_and_keep_order() {
 #[test]
 fn group_delta_drops_provider_state() {
     let items = common::every_item();
-    let expected: Vec<Item> = items.iter().map(Item::without_provider_state).collect();
+    let expected: Vec<Item> = items.to_vec();
     assert_eq!(flatten(&group_delta(&items, TS)), expected);
 }
 
@@ -614,6 +614,7 @@ fn opaque(role: Option<session_store::Role>, json: &str) -> Item {
 
 fn custom_call(call_id: &str) -> Item {
     Item::CustomToolCall {
+        extra: Default::default(),
         id: None,
         call_id: call_id.into(),
         name: "apply_patch".into(),
@@ -624,6 +625,7 @@ fn custom_call(call_id: &str) -> Item {
 
 fn output(call_id: &str, custom: bool) -> Item {
     Item::ToolOutput {
+        extra: Default::default(),
         id: None,
         call_id: call_id.into(),
         output: None,
@@ -716,6 +718,7 @@ fn every_form_of_call_and_output_pairs_by_call_id() {
     assert_eq!(check_history(&[search]), []);
     // Thinking must be followed by the model's output too.
     let thinking = Item::Thinking {
+        extra: Default::default(),
         thinking: "t".into(),
         signature: None,
     };

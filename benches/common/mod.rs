@@ -173,6 +173,7 @@ pub fn turn(rng: &mut Rng, mix: &Mix, index: u64) -> Vec<Item> {
     let summary = vec![text(rng, n)];
     let n = rng.around(mix.encrypted);
     let reasoning = Item::Reasoning {
+        extra: Default::default(),
         id: None,
         text: String::new(),
         summary,
@@ -200,6 +201,7 @@ pub fn turn(rng: &mut Rng, mix: &Mix, index: u64) -> Vec<Item> {
         Item::user_text(user),
         reasoning,
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: call_id.clone(),
             name,
@@ -207,6 +209,7 @@ pub fn turn(rng: &mut Rng, mix: &Mix, index: u64) -> Vec<Item> {
             status: None,
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id,
             summary: format!("exit status 0, {result_len} bytes of output"),

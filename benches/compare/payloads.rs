@@ -25,6 +25,7 @@ fn turn(n: usize) -> Vec<Item> {
     vec![
         Item::user_text(format!("question {n}: what does file {n} say?")),
         Item::ToolCall {
+            extra: Default::default(),
             id: None,
             call_id: format!("call_{n:04}"),
             name: "read_file".into(),
@@ -32,6 +33,7 @@ fn turn(n: usize) -> Vec<Item> {
             status: None,
         },
         Item::ToolOutput {
+            extra: Default::default(),
             id: None,
             call_id: format!("call_{n:04}"),
             output: Some(ToolOutput::Text(fill)),

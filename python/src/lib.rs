@@ -15,8 +15,8 @@ use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
 use session_store::{
-    responses, Durability, EntryHash, Error, Item, ItemView, JsonSink, LogOptions, RequestConfig,
-    SessionId, StoreOptions,
+    responses, Durability, EntryHash, Error, Form, Item, ItemView, JsonSink, LogOptions,
+    RequestConfig, SessionId, StoreOptions,
 };
 
 create_exception!(
@@ -326,22 +326,37 @@ impl Drop for GcPause<'_> {
     }
 }
 
-/// Items as a Python list of Responses dicts.
+/// Items as a Python list of Responses dicts, in `form`.
 fn items_to_py<'a>(
     py: Python<'_>,
     items: impl IntoIterator<Item = ItemView<'a>>,
+    form: Form,
 ) -> PyResult<PyObject> {
     let _pause = GcPause::new(py)?;
     let values =
-        responses::write_history(items, &mut PySink::new(py)).map_err(|e| e.into_py(py))?;
+        responses::write_history(items, form, &mut PySink::new(py)).map_err(|e| e.into_py(py))?;
     Ok(PyList::new(py, values)?.into_any().unbind())
 }
 
-/// One item as a Responses dict.
+/// One item as a Responses dict, as stored.
 fn item_to_py(py: Python<'_>, item: &Item) -> PyResult<PyObject> {
-    let value =
-        responses::write_item(item.into(), &mut PySink::new(py)).map_err(|e| e.into_py(py))?;
+    let value = responses::write_item(item.into(), Form::AsStored, &mut PySink::new(py))
+        .map_err(|e| e.into_py(py))?;
     Ok(value.unbind())
+}
+
+/// The form named by Python's `form` argument.
+fn parse_form(py: Python<'_>, form: &str) -> PyResult<Form> {
+    match form {
+        "as_stored" => Ok(Form::AsStored),
+        "resend" => Ok(Form::Resend),
+        other => Err(to_py(
+            py,
+            Error::InvalidInput {
+                what: format!("form must be \"as_stored\" or \"resend\", not {other:?}"),
+            },
+        )),
+    }
 }
 
 /// Reads Responses items from JSON text (a list).
@@ -490,22 +505,31 @@ impl Store {
     }
 
     /// The session's live history (from its last compaction) as Responses
-    /// items, ready to send.
-    fn restore(&self, py: Python<'_>, session_id: &str) -> PyResult<PyObject> {
-        self.items(py, session_id, None)
+    /// items: as they were given (`form="as_stored"`), or without provider
+    /// ids and statuses, ready for a stateless re-send (`form="resend"`).
+    #[pyo3(signature = (session_id, form = "as_stored"))]
+    fn restore(&self, py: Python<'_>, session_id: &str, form: &str) -> PyResult<PyObject> {
+        self.items(py, session_id, None, form)
     }
 
     /// The last `limit` items of the live history, in order (all of them for
-    /// `None`); only the items returned are built.
-    #[pyo3(signature = (session_id, limit = None))]
-    fn items(&self, py: Python<'_>, session_id: &str, limit: Option<usize>) -> PyResult<PyObject> {
+    /// `None`), in `form` (see `restore`); only the items returned are built.
+    #[pyo3(signature = (session_id, limit = None, form = "as_stored"))]
+    fn items(
+        &self,
+        py: Python<'_>,
+        session_id: &str,
+        limit: Option<usize>,
+        form: &str,
+    ) -> PyResult<PyObject> {
+        let form = parse_form(py, form)?;
         let id = parse_id(py, session_id)?;
         let store = &self.inner;
         // The records are read and checked without the GIL; it is taken
         // back only to build the objects, while the log is still mapped.
         let built = py.allow_threads(|| {
             store.with_history_tail(id, limit, |tail| {
-                Python::with_gil(|py| items_to_py(py, tail.items))
+                Python::with_gil(|py| items_to_py(py, tail.items, form))
             })
         });
         built.map_err(|e| to_py(py, e))?
@@ -538,7 +562,7 @@ impl Store {
                 });
             }
             // An item with no Responses form is refused before it is removed.
-            item.to_responses_tree()?;
+            item.to_responses_tree(Form::AsStored)?;
             match store.remove_last(id, head, 1) {
                 Ok(_) => return Ok(Some(item)),
                 // Another writer moved the head between the read and the
@@ -717,13 +741,19 @@ fn at_any_head(
 
 #[pyfunction]
 #[pyo3(name = "normalize")]
-/// Responses items as the store keeps and returns them: ids and statuses
-/// dropped, a string `content` as one text part. Raises `ItemForm` for an
-/// item the store would refuse.
-fn normalize_items<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<PyObject> {
+/// Responses items as the store returns them in `form`: as given
+/// (`"as_stored"`, JSON-equal), or without provider ids and statuses
+/// (`"resend"`).
+#[pyo3(signature = (items, form = "as_stored"))]
+fn normalize_items<'py>(
+    py: Python<'py>,
+    items: &Bound<'py, PyAny>,
+    form: &str,
+) -> PyResult<PyObject> {
+    let form = parse_form(py, form)?;
     let json = items_json(py, items)?;
     let items = released(py, move || read_items(&json))?;
-    items_to_py(py, items.iter().map(ItemView::from))
+    items_to_py(py, items.iter().map(ItemView::from), form)
 }
 
 #[pymodule]

@@ -9,14 +9,16 @@
 //! are the `input` JSON text exactly, `tool_result` a [`Item::ToolResult`]
 //! (text content, no `is_error`) or [`Item::ToolOutput`], and any other block
 //! (server tool use and results, MCP blocks, types added later) an
-//! [`Item::Opaque`] of the message's role. On the way out consecutive items of
-//! one side are grouped back into one message, so a history restored from the
-//! log is ready to send. A field the model does not know is an error, never a
-//! silent drop (`cache_control` is one: it is a request option, not history).
-//!
-//! Two spellings read as one: `content` given as a string is one `text`
-//! block, and a `null` field counts as absent. Two consecutive messages of one
-//! role come out as one, as the API reads them.
+//! [`Item::Opaque`] of the message's role. A block this crate cannot type is
+//! opaque too. Fields a typed block carries beyond its typed ones
+//! (`caller` on `tool_use`, `cache_control`, fields added later) are kept as
+//! the item's [`Extra`] and written back, so every block comes back as given.
+//! On the way out consecutive items of one side are grouped back into one
+//! message, so a history restored from the log is ready to send; a message
+//! given with its `content` as a string comes back alone, as a string. Two
+//! consecutive messages of one role otherwise come out as one, as the API
+//! reads them. A message's fields other than `role` and `content` are an
+//! error that names them: a history is a list of `{role, content}`.
 //!
 //! ```
 //! use session_store::{Item, RequestConfig, Store};
@@ -39,6 +41,7 @@
 
 use serde_json::value::RawValue;
 
+use super::extra::{self, Extra, WireForm, TEXT_CONTENT};
 use super::fields::{as_string, history_list, one_line, Fields, Place};
 use super::tree::{JsonTree, Obj, TreeSink};
 use super::{ContentPart, Item, Role, ToolOutput};
@@ -64,31 +67,41 @@ impl Item {
     /// item that has no Messages form (system messages, Responses reasoning,
     /// custom tool calls, parts the API has no block for).
     pub fn to_anthropic_messages(items: &[Item]) -> Result<Vec<String>> {
-        let mut messages: Vec<(Role, Vec<JsonTree<'_>>)> = Vec::new();
+        // A message given with its content as a string stands alone, and is
+        // written back so.
+        let mut messages: Vec<(Role, Vec<JsonTree<'_>>, bool)> = Vec::new();
         for (index, item) in items.iter().enumerate() {
             let place = Place {
                 api: API,
                 index: Some(index),
             };
             let (role, blocks) = write_item(item, place)?;
+            let text = item.extra().view().flags_for(WireForm::Anthropic) & TEXT_CONTENT != 0
+                && matches!(&blocks[..], [JsonTree::Obj(_)])
+                && item.text().is_some();
             match messages.last_mut() {
-                Some((last, run)) if *last == role => run.extend(blocks),
-                _ => messages.push((role, blocks)),
+                Some((last, run, false)) if *last == role && !text => run.extend(blocks),
+                _ => messages.push((role, blocks, text)),
             }
         }
         messages
             .into_iter()
-            .map(|(role, blocks)| {
+            .map(|(role, blocks, text)| {
                 let role = if role == Role::User {
                     "user"
                 } else {
                     "assistant"
                 };
-                Obj::empty(&mut TreeSink)
-                    .tag("role", role)
-                    .with("content", |_| Ok(JsonTree::List(blocks)))
-                    .finish()
-                    .map(|tree| tree.to_json())
+                let mut sink = TreeSink;
+                let obj = Obj::empty(&mut sink).tag("role", role);
+                let obj = match (text, &blocks[..]) {
+                    (true, [JsonTree::Obj(fields)]) => match fields.as_slice() {
+                        [("type", _), ("text", JsonTree::Str(text))] => obj.str("content", text),
+                        _ => obj.with("content", |_| Ok(JsonTree::List(blocks.clone()))),
+                    },
+                    _ => obj.with("content", |_| Ok(JsonTree::List(blocks.clone()))),
+                };
+                obj.finish().map(|tree| tree.to_json())
             })
             .collect()
     }
@@ -121,26 +134,51 @@ fn read_message(json: &str, place: Place) -> Result<Vec<Item>> {
     let raw = f.required("content")?;
     let mut items = Vec::new();
     if let Some(text) = as_string(raw) {
-        items.push(Item::Message {
-            id: None,
-            role,
-            content: vec![ContentPart::Text { text }],
-            status: None,
-        });
+        let mut item = message(role, vec![ContentPart::Text { text }]);
+        item.set_provider_state(
+            None,
+            None,
+            Extra::new(WireForm::Anthropic, TEXT_CONTENT, None),
+        );
+        items.push(item);
     } else {
         let blocks = f.elements(raw, "content")?;
-        let mut parts: Option<Vec<ContentPart>> = None;
+        // Each item with the blocks it was read from.
+        let mut read: Vec<(Item, Vec<&RawValue>)> = Vec::new();
+        let mut parts: Option<(Vec<ContentPart>, Vec<&RawValue>)> = None;
         for (i, raw) in blocks.iter().enumerate() {
-            let b = f.nested(raw, &format!("content[{i}]"))?;
-            match read_block(b, raw, role)? {
-                Block::Part(part) => parts.get_or_insert_with(Vec::new).push(part),
+            let at = format!("content[{i}]");
+            let block = f
+                .nested(raw, &at)
+                .and_then(|b| read_block(b, raw, role))
+                .or_else(|_| {
+                    // A block this crate cannot type is kept as given.
+                    JsonText::parse(raw.get())
+                        .map(|json| {
+                            Block::Item(Item::Opaque {
+                                role: Some(role),
+                                json,
+                            })
+                        })
+                        .map_err(|e| f.error(&at, e.to_string()))
+                })?;
+            match block {
+                Block::Part(part) => {
+                    let (parts, raws) = parts.get_or_insert_with(Default::default);
+                    parts.push(part);
+                    raws.push(raw);
+                }
                 Block::Item(item) => {
-                    items.extend(parts.take().map(|content| message(role, content)));
-                    items.push(item);
+                    read.extend(parts.take().map(|(p, raws)| (message(role, p), raws)));
+                    read.push((item, vec![raw]));
                 }
             }
         }
-        items.extend(parts.take().map(|content| message(role, content)));
+        read.extend(parts.take().map(|(p, raws)| (message(role, p), raws)));
+        for (mut item, raws) in read {
+            keep_extra(&mut item, &raws, place)?;
+            items.push(item);
+        }
         if blocks.is_empty() {
             items.push(message(role, Vec::new()));
         }
@@ -149,8 +187,31 @@ fn read_message(json: &str, place: Place) -> Result<Vec<Item>> {
     Ok(items)
 }
 
+/// Sets the diff from `item`'s canonical blocks to the blocks it was read
+/// from, if they differ.
+fn keep_extra(item: &mut Item, raws: &[&RawValue], place: Place) -> Result<()> {
+    if matches!(item, Item::Opaque { .. }) {
+        return Ok(());
+    }
+    let (_, blocks) = write_typed(item, place)?;
+    let canonical = JsonTree::List(blocks).to_json();
+    let given = format!(
+        "[{}]",
+        raws.iter().map(|r| r.get()).collect::<Vec<_>>().join(",")
+    );
+    match extra::diff(&canonical, &given) {
+        Ok(None) => {}
+        Ok(Some(diff)) => {
+            item.set_provider_state(None, None, Extra::new(WireForm::Anthropic, 0, Some(diff)));
+        }
+        Err(e) => return Err(place.error("content", e.to_string())),
+    }
+    Ok(())
+}
+
 fn message(role: Role, content: Vec<ContentPart>) -> Item {
     Item::Message {
+        extra: Extra::NONE,
         id: None,
         role,
         content,
@@ -163,6 +224,8 @@ enum Block {
     Item(Item),
 }
 
+/// The typed view of one block; fields it does not type are left for the
+/// diff. Fails when the block is not one this crate types on this side.
 fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
     let kind = b.string("type")?;
     let side = |b: &Fields<'_>, wanted: Role| {
@@ -178,6 +241,7 @@ fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
         "thinking" => {
             side(&b, Role::Assistant)?;
             Block::Item(Item::Thinking {
+                extra: Extra::NONE,
                 thinking: b.string("thinking")?,
                 signature: b.opt_string("signature")?,
             })
@@ -185,6 +249,7 @@ fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
         "redacted_thinking" => {
             side(&b, Role::Assistant)?;
             Block::Item(Item::RedactedThinking {
+                extra: Extra::NONE,
                 data: b.string("data")?,
             })
         }
@@ -194,6 +259,7 @@ fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
             let name = b.string("name")?;
             let input = b.required("input")?;
             Block::Item(Item::ToolCall {
+                extra: Extra::NONE,
                 id: None,
                 call_id,
                 name,
@@ -205,15 +271,8 @@ fn read_block(mut b: Fields<'_>, raw: &RawValue, role: Role) -> Result<Block> {
             side(&b, Role::User)?;
             Block::Item(read_tool_result(&mut b)?)
         }
-        _ => {
-            let json = JsonText::parse(raw.get()).map_err(|e| b.error("type", e.to_string()))?;
-            return Ok(Block::Item(Item::Opaque {
-                role: Some(role),
-                json,
-            }));
-        }
+        _ => return Err(b.error("type", "not a block this crate types")),
     };
-    b.finish()?;
     Ok(block)
 }
 
@@ -241,6 +300,7 @@ fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
     let text = content.and_then(as_string);
     if let (Some(summary), None) = (&text, is_error) {
         return Ok(Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id,
             summary: summary.clone(),
@@ -259,9 +319,7 @@ fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
                     if p.string("type")? != "text" {
                         return opaque_part(&p, raw);
                     }
-                    let part = read_text(&mut p)?;
-                    p.finish()?;
-                    Ok(part)
+                    read_text(&mut p).or_else(|_| opaque_part(&p, raw))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Some(ToolOutput::Parts(parts))
@@ -269,6 +327,7 @@ fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
         (None, None) => None,
     };
     Ok(Item::ToolOutput {
+        extra: Default::default(),
         id: None,
         call_id,
         output,
@@ -278,8 +337,27 @@ fn read_tool_result(b: &mut Fields<'_>) -> Result<Item> {
     })
 }
 
-/// The side an item goes to and its blocks.
+/// The side an item goes to and its blocks, with what the item carried
+/// beyond its typed fields.
 fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
+    let (role, blocks) = write_typed(item, place)?;
+    let Some(diff) = item.extra().view().diff_for(WireForm::Anthropic) else {
+        return Ok((role, blocks));
+    };
+    let given = extra::apply(&JsonTree::List(blocks).to_json(), Some(diff), &[]);
+    let blocks: Vec<&RawValue> = serde_json::from_str(&given)
+        .map_err(|e| place.error("content", format!("a stored diff gave no block list: {e}")))?;
+    Ok((
+        role,
+        blocks
+            .into_iter()
+            .map(|b| JsonTree::Json(b.get().to_owned().into()))
+            .collect(),
+    ))
+}
+
+/// The side an item goes to and its blocks, in their canonical form.
+fn write_typed(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
     let one = |role, block| Ok((role, vec![block]));
     match item {
         Item::Message { role, content, .. } => {
@@ -345,6 +423,7 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
             one(Role::User, obj.opt_bool("is_error", *is_error).finish()?)
         }
         Item::Thinking {
+            extra: _,
             thinking,
             signature,
         } => one(
@@ -354,7 +433,7 @@ fn write_item(item: &Item, place: Place) -> Result<(Role, Vec<JsonTree<'_>>)> {
                 .opt_str("signature", signature.as_deref())
                 .finish()?,
         ),
-        Item::RedactedThinking { data } => one(
+        Item::RedactedThinking { extra: _, data } => one(
             Role::Assistant,
             Obj::typed(&mut TreeSink, "redacted_thinking")
                 .str("data", data)

@@ -115,13 +115,6 @@ impl<'a> Fields<'a> {
         serde_json::from_str(raw.get()).map_err(|_| self.error(name, "expected a string or a list"))
     }
 
-    /// Drops the fields a typed item does not keep (provider ids, statuses).
-    pub fn drop(&mut self, names: &[&str]) {
-        for name in names {
-            self.map.remove(*name);
-        }
-    }
-
     /// Fails on the first field nobody took: keeping the item without it
     /// would lose it.
     pub fn finish(self) -> Result<()> {

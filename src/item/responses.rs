@@ -1,21 +1,18 @@
 //! The OpenAI Responses API's form of items: what a runtime sends as `input`
 //! and gets back as `output`, one JSON object per item.
 //!
-//! Typed items ([`Item::Message`], function and custom tool calls and their
-//! outputs, reasoning) drop `id` and `status`, which a stateless re-send must
-//! not carry; every other field has a place, and a field the model does not
-//! know is an error, never a silent drop. `encrypted_content`, `arguments` and
-//! `input` keep their exact text. Items of any other `type` (hosted tool calls,
-//! MCP items, types added later) are [`Item::Opaque`], kept as their JSON.
-//!
-//! Two spellings read as one: a message's `content` given as a string is one
-//! `input_text` part, and a message without `type` is a `"message"`; a `null`
-//! field counts as absent. A text part of an assistant message is written as
-//! `output_text` with `"annotations": []`, any other as `input_text`.
+//! An item is kept as it was given. The reader types what it understands
+//! (messages, function and custom tool calls and their outputs, reasoning),
+//! with the item's `id` and `status`, and keeps whatever else it carried
+//! (fields added after this code, shorthand forms) as its [`Extra`]; an item
+//! it cannot type is [`Item::Opaque`], kept as its JSON. The writer gives it
+//! back in the [`Form`] asked for: as stored, JSON-equal to what was given,
+//! or for a stateless re-send, without a typed item's `id` and `status`.
+//! `encrypted_content`, `arguments` and `input` keep their exact text.
 //!
 //! ```
 //! use session_store::responses;
-//! use session_store::{Item, RequestConfig, Store};
+//! use session_store::{Form, Item, RequestConfig, Store};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = Store::open(dir.path())?;
@@ -23,30 +20,35 @@
 //! let output = [
 //!     r#"{"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#,
 //!     r#"{"id":"ws_1","type":"web_search_call","status":"completed","action":{"type":"search","query":"rkyv"}}"#,
-//!     r#"{"id":"fc_1","type":"function_call","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+//!     r#"{"id":"fc_1","type":"function_call","call_id":"call_1","name":"ls","arguments":"{}","namespace":"fs"}"#,
 //! ];
 //! let items = output.iter().map(|json| Item::from_responses_json(json)).collect::<Result<Vec<_>, _>>()?;
 //! store.save_delta(id, &mut head, &items)?;
 //!
-//! let input = responses::history_to_json(&store.restore(id)?.history)?;
+//! let history = store.restore(id)?.history;
+//! let input = responses::history_to_json(&history, Form::Resend)?;
 //! assert_eq!(
 //!     input,
 //!     format!(
 //!         "[{},{},{}]",
 //!         r#"{"type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#,
 //!         output[1],
-//!         r#"{"type":"function_call","call_id":"call_1","name":"ls","arguments":"{}"}"#,
+//!         r#"{"type":"function_call","call_id":"call_1","name":"ls","arguments":"{}","namespace":"fs"}"#,
 //!     )
 //! );
+//! assert!(history[2].is_tool_call());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::borrow::Cow;
+
 use serde_json::value::RawValue;
 
+use super::extra::{self, Extra, WireForm, TEXT_CONTENT, UNTYPED};
 use super::fields::{as_string, history_list, Fields, Place};
 use super::tree::{list_json, JsonSink, JsonTree, Obj, TreeSink};
-use super::view::{Output, Part, Parts, Shape, Texts};
-use super::{ContentPart, Item, ItemView, Role, ToolOutput};
+use super::view::{Output, Part, Parts, ProviderState, Shape, Texts};
+use super::{ContentPart, Form, Item, ItemStatus, ItemView, Role, ToolOutput};
 use crate::error::Result;
 use crate::schema::JsonText;
 
@@ -64,17 +66,17 @@ impl Item {
         )
     }
 
-    /// Writes the item as a Responses item, or fails, naming the field, if
-    /// it has no Responses form (Anthropic thinking, an Anthropic block, an
-    /// `is_error` flag).
-    pub fn to_responses_json(&self) -> Result<String> {
-        Ok(self.to_responses_tree()?.to_json())
+    /// Writes the item as a Responses item in `form`, or fails, naming the
+    /// field, if it has no Responses form (Anthropic thinking, an Anthropic
+    /// block, an `is_error: true` flag).
+    pub fn to_responses_json(&self, form: Form) -> Result<String> {
+        Ok(self.to_responses_tree(form)?.to_json())
     }
 
     /// The item's Responses form as a tree that borrows the item's strings:
     /// what [`Item::to_responses_json`] renders.
-    pub fn to_responses_tree(&self) -> Result<JsonTree<'_>> {
-        write_item(self.into(), &mut TreeSink)
+    pub fn to_responses_tree(&self, form: Form) -> Result<JsonTree<'_>> {
+        write_item(self.into(), form, &mut TreeSink)
     }
 }
 
@@ -86,29 +88,30 @@ pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
         .collect()
 }
 
-/// Writes a history as a JSON list of Responses items, ready to send as
-/// `input`.
-pub fn history_to_json(items: &[Item]) -> Result<String> {
-    Ok(list_json(&history_to_trees(items)?))
+/// Writes a history as a JSON list of Responses items in `form`
+/// ([`Form::Resend`]: ready to send as `input` to a stateless request).
+pub fn history_to_json(items: &[Item], form: Form) -> Result<String> {
+    Ok(list_json(&history_to_trees(items, form)?))
 }
 
 /// Writes a history as one JSON text per item.
-pub fn history_to_items(items: &[Item]) -> Result<Vec<String>> {
-    Ok(history_to_trees(items)?
+pub fn history_to_items(items: &[Item], form: Form) -> Result<Vec<String>> {
+    Ok(history_to_trees(items, form)?
         .iter()
         .map(JsonTree::to_json)
         .collect())
 }
 
 /// Writes a history as one tree per item (see [`Item::to_responses_tree`]).
-pub fn history_to_trees(items: &[Item]) -> Result<Vec<JsonTree<'_>>> {
-    write_history(items.iter().map(ItemView::from), &mut TreeSink)
+pub fn history_to_trees(items: &[Item], form: Form) -> Result<Vec<JsonTree<'_>>> {
+    write_history(items.iter().map(ItemView::from), form, &mut TreeSink)
 }
 
 /// Writes one item's Responses form into `sink`, or fails, naming the
 /// field, if it has no Responses form (see [`Item::to_responses_json`]).
 pub fn write_item<'a, S: JsonSink<'a>>(
     item: ItemView<'a>,
+    form: Form,
     sink: &mut S,
 ) -> Result<S::Value, S::Error> {
     write(
@@ -117,6 +120,7 @@ pub fn write_item<'a, S: JsonSink<'a>>(
             api: API,
             index: None,
         },
+        form,
         sink,
     )
 }
@@ -128,6 +132,7 @@ pub fn write_item<'a, S: JsonSink<'a>>(
 /// failure names the item's index.
 pub fn write_history<'a, S: JsonSink<'a>>(
     items: impl IntoIterator<Item = ItemView<'a>>,
+    form: Form,
     sink: &mut S,
 ) -> Result<Vec<S::Value>, S::Error> {
     let items = items.into_iter();
@@ -137,18 +142,50 @@ pub fn write_history<'a, S: JsonSink<'a>>(
             api: API,
             index: Some(index),
         };
-        out.push(write(item, place, sink)?);
+        out.push(write(item, place, form, sink)?);
     }
     Ok(out)
 }
 
 fn read_item(json: &str, place: Place) -> Result<Item> {
+    let as_given = || {
+        JsonText::parse(json)
+            .map(|json| Item::Opaque { role: None, json })
+            .map_err(|e| place.error("", e.to_string()))
+    };
+    let Ok(mut item) = read_typed(json, place) else {
+        return as_given();
+    };
+    let mut canonical = String::new();
+    write(ItemView::from(&item), place, Form::AsStored, &mut TreeSink)?.write_json(&mut canonical);
+    match extra::diff(&canonical, json) {
+        Ok(None) => Ok(item),
+        Ok(Some(diff)) => {
+            let (id, status, extra) = item.take_provider_state();
+            let extra = Extra::new(WireForm::Responses, extra.flags(), Some(diff));
+            item.set_provider_state(id, status, extra);
+            Ok(item)
+        }
+        Err(_) => as_given(),
+    }
+}
+
+/// The typed view of a Responses item, with its id, status and shorthand
+/// flags; fields it does not type are left for the diff. Fails when the
+/// item is not one this crate types (its `type` unknown, or a typed field
+/// of another JSON type): it is then kept as given.
+fn read_typed(json: &str, place: Place) -> Result<Item> {
     let mut f = Fields::new(json, place, String::new())?;
     let kind = f.opt_string("type")?;
-    let item = match kind.as_deref() {
-        Some("message") => read_message(&mut f)?,
-        None if f.has("role") => read_message(&mut f)?,
+    let mut flags = 0;
+    let mut item = match kind.as_deref() {
+        Some("message") => read_message(&mut f, &mut flags)?,
+        None if f.has("role") => {
+            flags |= UNTYPED;
+            read_message(&mut f, &mut flags)?
+        }
         Some("function_call") => Item::ToolCall {
+            extra: Extra::NONE,
             id: None,
             call_id: f.string("call_id")?,
             name: f.string("name")?,
@@ -156,6 +193,7 @@ fn read_item(json: &str, place: Place) -> Result<Item> {
             status: None,
         },
         Some("custom_tool_call") => Item::CustomToolCall {
+            extra: Extra::NONE,
             id: None,
             call_id: f.string("call_id")?,
             name: f.string("name")?,
@@ -167,12 +205,14 @@ fn read_item(json: &str, place: Place) -> Result<Item> {
             let output = f.required("output")?;
             match (as_string(output), kind) {
                 (Some(summary), "function_call_output") => Item::ToolResult {
+                    extra: Extra::NONE,
                     id: None,
                     call_id,
                     summary,
                     content: None,
                 },
                 (text, _) => Item::ToolOutput {
+                    extra: Extra::NONE,
                     id: None,
                     call_id,
                     output: Some(match text {
@@ -186,18 +226,17 @@ fn read_item(json: &str, place: Place) -> Result<Item> {
             }
         }
         Some("reasoning") => read_reasoning(&mut f)?,
-        Some(_) => {
-            let json = JsonText::parse(json).map_err(|e| place.error("type", e.to_string()))?;
-            return Ok(Item::Opaque { role: None, json });
-        }
-        None => return Err(f.error("type", "missing")),
+        _ => return Err(f.error("type", "not a type this crate reads")),
     };
-    f.drop(&["id", "status"]);
-    f.finish()?;
+    let id = f.raw("id").and_then(as_string);
+    let status = f
+        .raw("status")
+        .and_then(|raw| serde_json::from_str(raw.get()).ok());
+    item.set_provider_state(id, status, Extra::new(WireForm::Responses, flags, None));
     Ok(item)
 }
 
-fn read_message(f: &mut Fields<'_>) -> Result<Item> {
+fn read_message(f: &mut Fields<'_>, flags: &mut u8) -> Result<Item> {
     let role = match f.string("role")?.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
@@ -207,10 +246,14 @@ fn read_message(f: &mut Fields<'_>) -> Result<Item> {
     };
     let raw = f.required("content")?;
     let content = match as_string(raw) {
-        Some(text) => vec![ContentPart::Text { text }],
+        Some(text) => {
+            *flags |= TEXT_CONTENT;
+            vec![ContentPart::Text { text }]
+        }
         None => read_parts(f, raw, "content", Some(role))?,
     };
     Ok(Item::Message {
+        extra: Extra::NONE,
         id: None,
         role,
         content,
@@ -228,11 +271,22 @@ fn read_parts<'a>(
     f.elements(raw, name)?
         .iter()
         .enumerate()
-        .map(|(i, raw)| read_part(f.nested(raw, &format!("{name}[{i}]"))?, raw, role))
+        .map(|(i, raw)| {
+            f.nested(raw, &format!("{name}[{i}]"))
+                .and_then(|p| read_part(p, raw, role))
+                .or_else(|_| {
+                    // A part this crate cannot type is kept as given.
+                    JsonText::parse(raw.get())
+                        .map(|json| ContentPart::Opaque { json })
+                        .map_err(|e| f.error(&format!("{name}[{i}]"), e.to_string()))
+                })
+        })
         .collect()
 }
 
 fn read_part(mut p: Fields<'_>, raw: &RawValue, role: Option<Role>) -> Result<ContentPart> {
+    // Parts are typed leniently, like items: fields left over go to the
+    // item's diff.
     let assistant = role == Some(Role::Assistant);
     let kind = p.string("type")?;
     let part = match kind.as_str() {
@@ -276,19 +330,16 @@ fn read_part(mut p: Fields<'_>, raw: &RawValue, role: Option<Role>) -> Result<Co
         "input_audio" => {
             let audio = p.required("input_audio")?;
             let mut a = p.nested(audio, "input_audio")?;
-            let part = ContentPart::InputAudio {
+            ContentPart::InputAudio {
                 data: a.string("data")?,
                 format: a.string("format")?,
-            };
-            a.finish()?;
-            part
+            }
         }
         _ => {
             let json = JsonText::parse(raw.get()).map_err(|e| p.error("type", e.to_string()))?;
             return Ok(ContentPart::Opaque { json });
         }
     };
-    p.finish()?;
     Ok(part)
 }
 
@@ -304,9 +355,7 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
                 if p.string("type")? != kind {
                     return Err(p.error("type", format!("expected {kind:?}")));
                 }
-                let text = p.string("text")?;
-                p.finish()?;
-                Ok(text)
+                p.string("text")
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
@@ -317,6 +366,7 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
     let encrypted_content = f.opt_string("encrypted_content")?;
     Ok(match content {
         None => Item::Reasoning {
+            extra: Default::default(),
             id: None,
             text: String::new(),
             summary,
@@ -324,6 +374,7 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
             status: None,
         },
         Some(mut content) if content.len() == 1 && !content[0].is_empty() => Item::Reasoning {
+            extra: Default::default(),
             id: None,
             text: content.remove(0),
             summary,
@@ -331,6 +382,7 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
             status: None,
         },
         Some(content) => Item::ReasoningParts {
+            extra: Default::default(),
             id: None,
             summary,
             content,
@@ -343,8 +395,78 @@ fn read_reasoning(f: &mut Fields<'_>) -> Result<Item> {
 fn write<'a, S: JsonSink<'a>>(
     item: ItemView<'a>,
     place: Place,
+    form: Form,
     sink: &mut S,
 ) -> Result<S::Value, S::Error> {
+    let state = item.provider_state();
+    let Some(diff) = state.extra.diff_for(WireForm::Responses) else {
+        return write_typed(item, place, form, state, sink);
+    };
+    // The canonical form with the diff applied: built as text, once, for
+    // the items that carried fields this crate does not type.
+    let canonical = write_typed(item, place, Form::AsStored, state, &mut TreeSink)?.to_json();
+    let drop: &[&str] = match form {
+        Form::AsStored => &[],
+        Form::Resend => &["id", "status"],
+    };
+    sink.json(Cow::Owned(extra::apply(&canonical, Some(diff), drop)))
+}
+
+/// An object of `kind` (without `type` for a message given without one)
+/// and, as stored, the item's id.
+fn head<'s, 'a, S: JsonSink<'a>>(
+    sink: &'s mut S,
+    kind: &'static str,
+    untyped: bool,
+    form: Form,
+    state: ProviderState<'a>,
+) -> Obj<'s, 'a, S> {
+    let obj = if untyped {
+        Obj::empty(sink)
+    } else {
+        Obj::typed(sink, kind)
+    };
+    match form {
+        Form::AsStored => obj.opt_str("id", state.id),
+        Form::Resend => obj,
+    }
+}
+
+/// Ends an object with, as stored, the item's status.
+fn tail<'a, S: JsonSink<'a>>(
+    obj: Obj<'_, 'a, S>,
+    form: Form,
+    state: ProviderState<'a>,
+) -> Result<S::Value, S::Error> {
+    let status = match form {
+        Form::AsStored => state.status.map(status_name),
+        Form::Resend => None,
+    };
+    match status {
+        Some(status) => obj.tag("status", status),
+        None => obj,
+    }
+    .finish()
+}
+
+fn status_name(status: ItemStatus) -> &'static str {
+    match status {
+        ItemStatus::InProgress => "in_progress",
+        ItemStatus::Completed => "completed",
+        ItemStatus::Incomplete => "incomplete",
+    }
+}
+
+/// The item's typed fields in their canonical Responses form, with its id
+/// and status as stored, and its shorthand flags.
+fn write_typed<'a, S: JsonSink<'a>>(
+    item: ItemView<'a>,
+    place: Place,
+    form: Form,
+    state: ProviderState<'a>,
+    sink: &mut S,
+) -> Result<S::Value, S::Error> {
+    let flags = state.extra.flags_for(WireForm::Responses);
     match item.shape() {
         Shape::Message { role, content } => {
             let role_name = match role {
@@ -353,40 +475,51 @@ fn write<'a, S: JsonSink<'a>>(
                 Role::System => "system",
                 Role::Developer => "developer",
             };
-            Obj::typed(sink, "message")
-                .tag("role", role_name)
-                .with("content", |s| write_parts(s, content, Some(role)))
-                .finish()
+            let obj =
+                head(sink, "message", flags & UNTYPED != 0, form, state).tag("role", role_name);
+            let obj = match content.only_text() {
+                Some(text) if flags & TEXT_CONTENT != 0 => obj.str("content", text),
+                _ => obj.with("content", |s| write_parts(s, content, Some(role))),
+            };
+            tail(obj, form, state)
         }
         Shape::ToolCall {
             call_id,
             name,
             arguments,
-        } => Obj::typed(sink, "function_call")
-            .str("call_id", call_id)
-            .str("name", name)
-            .str("arguments", arguments)
-            .finish(),
-        Shape::ToolResult { call_id, summary } => Obj::typed(sink, "function_call_output")
-            .str("call_id", call_id)
-            .str("output", summary)
-            .finish(),
+        } => {
+            let obj = head(sink, "function_call", false, form, state)
+                .str("call_id", call_id)
+                .str("name", name)
+                .str("arguments", arguments);
+            tail(obj, form, state)
+        }
+        Shape::ToolResult { call_id, summary } => {
+            let obj = head(sink, "function_call_output", false, form, state)
+                .str("call_id", call_id)
+                .str("output", summary);
+            tail(obj, form, state)
+        }
         Shape::CustomToolCall {
             call_id,
             name,
             input,
-        } => Obj::typed(sink, "custom_tool_call")
-            .str("call_id", call_id)
-            .str("name", name)
-            .str("input", input)
-            .finish(),
+        } => {
+            let obj = head(sink, "custom_tool_call", false, form, state)
+                .str("call_id", call_id)
+                .str("name", name)
+                .str("input", input);
+            tail(obj, form, state)
+        }
         Shape::ToolOutput {
             call_id,
             output,
             is_error,
             custom,
         } => {
-            if is_error.is_some() {
+            // An Anthropic result that says it is no error says nothing a
+            // Responses output needs; one that is an error has no form here.
+            if is_error == Some(true) {
                 return Err(place
                     .error("is_error", "the Responses API has no error flag")
                     .into());
@@ -398,12 +531,12 @@ fn write<'a, S: JsonSink<'a>>(
             } else {
                 "function_call_output"
             };
-            let obj = Obj::typed(sink, kind).str("call_id", call_id);
-            match output {
+            let obj = head(sink, kind, false, form, state).str("call_id", call_id);
+            let obj = match output {
                 Output::Text(text) => obj.str("output", text),
                 Output::Parts(parts) => obj.with("output", |s| write_parts(s, parts, None)),
-            }
-            .finish()
+            };
+            tail(obj, form, state)
         }
         Shape::Reasoning {
             text,
@@ -411,13 +544,13 @@ fn write<'a, S: JsonSink<'a>>(
             encrypted_content,
         } => {
             let content = (!text.is_empty()).then_some(Texts::One(text));
-            write_reasoning(sink, summary, content, encrypted_content)
+            write_reasoning(sink, summary, content, encrypted_content, form, state)
         }
         Shape::ReasoningParts {
             summary,
             content,
             encrypted_content,
-        } => write_reasoning(sink, summary, Some(content), encrypted_content),
+        } => write_reasoning(sink, summary, Some(content), encrypted_content, form, state),
         Shape::Thinking | Shape::RedactedThinking => Err(place
             .error("type", "Anthropic thinking has no Responses form")
             .into()),
@@ -433,6 +566,8 @@ fn write_reasoning<'a, S: JsonSink<'a>>(
     summary: Texts<'a>,
     content: Option<Texts<'a>>,
     encrypted: Option<&'a str>,
+    form: Form,
+    state: ProviderState<'a>,
 ) -> Result<S::Value, S::Error> {
     let texts = |sink: &mut S, kind: &'static str, texts: Texts<'a>| {
         let values = texts
@@ -441,12 +576,13 @@ fn write_reasoning<'a, S: JsonSink<'a>>(
             .collect::<Result<Vec<_>, _>>()?;
         sink.list(values)
     };
-    let obj = Obj::typed(sink, "reasoning").with("summary", |s| texts(s, "summary_text", summary));
+    let obj = head(sink, "reasoning", false, form, state)
+        .with("summary", |s| texts(s, "summary_text", summary));
     let obj = match content {
         Some(content) => obj.with("content", |s| texts(s, "reasoning_text", content)),
         None => obj,
     };
-    obj.opt_str("encrypted_content", encrypted).finish()
+    tail(obj.opt_str("encrypted_content", encrypted), form, state)
 }
 
 fn write_parts<'a, S: JsonSink<'a>>(

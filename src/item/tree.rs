@@ -103,8 +103,11 @@ impl JsonTree<'_> {
     }
 }
 
-/// The sink that builds a [`JsonTree`].
-pub(crate) struct TreeSink;
+/// The sink that builds a [`JsonTree`]: give it to
+/// [`responses::write_history`](crate::responses::write_history) to write
+/// items read in place as JSON.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TreeSink;
 
 impl<'a> JsonSink<'a> for TreeSink {
     type Value = JsonTree<'a>;

@@ -6,9 +6,10 @@
 use rkyv::option::ArchivedOption;
 use rkyv::string::ArchivedString;
 
-use super::{ContentPart, Item, Role, ToolOutput};
+use super::{ContentPart, ExtraView, Item, ItemStatus, Role, ToolOutput};
 use crate::schema::{
-    ArchivedLoggedContentPart, ArchivedLoggedItem, ArchivedLoggedRole, ArchivedLoggedToolOutput,
+    ArchivedLoggedContentPart, ArchivedLoggedItem, ArchivedLoggedItemOf, ArchivedLoggedRole,
+    ArchivedLoggedToolOutput, ItemExtension,
 };
 
 /// One history item, borrowed: from a runtime [`Item`], or from a record of
@@ -39,8 +40,7 @@ impl<'a> ItemView<'a> {
 }
 
 impl ItemView<'_> {
-    /// The item, owned. Ids and statuses of a stored item come back as
-    /// `None`, as the log does not keep them.
+    /// The item, owned, with its id, status and extra.
     pub fn to_item(&self) -> Item {
         match self.0 {
             Source::Runtime(item) => item.clone(),
@@ -50,6 +50,40 @@ impl ItemView<'_> {
 }
 
 impl<'a> ItemView<'a> {
+    /// What the provider gave beyond the typed fields: its id, status and
+    /// extra, for a wire form writer.
+    pub(crate) fn provider_state(&self) -> ProviderState<'a> {
+        match self.0 {
+            Source::Runtime(item) => {
+                let (id, status) = match item {
+                    Item::Message { id, status, .. }
+                    | Item::ToolCall { id, status, .. }
+                    | Item::Reasoning { id, status, .. }
+                    | Item::CustomToolCall { id, status, .. }
+                    | Item::ToolOutput { id, status, .. }
+                    | Item::ReasoningParts { id, status, .. } => (id.as_deref(), *status),
+                    Item::ToolResult { id, .. } => (id.as_deref(), None),
+                    _ => (None, None),
+                };
+                ProviderState {
+                    id,
+                    status,
+                    extra: item.extra().view(),
+                }
+            }
+            Source::Stored(ArchivedLoggedItem::Extended(e)) => ProviderState {
+                id: e.id.as_ref().map(|s| s.as_str()),
+                status: e.status.as_ref().map(|s| s.status()),
+                extra: ExtraView {
+                    form: e.form.as_ref().map(|f| f.form()),
+                    flags: e.flags,
+                    diff: e.diff.as_ref().map(|d| d.as_str()),
+                },
+            },
+            Source::Stored(_) => ProviderState::NONE,
+        }
+    }
+
     /// The item's fields, for a wire form writer.
     pub(crate) fn shape(&self) -> Shape<'a> {
         match self.0 {
@@ -57,6 +91,22 @@ impl<'a> ItemView<'a> {
             Source::Stored(item) => stored_shape(item),
         }
     }
+}
+
+/// An item's id, status and [`Extra`](super::Extra), borrowed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProviderState<'a> {
+    pub id: Option<&'a str>,
+    pub status: Option<ItemStatus>,
+    pub extra: ExtraView<'a>,
+}
+
+impl ProviderState<'_> {
+    const NONE: ProviderState<'static> = ProviderState {
+        id: None,
+        status: None,
+        extra: ExtraView::NONE,
+    };
 }
 
 /// An item's fields as the wire forms read them, borrowed; the variants
@@ -118,6 +168,14 @@ pub(crate) enum Parts<'a> {
 }
 
 impl<'a> Parts<'a> {
+    /// The text of the one part, when there is exactly one plain text part.
+    pub fn only_text(&self) -> Option<&'a str> {
+        match (self.len(), self.len().checked_sub(1).map(|i| self.get(i))) {
+            (1, Some(Part::Text(text))) => Some(text),
+            _ => None,
+        }
+    }
+
     /// How many parts.
     pub fn len(&self) -> usize {
         match self {
@@ -277,7 +335,8 @@ fn stored_role(role: &ArchivedLoggedRole) -> Role {
     }
 }
 
-fn stored_shape(item: &ArchivedLoggedItem) -> Shape<'_> {
+fn stored_shape<X: ItemExtension>(item: &ArchivedLoggedItemOf<X>) -> Shape<'_> {
+    use ArchivedLoggedItemOf as ArchivedLoggedItem;
     match item {
         ArchivedLoggedItem::Message { role, content } => Shape::Message {
             role: stored_role(role),
@@ -345,6 +404,13 @@ fn stored_shape(item: &ArchivedLoggedItem) -> Shape<'_> {
         // Views are made of the items references name, never of the
         // references (`ItemView::stored`); were one made, it would read as
         // an opaque item, as `ArchivedLoggedItem::to_item` gives it.
+        ArchivedLoggedItem::Extended(x) => match X::extended(x) {
+            Some(e) => stored_shape(&e.item),
+            None => Shape::Opaque {
+                role: None,
+                json: "{}",
+            },
+        },
         ArchivedLoggedItem::External(_) => Shape::Opaque {
             role: None,
             json: r#"{"type":"session_store_payload"}"#,

@@ -27,9 +27,10 @@ use super::item::{
     ArchivedLoggedContentPart, ArchivedLoggedInputAudio, ArchivedLoggedInputFile,
     ArchivedLoggedInputImage, ArchivedLoggedOutputText, ArchivedLoggedToolOutput,
 };
+use super::item::{LoggedExtended, LoggedItem, LoggedPayloadRef};
 use super::{Archivable, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LoggedRole};
 use crate::error::Result;
-use crate::item::{ContentPart, Item, ToolOutput};
+use crate::item::{ContentPart, Item, ItemView, ToolOutput};
 
 /// A [`LogEntry`](super::LogEntry) of new history items, borrowed. Its tags
 /// are `LogEntry`'s (`SessionStart` is 0).
@@ -143,6 +144,14 @@ pub(crate) enum ItemRef<'a> {
         #[rkyv(with = Inline)]
         json: &'a JsonText,
     },
+    /// Never made (a borrowed item is never a payload reference); here so
+    /// that `Extended` keeps its tag.
+    #[allow(dead_code)]
+    External(Box<LoggedPayloadRef>),
+    /// An item with provider state, owned: rare on the save path (items
+    /// as a runtime makes them carry none), so it is cloned rather than
+    /// mirrored.
+    Extended(Box<LoggedExtended>),
 }
 
 /// A [`LoggedContentPart`](super::LoggedContentPart), borrowed.
@@ -265,10 +274,25 @@ fn part_refs(parts: &[ContentPart]) -> Vec<PartRef<'_>> {
     parts.iter().map(PartRef::from).collect()
 }
 
-/// What `From<Item> for LoggedItem` keeps, borrowed: ids and statuses are
-/// dropped the same way.
+/// What `From<Item> for LoggedItem` keeps, borrowed: an item with an id,
+/// a status or an extra is extended the same way.
 impl<'a> From<&'a Item> for ItemRef<'a> {
     fn from(item: &'a Item) -> Self {
+        let state = ItemView::from(item).provider_state();
+        if state.id.is_none() && state.status.is_none() && state.extra.form.is_none() {
+            return ItemRef::core_of(item);
+        }
+        match LoggedItem::from(item) {
+            LoggedItem::Extended(e) => ItemRef::Extended(e),
+            // An item with provider state is always extended.
+            _ => unreachable!("an item with an id, status or extra converts to Extended"),
+        }
+    }
+}
+
+impl<'a> ItemRef<'a> {
+    /// The typed fields of `item`, borrowed.
+    fn core_of(item: &'a Item) -> Self {
         match item {
             Item::Message { role, content, .. } => ItemRef::Message {
                 role: (*role).into(),
@@ -340,13 +364,14 @@ impl<'a> From<&'a Item> for ItemRef<'a> {
                 encrypted_content,
             },
             Item::Thinking {
+                extra: _,
                 thinking,
                 signature,
             } => ItemRef::Thinking {
                 thinking,
                 signature,
             },
-            Item::RedactedThinking { data } => ItemRef::RedactedThinking { data },
+            Item::RedactedThinking { extra: _, data } => ItemRef::RedactedThinking { data },
             Item::Opaque { role, json } => ItemRef::Opaque {
                 role: role.map(Into::into),
                 json,
@@ -425,12 +450,14 @@ mod tests {
         vec![
             Item::user_text("first"),
             Item::Message {
+                extra: Default::default(),
                 id: Some(s("msg_1")),
                 role: Role::Assistant,
                 content: every_part(),
                 status: Some(crate::item::ItemStatus::Completed),
             },
             Item::ToolCall {
+                extra: Default::default(),
                 id: Some(s("fc_1")),
                 call_id: s("call_1"),
                 name: s("shell"),
@@ -438,6 +465,7 @@ mod tests {
                 status: None,
             },
             Item::Reasoning {
+                extra: Default::default(),
                 id: Some(s("rs_1")),
                 text: long.clone(),
                 summary: vec![s("one"), long.clone()],
@@ -445,6 +473,7 @@ mod tests {
                 status: None,
             },
             Item::Reasoning {
+                extra: Default::default(),
                 id: None,
                 text: s(""),
                 summary: vec![],
@@ -452,6 +481,7 @@ mod tests {
                 status: None,
             },
             Item::CustomToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id: s("call_2"),
                 name: s("apply_patch"),
@@ -459,18 +489,21 @@ mod tests {
                 status: None,
             },
             Item::ToolResult {
+                extra: Default::default(),
                 id: Some(s("fco_1")),
                 call_id: s("call_1"),
                 summary: s("listed"),
                 content: Some(long.clone()),
             },
             Item::ToolResult {
+                extra: Default::default(),
                 id: None,
                 call_id: s("call_3"),
                 summary: s(""),
                 content: None,
             },
             Item::ToolOutput {
+                extra: Default::default(),
                 id: None,
                 call_id: s("call_2"),
                 output: Some(ToolOutput::Text(s("done"))),
@@ -479,6 +512,7 @@ mod tests {
                 status: None,
             },
             Item::ToolOutput {
+                extra: Default::default(),
                 id: None,
                 call_id: s("call_4"),
                 output: Some(ToolOutput::Parts(every_part())),
@@ -487,6 +521,7 @@ mod tests {
                 status: None,
             },
             Item::ToolOutput {
+                extra: Default::default(),
                 id: None,
                 call_id: s("call_5"),
                 output: None,
@@ -496,6 +531,7 @@ mod tests {
             },
             Item::system_text("a hook's note"),
             Item::ReasoningParts {
+                extra: Default::default(),
                 id: None,
                 summary: vec![s("s")],
                 content: vec![s("c1"), long.clone()],
@@ -503,14 +539,19 @@ mod tests {
                 status: None,
             },
             Item::Thinking {
+                extra: Default::default(),
                 thinking: s("hmm"),
                 signature: Some(s("sig")),
             },
             Item::Thinking {
+                extra: Default::default(),
                 thinking: s(""),
                 signature: None,
             },
-            Item::RedactedThinking { data: long },
+            Item::RedactedThinking {
+                extra: Default::default(),
+                data: long,
+            },
             Item::Opaque {
                 role: None,
                 json: json(r#"{"type":"web_search_call","id":"ws_1"}"#),
@@ -520,6 +561,7 @@ mod tests {
                 json: json(r#"{"type":"server_tool_use"}"#),
             },
             Item::Message {
+                extra: Default::default(),
                 id: None,
                 role: Role::Developer,
                 content: vec![],

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::item::{ContentPart, Item, Role, ToolOutput};
+use crate::item::{ContentPart, Extra, Item, ItemStatus, Role, ToolOutput, WireForm};
 
 use super::{some_json_text, JsonText};
 
@@ -213,7 +213,11 @@ pub enum LoggedToolOutput {
     Parts(Vec<LoggedContentPart>),
 }
 
-/// One history item as the log keeps it: only what replay and re-send need.
+/// One history item as the log keeps it: see [`LoggedItem`]. `X` is what
+/// its last variant holds: for an item of an entry, what a provider gave
+/// beyond the typed fields ([`LoggedExtended`]); inside that, nothing
+/// (`()`), so the type is not recursive and an archive of it is checked to
+/// a fixed depth, whatever its bytes.
 #[derive(
     Debug,
     Clone,
@@ -227,8 +231,7 @@ pub enum LoggedToolOutput {
     rkyv::Deserialize,
 )]
 #[serde(tag = "kind", rename_all = "snake_case")]
-#[rkyv(derive(Debug))]
-pub enum LoggedItem {
+pub enum LoggedItemOf<X> {
     /// A message.
     Message {
         /// The author.
@@ -327,6 +330,225 @@ pub enum LoggedItem {
     /// it both ways. See DESIGN.md, "Payloads".
     #[serde(skip)]
     External(Box<LoggedPayloadRef>),
+    /// A typed item with what its provider gave beyond the typed fields
+    /// (schema 6): its id and status, and the [`Extra`] that writes it back
+    /// JSON-equal. Inside a [`LoggedExtended`] (`X` is `()`), a variant
+    /// that is never written and reads as an empty opaque item.
+    Extended(X),
+}
+
+/// One history item as the log keeps it: only what replay and re-send
+/// need, and what its provider gave beyond that.
+pub type LoggedItem = LoggedItemOf<Box<LoggedExtended>>;
+/// The archived [`LoggedItem`], read in place from a checked record.
+pub type ArchivedLoggedItem = ArchivedLoggedItemOf<Box<LoggedExtended>>;
+/// The typed item inside a [`LoggedExtended`]: a [`LoggedItem`] that
+/// cannot hold another.
+pub type LoggedCoreItem = LoggedItemOf<()>;
+/// The archived [`LoggedCoreItem`].
+pub type ArchivedLoggedCoreItem = ArchivedLoggedItemOf<()>;
+
+/// A provider item's lifecycle status (schema 6).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub enum LoggedStatus {
+    /// `in_progress`.
+    InProgress,
+    /// `completed`.
+    Completed,
+    /// `incomplete`.
+    Incomplete,
+}
+
+/// The wire form an extended item's diff was taken against (schema 6).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[rkyv(derive(Debug, PartialEq, Eq))]
+pub enum LoggedForm {
+    /// The Responses API's items.
+    Responses,
+    /// The Messages API's content blocks.
+    Anthropic,
+}
+
+/// See [`LoggedItem::Extended`].
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[rkyv(derive(Debug))]
+pub struct LoggedExtended {
+    /// The provider's item id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The provider's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<LoggedStatus>,
+    /// The wire form `flags` and `diff` are against; absent with neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<LoggedForm>,
+    /// Shorthand flags of a Responses message (1: no `type`; 2: `content`
+    /// given as a string).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub flags: u8,
+    /// The diff from the canonical form to the given one (see
+    /// [`Extra`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_json_text"
+    )]
+    pub diff: Option<JsonText>,
+    /// The typed item.
+    pub item: LoggedCoreItem,
+}
+
+/// What the last variant of a [`LoggedItemOf`] holds: a
+/// [`LoggedExtended`] in an entry's item, nothing in the item inside one.
+pub trait ItemExtension: rkyv::Archive + Sized {
+    /// The extension an archived item holds, if any.
+    fn extended(archived: &Self::Archived) -> Option<&ArchivedLoggedExtended>;
+    /// The runtime item an owned one stands for.
+    fn into_item(self) -> Item;
+    /// The bytes of its strings and JSON texts.
+    fn text_len(&self) -> usize;
+}
+
+impl ItemExtension for () {
+    fn extended(_: &()) -> Option<&ArchivedLoggedExtended> {
+        None
+    }
+
+    /// Never written: read, it is an empty opaque item.
+    fn into_item(self) -> Item {
+        Item::Opaque {
+            role: None,
+            json: JsonText::empty_object(),
+        }
+    }
+
+    fn text_len(&self) -> usize {
+        0
+    }
+}
+
+impl ItemExtension for Box<LoggedExtended> {
+    fn extended(archived: &Self::Archived) -> Option<&ArchivedLoggedExtended> {
+        Some(archived.get())
+    }
+
+    fn into_item(self) -> Item {
+        let e = *self;
+        let extra = match e.form {
+            Some(form) => Extra::new(form.into(), e.flags, e.diff),
+            None => Extra::NONE,
+        };
+        let mut item = e.item.into_item();
+        item.set_provider_state(e.id, e.status.map(Into::into), extra);
+        item
+    }
+
+    fn text_len(&self) -> usize {
+        self.id.as_ref().map_or(0, String::len)
+            + self.diff.as_ref().map_or(0, |d| d.as_str().len())
+            + self.item.text_len()
+    }
+}
+
+fn is_zero(flags: &u8) -> bool {
+    *flags == 0
+}
+
+impl From<ItemStatus> for LoggedStatus {
+    fn from(status: ItemStatus) -> Self {
+        match status {
+            ItemStatus::InProgress => LoggedStatus::InProgress,
+            ItemStatus::Completed => LoggedStatus::Completed,
+            ItemStatus::Incomplete => LoggedStatus::Incomplete,
+        }
+    }
+}
+
+impl From<LoggedStatus> for ItemStatus {
+    fn from(status: LoggedStatus) -> Self {
+        match status {
+            LoggedStatus::InProgress => ItemStatus::InProgress,
+            LoggedStatus::Completed => ItemStatus::Completed,
+            LoggedStatus::Incomplete => ItemStatus::Incomplete,
+        }
+    }
+}
+
+impl From<WireForm> for LoggedForm {
+    fn from(form: WireForm) -> Self {
+        match form {
+            WireForm::Responses => LoggedForm::Responses,
+            WireForm::Anthropic => LoggedForm::Anthropic,
+        }
+    }
+}
+
+impl From<LoggedForm> for WireForm {
+    fn from(form: LoggedForm) -> Self {
+        match form {
+            LoggedForm::Responses => WireForm::Responses,
+            LoggedForm::Anthropic => WireForm::Anthropic,
+        }
+    }
+}
+
+impl ArchivedLoggedForm {
+    /// The wire form.
+    pub(crate) fn form(&self) -> WireForm {
+        match self {
+            ArchivedLoggedForm::Responses => WireForm::Responses,
+            ArchivedLoggedForm::Anthropic => WireForm::Anthropic,
+        }
+    }
+}
+
+impl ArchivedLoggedStatus {
+    /// The runtime status.
+    pub(crate) fn status(&self) -> ItemStatus {
+        match self {
+            ArchivedLoggedStatus::InProgress => ItemStatus::InProgress,
+            ArchivedLoggedStatus::Completed => ItemStatus::Completed,
+            ArchivedLoggedStatus::Incomplete => ItemStatus::Incomplete,
+        }
+    }
 }
 
 /// Where an [`LoggedItem::External`] item is: the BLAKE3 hash of its
@@ -475,7 +697,28 @@ impl From<&Item> for LoggedItem {
 }
 
 impl From<Item> for LoggedItem {
-    fn from(item: Item) -> Self {
+    fn from(mut item: Item) -> Self {
+        let (id, status, extra) = item.take_provider_state();
+        if id.is_none() && status.is_none() && extra.is_empty() {
+            return LoggedItem::core_of(item);
+        }
+        let core = LoggedCoreItem::core_of(item);
+        let view = extra.view();
+        LoggedItem::Extended(Box::new(LoggedExtended {
+            id,
+            status: status.map(Into::into),
+            form: view.form.map(Into::into),
+            flags: view.flags,
+            diff: extra.diff().cloned(),
+            item: core,
+        }))
+    }
+}
+
+impl<X> LoggedItemOf<X> {
+    /// The typed fields of `item`, whose id, status and extra are taken.
+    fn core_of(item: Item) -> LoggedItemOf<X> {
+        use LoggedItemOf as LoggedItem;
         match item {
             Item::Message { role, content, .. } => LoggedItem::Message {
                 role: role.into(),
@@ -547,13 +790,14 @@ impl From<Item> for LoggedItem {
                 encrypted_content,
             },
             Item::Thinking {
+                extra: _,
                 thinking,
                 signature,
             } => LoggedItem::Thinking {
                 thinking,
                 signature,
             },
-            Item::RedactedThinking { data } => LoggedItem::RedactedThinking { data },
+            Item::RedactedThinking { extra: _, data } => LoggedItem::RedactedThinking { data },
             Item::Opaque { role, json } => LoggedItem::Opaque {
                 role: role.map(Into::into),
                 json,
@@ -574,11 +818,16 @@ impl LoggedItem {
         rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(self, buf)
             .expect("archiving a LoggedItem into memory cannot fail")
     }
+}
 
-    /// The runtime item. Ids and statuses come back as `None`.
+impl<X: ItemExtension> LoggedItemOf<X> {
+    /// The runtime item, with the id, status and extra it was given.
     pub fn into_item(self) -> Item {
+        use LoggedItemOf as LoggedItem;
         match self {
+            LoggedItem::Extended(e) => e.into_item(),
             LoggedItem::Message { role, content } => Item::Message {
+                extra: Default::default(),
                 id: None,
                 role: role.into(),
                 content: runtime_parts(content),
@@ -589,6 +838,7 @@ impl LoggedItem {
                 name,
                 arguments,
             } => Item::ToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id,
                 name,
@@ -600,6 +850,7 @@ impl LoggedItem {
                 summary,
                 content,
             } => Item::ToolResult {
+                extra: Default::default(),
                 id: None,
                 call_id,
                 summary,
@@ -610,6 +861,7 @@ impl LoggedItem {
                 summary,
                 encrypted_content,
             } => Item::Reasoning {
+                extra: Default::default(),
                 id: None,
                 text,
                 summary,
@@ -621,6 +873,7 @@ impl LoggedItem {
                 name,
                 input,
             } => Item::CustomToolCall {
+                extra: Default::default(),
                 id: None,
                 call_id,
                 name,
@@ -633,6 +886,7 @@ impl LoggedItem {
                 is_error,
                 custom,
             } => Item::ToolOutput {
+                extra: Default::default(),
                 id: None,
                 call_id,
                 output: output.map(|o| match o {
@@ -648,6 +902,7 @@ impl LoggedItem {
                 content,
                 encrypted_content,
             } => Item::ReasoningParts {
+                extra: Default::default(),
                 id: None,
                 summary,
                 content,
@@ -658,10 +913,14 @@ impl LoggedItem {
                 thinking,
                 signature,
             } => Item::Thinking {
+                extra: Default::default(),
                 thinking,
                 signature,
             },
-            LoggedItem::RedactedThinking { data } => Item::RedactedThinking { data },
+            LoggedItem::RedactedThinking { data } => Item::RedactedThinking {
+                extra: Default::default(),
+                data,
+            },
             LoggedItem::Opaque { role, json } => Item::Opaque {
                 role: role.map(Into::into),
                 json,
@@ -677,6 +936,22 @@ impl LoggedItem {
                 )),
             },
         }
+    }
+}
+
+impl std::fmt::Debug for ArchivedLoggedItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_item().fmt(f)
+    }
+}
+
+impl std::fmt::Debug for ArchivedLoggedCoreItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Deserializing validated archived data into owned types has no failure path.
+        rkyv::deserialize::<LoggedCoreItem, rkyv::rancor::Error>(self)
+            .expect("deserializing a validated archive cannot fail")
+            .into_item()
+            .fmt(f)
     }
 }
 
@@ -696,11 +971,13 @@ impl ArchivedLoggedItem {
             .expect("deserializing a validated archive cannot fail")
             .into_item()
     }
+}
 
+impl<X: ItemExtension> ArchivedLoggedItemOf<X> {
     /// The concatenated text of a message, borrowed parts joined.
     pub fn message_text(&self) -> Option<String> {
         match self {
-            ArchivedLoggedItem::Message { content, .. } => Some(
+            ArchivedLoggedItemOf::Message { content, .. } => Some(
                 content
                     .iter()
                     .filter_map(|p| match p {
@@ -710,6 +987,7 @@ impl ArchivedLoggedItem {
                     })
                     .collect(),
             ),
+            ArchivedLoggedItemOf::Extended(x) => X::extended(x)?.item.message_text(),
             _ => None,
         }
     }
@@ -722,7 +1000,17 @@ impl ArchivedLoggedItem {
         &self,
         mut check: impl FnMut(&str) -> Result<(), E>,
     ) -> Result<(), E> {
+        use ArchivedLoggedItemOf as ArchivedLoggedItem;
         let parts = match self {
+            ArchivedLoggedItem::Extended(x) => {
+                let Some(e) = X::extended(x) else {
+                    return Ok(());
+                };
+                if let Some(diff) = e.diff.as_ref() {
+                    check(diff.as_str())?;
+                }
+                return e.item.check_json_texts(check);
+            }
             ArchivedLoggedItem::Message { content, .. } => content.as_slice(),
             ArchivedLoggedItem::ToolOutput { output, .. } => match output.as_ref() {
                 Some(ArchivedLoggedToolOutput::Parts(parts)) => parts.as_slice(),

@@ -51,6 +51,11 @@ impl JsonText {
         Ok(JsonText(compact))
     }
 
+    /// Compact JSON text this crate wrote itself, checked for depth only.
+    pub(crate) fn compact(compact: String) -> Result<JsonText> {
+        JsonText::checked(compact)
+    }
+
     /// The empty object `{}`.
     pub fn empty_object() -> JsonText {
         JsonText("{}".to_string())

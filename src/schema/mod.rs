@@ -28,8 +28,10 @@ use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
 pub(crate) use item::{ArchivedLoggedContentPart, ArchivedLoggedRole, ArchivedLoggedToolOutput};
 pub use item::{
-    ArchivedLoggedItem, LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage,
-    LoggedItem, LoggedOutputText, LoggedPayloadRef, LoggedRole, LoggedToolOutput,
+    ArchivedLoggedCoreItem, ArchivedLoggedExtended, ArchivedLoggedItem, ArchivedLoggedItemOf,
+    ItemExtension, LoggedContentPart, LoggedCoreItem, LoggedExtended, LoggedForm, LoggedInputAudio,
+    LoggedInputFile, LoggedInputImage, LoggedItem, LoggedItemOf, LoggedOutputText,
+    LoggedPayloadRef, LoggedRole, LoggedStatus, LoggedToolOutput,
 };
 pub(crate) use json::some_json_text;
 pub use json::{JsonText, MAX_JSON_DEPTH};

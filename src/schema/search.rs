@@ -5,7 +5,9 @@
 //! signatures, redacted thinking) and binary data (images, files, audio) are
 //! left out: they are not text anyone searches.
 
-use super::item::{ArchivedLoggedContentPart, ArchivedLoggedItem, ArchivedLoggedToolOutput};
+use super::item::{
+    ArchivedLoggedContentPart, ArchivedLoggedItemOf, ArchivedLoggedToolOutput, ItemExtension,
+};
 use super::ArchivedLogEntry;
 
 impl ArchivedLoggedContentPart {
@@ -22,9 +24,10 @@ impl ArchivedLoggedContentPart {
     }
 }
 
-impl ArchivedLoggedItem {
+impl<X: ItemExtension> ArchivedLoggedItemOf<X> {
     /// Calls `f` with each text of the item a search reads, in order.
     pub fn searchable_texts<'a>(&'a self, f: &mut dyn FnMut(&'a str)) {
+        use ArchivedLoggedItemOf as ArchivedLoggedItem;
         match self {
             ArchivedLoggedItem::Message { content, .. } => {
                 content.iter().for_each(|p| p.searchable_texts(f))
@@ -72,6 +75,14 @@ impl ArchivedLoggedItem {
             // Its texts are in the store's payload area, not in the record:
             // searched there by the caller that has the area, if at all.
             ArchivedLoggedItem::External(_) => {}
+            ArchivedLoggedItem::Extended(x) => {
+                if let Some(e) = X::extended(x) {
+                    e.item.searchable_texts(f);
+                    if let Some(diff) = e.diff.as_ref() {
+                        f(diff.as_str());
+                    }
+                }
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! it in its payload area (see DESIGN.md, "Payloads"), for the runtime
 //! [`Item`] on the save path and for the [`LoggedItem`] of an owned entry.
 
-use super::item::{LoggedContentPart, LoggedItem, LoggedToolOutput};
+use super::item::{ItemExtension, LoggedContentPart, LoggedItemOf, LoggedToolOutput};
 use super::JsonText;
 use crate::item::{ContentPart, Item, ToolOutput};
 
@@ -53,7 +53,8 @@ pub(crate) fn item_text_len_bound(item: &Item) -> usize {
         ContentPart::Opaque { json } => json.0.len(),
     };
     let parts = |p: &[ContentPart]| p.iter().map(part_len).sum::<usize>();
-    match item {
+    let diff = item.extra().diff().map_or(0, |d| d.0.len());
+    diff + match item {
         Item::Message { id, content, .. } => opt(id) + parts(content),
         Item::ToolCall {
             id,
@@ -63,6 +64,7 @@ pub(crate) fn item_text_len_bound(item: &Item) -> usize {
             ..
         } => opt(id) + call_id.len() + name.len() + arguments.len(),
         Item::ToolResult {
+            extra: _,
             id,
             call_id,
             summary,
@@ -104,10 +106,11 @@ pub(crate) fn item_text_len_bound(item: &Item) -> usize {
             ..
         } => opt(id) + strings_len(summary) + strings_len(content) + opt(encrypted_content),
         Item::Thinking {
+            extra: _,
             thinking,
             signature,
         } => thinking.len() + opt(signature),
-        Item::RedactedThinking { data } => data.len(),
+        Item::RedactedThinking { extra: _, data } => data.len(),
         Item::Opaque { json, .. } => json.0.len(),
     }
 }
@@ -116,11 +119,12 @@ fn strings_len(strings: &[String]) -> usize {
     strings.iter().map(String::len).sum()
 }
 
-impl LoggedItem {
+impl<X: ItemExtension> LoggedItemOf<X> {
     /// The bytes of all the item's strings and JSON texts: an item of at
     /// least the store's `payload_threshold` is stored once in the payload
     /// area ([`LoggedItem::External`]). 0 for an external item.
     pub fn text_len(&self) -> usize {
+        use LoggedItemOf as LoggedItem;
         let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
         let parts = |p: &[LoggedContentPart]| p.iter().map(part_text_len).sum::<usize>();
         match self {
@@ -167,6 +171,7 @@ impl LoggedItem {
             LoggedItem::RedactedThinking { data } => data.len(),
             LoggedItem::Opaque { json, .. } => json.0.len(),
             LoggedItem::External(_) => 0,
+            LoggedItem::Extended(x) => x.text_len(),
         }
     }
 }

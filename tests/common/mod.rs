@@ -31,6 +31,7 @@ pub fn origin(byte: u8) -> SessionOrigin {
 /// A tool call without provider state.
 pub fn call(call_id: &str) -> Item {
     Item::ToolCall {
+        extra: Default::default(),
         id: None,
         call_id: call_id.into(),
         name: "shell".into(),
@@ -42,6 +43,7 @@ pub fn call(call_id: &str) -> Item {
 /// A tool result without provider state.
 pub fn result(call_id: &str) -> Item {
     Item::ToolResult {
+        extra: Default::default(),
         id: None,
         call_id: call_id.into(),
         summary: "ok".into(),
@@ -52,6 +54,7 @@ pub fn result(call_id: &str) -> Item {
 /// A reasoning item without provider state.
 pub fn reasoning(text: &str) -> Item {
     Item::Reasoning {
+        extra: Default::default(),
         id: None,
         text: text.into(),
         summary: vec!["thought".into()],
@@ -65,12 +68,14 @@ pub fn reasoning(text: &str) -> Item {
 pub fn every_item() -> Vec<Item> {
     vec![
         Item::Message {
+            extra: Default::default(),
             id: Some("msg_1".into()),
             role: Role::User,
             content: vec![ContentPart::Text { text: "hi".into() }],
             status: Some(ItemStatus::Completed),
         },
         Item::Message {
+            extra: Default::default(),
             id: Some("msg_2".into()),
             role: Role::Assistant,
             content: vec![
@@ -87,12 +92,14 @@ pub fn every_item() -> Vec<Item> {
             status: Some(ItemStatus::Incomplete),
         },
         Item::Message {
+            extra: Default::default(),
             id: None,
             role: Role::System,
             content: vec![],
             status: Some(ItemStatus::InProgress),
         },
         Item::ToolCall {
+            extra: Default::default(),
             id: Some("fc_1".into()),
             call_id: "call_1".into(),
             name: "shell".into(),
@@ -101,18 +108,21 @@ pub fn every_item() -> Vec<Item> {
             status: Some(ItemStatus::Completed),
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: Some("fco_1".into()),
             call_id: "call_1".into(),
             summary: "listed".into(),
             content: Some("total 0\n".into()),
         },
         Item::ToolResult {
+            extra: Default::default(),
             id: None,
             call_id: "call_2".into(),
             summary: String::new(),
             content: None,
         },
         Item::Reasoning {
+            extra: Default::default(),
             id: Some("rs_1".into()),
             text: "thinking".into(),
             summary: vec!["one".into(), "two".into()],
@@ -121,6 +131,7 @@ pub fn every_item() -> Vec<Item> {
             status: Some(ItemStatus::Completed),
         },
         Item::Reasoning {
+            extra: Default::default(),
             id: None,
             text: String::new(),
             summary: vec![],
@@ -128,6 +139,7 @@ pub fn every_item() -> Vec<Item> {
             status: None,
         },
         Item::Message {
+            extra: Default::default(),
             id: Some("msg_3".into()),
             role: Role::Developer,
             content: vec![
@@ -153,6 +165,7 @@ pub fn every_item() -> Vec<Item> {
             status: None,
         },
         Item::Message {
+            extra: Default::default(),
             id: None,
             role: Role::Assistant,
             content: vec![ContentPart::OutputText {
@@ -165,6 +178,7 @@ pub fn every_item() -> Vec<Item> {
             status: None,
         },
         Item::CustomToolCall {
+            extra: Default::default(),
             id: Some("ctc_1".into()),
             call_id: "call_3".into(),
             name: "apply_patch".into(),
@@ -172,6 +186,7 @@ pub fn every_item() -> Vec<Item> {
             status: Some(ItemStatus::Completed),
         },
         Item::ToolOutput {
+            extra: Default::default(),
             id: Some("ctco_1".into()),
             call_id: "call_3".into(),
             output: Some(ToolOutput::Parts(vec![
@@ -185,6 +200,7 @@ pub fn every_item() -> Vec<Item> {
             status: Some(ItemStatus::Completed),
         },
         Item::ToolOutput {
+            extra: Default::default(),
             id: None,
             call_id: "call_4".into(),
             output: None,
@@ -193,6 +209,7 @@ pub fn every_item() -> Vec<Item> {
             status: None,
         },
         Item::ReasoningParts {
+            extra: Default::default(),
             id: Some("rs_2".into()),
             summary: vec!["s".into()],
             content: vec!["one".into(), "two".into()],
@@ -200,10 +217,12 @@ pub fn every_item() -> Vec<Item> {
             status: None,
         },
         Item::Thinking {
+            extra: Default::default(),
             thinking: "hmm".into(),
             signature: Some("EqQB+/sig==".into()),
         },
         Item::RedactedThinking {
+            extra: Default::default(),
             data: "EmwKAh+/==".into(),
         },
         Item::Opaque {

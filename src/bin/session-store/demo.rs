@@ -107,7 +107,13 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let listed = store.list()?;
     let export_path = root.join(format!("export-{}.jsonl", w.ids[0]));
     let lines = write_file_atomically(&export_path, |out| {
-        write_session(&store, w.ids[0], ExportFormat::Wire, out)
+        write_session(
+            &store,
+            w.ids[0],
+            ExportFormat::Wire,
+            session_store::Form::AsStored,
+            out,
+        )
     })?;
 
     let mb = w.payload_bytes as f64 / 1e6;
@@ -246,6 +252,7 @@ fn demo_turn(rng: &mut Rng, s: u32, t: u32) -> Vec<Item> {
     let call_id = format!("call_{s}_{t}");
     let user = Item::user_text(format!("Turn {t}: {}", rng.text(200)));
     let reasoning = Item::Reasoning {
+        extra: Default::default(),
         id: Some(format!("rs_{s}_{t}")),
         text: String::new(),
         summary: vec![rng.text(200)],
@@ -253,6 +260,7 @@ fn demo_turn(rng: &mut Rng, s: u32, t: u32) -> Vec<Item> {
         status: None,
     };
     let call = Item::ToolCall {
+        extra: Default::default(),
         id: Some(format!("fc_{s}_{t}")),
         call_id: call_id.clone(),
         name: "shell".into(),
@@ -265,6 +273,7 @@ fn demo_turn(rng: &mut Rng, s: u32, t: u32) -> Vec<Item> {
         4000
     };
     let result = Item::ToolResult {
+        extra: Default::default(),
         id: None,
         call_id,
         summary: "exit 0".into(),

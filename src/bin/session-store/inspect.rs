@@ -263,7 +263,7 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
                     cut(thinking, a.full)
                 )?;
             }
-            Item::RedactedThinking { data } => {
+            Item::RedactedThinking { extra: _, data } => {
                 writeln!(
                     out,
                     "{} [redacted {} B]",

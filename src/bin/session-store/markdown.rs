@@ -395,7 +395,7 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
             writeln!(out)?;
             writeln!(out, "</details>")
         }
-        Item::RedactedThinking { data } => {
+        Item::RedactedThinking { extra: _, data } => {
             writeln!(out)?;
             writeln!(out, "_Redacted thinking ({} bytes, kept)._", data.len())
         }

@@ -48,6 +48,10 @@ pub struct ExportArgs {
     /// prompt and request settings are not items, and are not printed)
     #[arg(long, value_enum, default_value = "wire")]
     format: ExportFormat,
+    /// With --format responses: the items ready for a stateless re-send,
+    /// without provider item ids and statuses [default: as they were given]
+    #[arg(long)]
+    resend: bool,
     /// Export every session, one file each, into the directory given by -o
     #[arg(long, conflicts_with = "id", requires = "output")]
     all: bool,
@@ -186,6 +190,7 @@ pub(crate) fn write_session(
     store: &Store,
     id: SessionId,
     format: ExportFormat,
+    form: session_store::Form,
     out: &mut dyn Write,
 ) -> Result<u64> {
     if !store.exists(id) {
@@ -194,7 +199,7 @@ pub(crate) fn write_session(
     let lines = match format {
         ExportFormat::Wire => return Ok(store.export(id, out)?),
         ExportFormat::Markdown => return crate::markdown::write_markdown(store, id, out),
-        ExportFormat::Responses => responses::history_to_items(&store.restore(id)?.history)?,
+        ExportFormat::Responses => responses::history_to_items(&store.restore(id)?.history, form)?,
         ExportFormat::Anthropic => Item::to_anthropic_messages(&store.restore(id)?.history)?,
     };
     for line in &lines {
@@ -205,6 +210,14 @@ pub(crate) fn write_session(
 
 pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
     let store = crate::open_store_with_archive(root, &a.archive)?;
+    if a.resend && a.format != ExportFormat::Responses {
+        bail!("--resend is for --format responses");
+    }
+    let form = if a.resend {
+        session_store::Form::Resend
+    } else {
+        session_store::Form::AsStored
+    };
     if a.all {
         let Some(dir) = a.output else {
             bail!("export --all needs -o DIR")
@@ -220,9 +233,9 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
             };
             let path = dir.join(format!("{}.{ext}", s.id));
             // One session that cannot be read does not stop the others.
-            if let Err(e) =
-                write_file_atomically(&path, |out| write_session(&store, s.id, a.format, out))
-            {
+            if let Err(e) = write_file_atomically(&path, |out| {
+                write_session(&store, s.id, a.format, form, out)
+            }) {
                 failed += 1;
                 bar.suspend(|| eprintln!("error: session {}: {}", s.id, crate::error_line(&e)));
             }
@@ -240,11 +253,11 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
     };
     match a.output {
         Some(path) => {
-            write_file_atomically(&path, |out| write_session(&store, id, a.format, out))?;
+            write_file_atomically(&path, |out| write_session(&store, id, a.format, form, out))?;
         }
         None => {
             let mut out = BufWriter::new(std::io::stdout().lock());
-            write_session(&store, id, a.format, &mut out)?;
+            write_session(&store, id, a.format, form, &mut out)?;
             out.flush()?;
         }
     }

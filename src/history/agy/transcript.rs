@@ -250,6 +250,7 @@ impl AgyTranscript {
                 AgyEntryKind::Assistant { parts, tool_calls } => {
                     if !parts.is_empty() {
                         items.push(Item::Message {
+                            extra: Default::default(),
                             id: None,
                             role: Role::Assistant,
                             content: parts
@@ -261,6 +262,7 @@ impl AgyTranscript {
                     }
                     for call in tool_calls {
                         items.push(Item::ToolCall {
+                            extra: Default::default(),
                             id: None,
                             call_id: call.call_id.clone(),
                             name: call.name.clone(),
@@ -278,6 +280,7 @@ impl AgyTranscript {
                         None => result.placeholder(),
                     };
                     items.push(Item::ToolResult {
+                        extra: Default::default(),
                         id: None,
                         call_id: result.call_id.clone(),
                         summary,
