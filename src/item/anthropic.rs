@@ -194,7 +194,8 @@ fn keep_extra(item: &mut Item, raws: &[&RawValue], place: Place) -> Result<()> {
         return Ok(());
     }
     let (_, blocks) = write_typed(item, place)?;
-    let canonical = JsonTree::List(blocks).to_json();
+    let canonical: serde_json::Value = serde_json::from_str(&JsonTree::List(blocks).to_json())
+        .map_err(|e| place.error("content", format!("not valid JSON: {e}")))?;
     let given = format!(
         "[{}]",
         raws.iter().map(|r| r.get()).collect::<Vec<_>>().join(",")

@@ -144,17 +144,19 @@ impl<'a> ExtraView<'a> {
     }
 }
 
-/// The diff that turns `canonical` into `given`, both JSON texts: `Ok(None)`
+/// The diff that turns `canonical` into `given` (JSON text): `Ok(None)`
 /// when they are JSON-equal. Fails when either is not JSON (which a caller
 /// has ruled out) or when the diff would nest deeper than a [`JsonText`]
 /// may; the caller then keeps the item as given instead.
-pub(crate) fn diff(canonical: &str, given: &str) -> crate::Result<Option<JsonText>> {
+pub(crate) fn diff(canonical: &Value, given: &str) -> crate::Result<Option<JsonText>> {
     let not_json = |e: serde_json::Error| crate::Error::invalid(format!("not valid JSON: {e}"));
-    let canonical: Value = serde_json::from_str(canonical).map_err(not_json)?;
     let given_value: Value = serde_json::from_str(given).map_err(not_json)?;
+    if *canonical == given_value {
+        return Ok(None);
+    }
     let raw: &RawValue = serde_json::from_str(given).map_err(not_json)?;
     let mut out = String::new();
-    let Some(node) = node(&canonical, &given_value, raw) else {
+    let Some(node) = node(canonical, &given_value, raw) else {
         return Ok(None);
     };
     match node {
@@ -442,6 +444,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Ordered<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn equal(a: &str, b: &str) -> bool {
         serde_json::from_str::<Value>(a).unwrap() == serde_json::from_str::<Value>(b).unwrap()
@@ -467,7 +470,7 @@ mod tests {
             (r#"{"a":"x"}"#, r#"{"a":"x","a":"y"}"#),
         ];
         for (canonical, given) in cases {
-            let d = diff(canonical, given).unwrap();
+            let d = diff(&serde_json::from_str(canonical).unwrap(), given).unwrap();
             let out = apply(canonical, d.as_ref().map(JsonText::as_str), &[]);
             assert!(
                 equal(&out, given),
@@ -477,7 +480,7 @@ mod tests {
                 assert!(out.contains("123456789012345678901234567890"), "{out}");
             }
         }
-        assert_eq!(diff(r#"{"a":1}"#, r#"{ "a" : 1 }"#).unwrap(), None);
+        assert_eq!(diff(&json!({"a": 1}), r#"{ "a" : 1 }"#).unwrap(), None);
     }
 
     #[test]

@@ -46,7 +46,7 @@ use serde_json::value::RawValue;
 
 use super::extra::{self, Extra, WireForm, TEXT_CONTENT, UNTYPED};
 use super::fields::{as_string, history_list, Fields, Place};
-use super::tree::{list_json, JsonSink, JsonTree, Obj, TreeSink};
+use super::tree::{list_json, JsonSink, JsonTree, Obj, TreeSink, ValueSink};
 use super::view::{Output, Part, Parts, ProviderState, Shape, Texts};
 use super::{ContentPart, Form, Item, ItemStatus, ItemView, Role, ToolOutput};
 use crate::error::Result;
@@ -156,8 +156,7 @@ fn read_item(json: &str, place: Place) -> Result<Item> {
     let Ok(mut item) = read_typed(json, place) else {
         return as_given();
     };
-    let mut canonical = String::new();
-    write(ItemView::from(&item), place, Form::AsStored, &mut TreeSink)?.write_json(&mut canonical);
+    let canonical = write(ItemView::from(&item), place, Form::AsStored, &mut ValueSink)?;
     match extra::diff(&canonical, json) {
         Ok(None) => Ok(item),
         Ok(Some(diff)) => {

@@ -153,6 +153,54 @@ impl<'a> JsonSink<'a> for TreeSink {
     }
 }
 
+/// The sink that builds a `serde_json::Value`: what a reader compares
+/// with the item it was given.
+pub(crate) struct ValueSink;
+
+impl<'a> JsonSink<'a> for ValueSink {
+    type Value = serde_json::Value;
+    type Obj = serde_json::Map<String, serde_json::Value>;
+    type Error = Error;
+
+    fn str(&mut self, s: &'a str) -> Result<serde_json::Value, Error> {
+        Ok(serde_json::Value::String(s.to_owned()))
+    }
+
+    fn tag(&mut self, tag: &'static str) -> Result<serde_json::Value, Error> {
+        Ok(serde_json::Value::String(tag.to_owned()))
+    }
+
+    fn bool(&mut self, b: bool) -> Result<serde_json::Value, Error> {
+        Ok(serde_json::Value::Bool(b))
+    }
+
+    fn json(&mut self, text: Cow<'a, str>) -> Result<serde_json::Value, Error> {
+        serde_json::from_str(&text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))
+    }
+
+    fn list(&mut self, items: Vec<serde_json::Value>) -> Result<serde_json::Value, Error> {
+        Ok(serde_json::Value::Array(items))
+    }
+
+    fn obj(&mut self) -> Result<Self::Obj, Error> {
+        Ok(serde_json::Map::new())
+    }
+
+    fn field(
+        &mut self,
+        obj: &mut Self::Obj,
+        key: &'static str,
+        value: serde_json::Value,
+    ) -> Result<(), Error> {
+        obj.insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    fn end(&mut self, obj: Self::Obj) -> Result<serde_json::Value, Error> {
+        Ok(serde_json::Value::Object(obj))
+    }
+}
+
 /// A JSON object being written into a sink, its fields in the order given.
 /// The first failure is kept and returned by [`Obj::finish`]; the fields
 /// after it are not built.
