@@ -109,7 +109,8 @@ pub use fs::{IoHook, IoOp};
 pub use history::{
     agy, claude, codex, is_valid_session_id, CompactHistory, Discovery, HistoryCompaction,
     HistoryImport, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Imported,
-    ItemTranscript, Locator, NotFoundReason, ReadStats, TranscriptItem, TranscriptSegment,
+    ItemCounts, ItemMeta, ItemTranscript, Locator, NotFoundReason, ReadStats, TokenUsage,
+    TranscriptItem, TranscriptSegment,
 };
 pub use item::{
     anthropic, responses, CallLink, ContentPart, Extra, Form, Item, ItemStatus, ItemView, JsonSink,

@@ -90,8 +90,11 @@ fn the_path_from_the_last_leaf_leaves_abandoned_branches_and_subagents_out() {
     );
 
     let stats = &session.main.stats;
-    // a3, u3 (the abandoned answer) and the progress line off the path.
-    assert_eq!(stats.off_path, 3);
+    // a3 and u3, the abandoned answer, are left out and counted by kind;
+    // the progress line of a2's tool call belongs with it.
+    assert_eq!(stats.off_path, 2);
+    assert_eq!(stats.left_out.get("assistant"), Some(&1));
+    assert_eq!(stats.left_out.get("user"), Some(&1));
     assert_eq!(stats.malformed_lines, 2);
     assert_eq!(stats.first_malformed, vec![11, 12]);
     assert_eq!(stats.unknown_types.get("mystery-from-the-future"), Some(&1));

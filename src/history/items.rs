@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::ReadStats;
-use super::{CompactHistory, HistoryCompaction, HistoryImport, HistoryMessage, HistoryRole};
+use super::{
+    CompactHistory, HistoryCompaction, HistoryImport, HistoryMessage, HistoryRole, ItemMeta,
+    TokenUsage,
+};
 use crate::item::{CallLink, ContentPart, Item, Role, ToolOutput};
 
 /// One item of a transcript, with where it came from.
@@ -27,6 +30,39 @@ pub struct TranscriptItem {
     /// the model but hides from its user (Claude Code's `isMeta` lines) are
     /// imported and not shown.
     pub shown: bool,
+    /// The model that wrote it, on the first item of a model response.
+    pub model: Option<String>,
+    /// The tokens that response used, on its first item.
+    pub usage: Option<TokenUsage>,
+}
+
+impl TranscriptItem {
+    /// An item of `line`, written at `timestamp`, with no model or usage.
+    pub(crate) fn new(item: Item, line: usize, timestamp: Option<String>, shown: bool) -> Self {
+        TranscriptItem {
+            item,
+            line,
+            timestamp,
+            shown,
+            model: None,
+            usage: None,
+        }
+    }
+
+    /// What an import keeps of it beside the item.
+    fn meta(&self) -> ItemMeta {
+        ItemMeta {
+            ts_ms: self.timestamp.as_deref().and_then(parse_ts),
+            model: self.model.clone(),
+            usage: self.usage,
+        }
+    }
+}
+
+/// An ISO 8601 time, as transcripts write them, in ms since the Unix epoch.
+pub(crate) fn parse_ts(text: &str) -> Option<u64> {
+    let ts: jiff::Timestamp = text.parse().ok()?;
+    u64::try_from(ts.as_millisecond()).ok()
 }
 
 /// The part of a transcript between two compactions.
@@ -35,6 +71,8 @@ pub struct TranscriptSegment {
     /// The line of the compaction that starts this segment; `None` for the
     /// first.
     pub compaction_line: Option<usize>,
+    /// That line's timestamp, as written.
+    pub compaction_timestamp: Option<String>,
     /// The history the agent carried on with after that compaction, when the
     /// transcript restates it (Codex's `replacement_history`). It is a copy
     /// of earlier history or a summary, so it is imported but not shown.
@@ -59,6 +97,9 @@ pub struct ItemTranscript {
     pub stats: ReadStats,
     /// The identity of the content the items were read from (BLAKE3, hex).
     pub content_hash: String,
+    /// The title the transcript gives itself (Claude Code's `summary`
+    /// lines); `None` when it gives none.
+    pub title: Option<String>,
 }
 
 impl ItemTranscript {
@@ -80,10 +121,17 @@ impl ItemTranscript {
         &mut self.segments[last]
     }
 
-    /// Starts a new segment at a compaction on `line`.
-    pub(crate) fn compaction(&mut self, line: usize, carried: Vec<Item>) {
+    /// Starts a new segment at a compaction on `line`, written at
+    /// `timestamp`.
+    pub(crate) fn compaction(
+        &mut self,
+        line: usize,
+        timestamp: Option<String>,
+        carried: Vec<Item>,
+    ) {
         self.segments.push(TranscriptSegment {
             compaction_line: Some(line),
+            compaction_timestamp: timestamp,
             carried,
             items: Vec::new(),
         });
@@ -117,6 +165,16 @@ impl ItemTranscript {
         out
     }
 
+    /// The first prompt the user typed, cut to a title's length: the text
+    /// of the first shown user message (context the tool injects is not
+    /// shown).
+    pub fn first_prompt(&self) -> Option<String> {
+        self.items()
+            .filter(|t| t.shown && t.item.is_user_message())
+            .find_map(|t| t.item.text().filter(|s| !s.trim().is_empty()))
+            .map(|text| crate::catalog::excerpt(&text))
+    }
+
     /// The compact summary of [`ItemTranscript::messages`].
     pub fn compact(&self) -> CompactHistory {
         CompactHistory::from_messages(&self.messages())
@@ -140,14 +198,21 @@ impl ItemTranscript {
         let items_of = |s: &TranscriptSegment| -> Vec<Item> {
             s.items.iter().map(|t| t.item.clone()).collect()
         };
+        let meta_of = |s: &TranscriptSegment| -> Vec<ItemMeta> {
+            s.items.iter().map(TranscriptItem::meta).collect()
+        };
         let mut segments = self.segments.iter();
         let first = segments.next();
         let mut items: Vec<Item> = first.map(|s| s.carried.clone()).unwrap_or_default();
+        let mut meta = vec![ItemMeta::default(); items.len()];
         items.extend(first.map(items_of).unwrap_or_default());
+        meta.extend(first.map(meta_of).unwrap_or_default());
         let compactions = segments
             .map(|s| HistoryCompaction {
                 history: s.carried.clone(),
                 items: items_of(s),
+                meta: meta_of(s),
+                ts_ms: s.compaction_timestamp.as_deref().and_then(parse_ts),
             })
             .collect();
         let mut provenance = serde_json::json!({
@@ -165,6 +230,8 @@ impl ItemTranscript {
         }
         HistoryImport {
             items,
+            meta,
+            title: self.title.clone().or_else(|| self.first_prompt()),
             compactions,
             extension_domain: domain,
             provenance,

@@ -98,6 +98,11 @@ impl ReadStats {
             *self.metadata.entry(kind).or_default() += n;
         }
         self.off_path += other.off_path;
+        for (kind, n) in other.left_out {
+            *self.left_out.entry(kind).or_default() += n;
+        }
+        self.first_left_out.extend(other.first_left_out);
+        self.first_left_out.truncate(MALFORMED_KEPT);
         self.sidechain_lines += other.sidechain_lines;
         self.torn_at_line = self.torn_at_line.or(other.torn_at_line);
     }

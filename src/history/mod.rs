@@ -24,7 +24,7 @@ mod import;
 mod items;
 mod lines;
 
-pub use import::{HistoryCompaction, HistoryImport, Imported};
+pub use import::{HistoryCompaction, HistoryImport, Imported, ItemCounts, ItemMeta, TokenUsage};
 pub use items::{ItemTranscript, TranscriptItem, TranscriptSegment};
 
 use std::collections::BTreeMap;
@@ -355,6 +355,11 @@ pub struct ReadStats {
     /// Lines of the conversation left out because they are not on the path
     /// the transcript followed: abandoned branches, turns rolled back.
     pub off_path: usize,
+    /// Those lines by kind (`user`, `assistant`, `tool_result`, or the line
+    /// type of a line that carries no history, such as `progress`).
+    pub left_out: BTreeMap<String, usize>,
+    /// The first of them (up to 20), 1-based.
+    pub first_left_out: Vec<usize>,
     /// Lines of subagents (sidechains), kept out of the main transcript.
     pub sidechain_lines: usize,
     /// Where a compressed transcript's stream broke off (a torn tail); what
@@ -369,6 +374,15 @@ impl ReadStats {
 
     pub(crate) fn metadata(&mut self, kind: &str) {
         *self.metadata.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// Counts `line`, of `kind`, as left out of the transcript.
+    pub(crate) fn left_out(&mut self, kind: &str, line: usize) {
+        self.off_path += 1;
+        *self.left_out.entry(kind.to_owned()).or_default() += 1;
+        if self.first_left_out.len() < 20 {
+            self.first_left_out.push(line);
+        }
     }
 }
 
@@ -453,6 +467,13 @@ pub trait HistoryReader: Send + Sync {
     /// Read a transcript for what reading it skips (malformed lines, unknown
     /// line types, abandoned branches).
     fn read_stats(&self, path: &Path) -> Result<ReadStats, Error>;
+
+    /// Every transcript found under `home`, sorted; none where the reader
+    /// cannot list.
+    fn list(&self, home: &Path) -> Vec<PathBuf> {
+        let _ = home;
+        Vec::new()
+    }
 }
 
 /// The registry of [`HistoryReader`]s, keyed by source name.
@@ -529,6 +550,11 @@ impl HistoryService {
                 "no history reader is registered for source {name:?}"
             ))
         })
+    }
+
+    /// Every transcript the reader named `name` finds under `home`.
+    pub fn list(&self, name: &str, home: &Path) -> Result<Vec<PathBuf>, Error> {
+        Ok(self.require(name)?.list(home))
     }
 
     /// Read messages through the reader named `name`.

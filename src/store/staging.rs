@@ -102,7 +102,7 @@ impl Store {
     }
 
     /// [`Store::create_with_entries`] with the session's own durability.
-    pub(super) fn create_with_entries_as(
+    pub(crate) fn create_with_entries_as(
         &self,
         id: SessionId,
         entries: &[LogEntry],

@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use session_store::claude::{self, ClaudeReader, ClaudeSession};
 use session_store::codex::CodexReader;
 use session_store::{
-    CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryService, Locator, ReadStats,
+    CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryService, ItemCounts, Locator,
+    ReadStats,
 };
 
 use crate::open_store;
@@ -31,10 +32,16 @@ enum Source {
 }
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("locator").required(true).args(["cwd", "session"])))]
+#[command(
+    group(clap::ArgGroup::new("locator").required(true).args(["cwd", "session", "path"])),
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct CommonArgs {
+    #[command(subcommand)]
+    action: Option<Action>,
     /// Home directory to look under [default: $HOME, or the tool's own variable]
-    #[arg(long)]
+    #[arg(long, global = true)]
     home: Option<PathBuf>,
     /// Find the newest conversation whose workspace is exactly this directory
     #[arg(long)]
@@ -42,6 +49,9 @@ struct CommonArgs {
     /// The conversation id
     #[arg(long)]
     session: Option<String>,
+    /// The transcript file itself, wherever it lies
+    #[arg(long)]
+    path: Option<PathBuf>,
     /// One JSON object per message per line
     #[arg(long)]
     json: bool,
@@ -63,6 +73,16 @@ struct ClaudeArgs {
     /// A subagent's transcript (a sidechain) instead of the main one
     #[arg(long)]
     agent: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum Action {
+    /// List the transcripts found: id, workspace, messages, time, first prompt
+    Ls {
+        /// One JSON object per transcript per line
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A tool's own variable for its root, used when `--home` is not given.
@@ -98,6 +118,9 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         .clone()
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
         .context("no --home and no $HOME")?;
+    if let Some(Action::Ls { json }) = &a.action {
+        return list(&service, name, &home, *json);
+    }
     let locator = match (&a.session, &a.cwd) {
         (Some(id), _) => Locator::SessionId(id.clone()),
         (None, cwd) => Locator::Cwd(cwd.clone()),
@@ -110,9 +133,14 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     };
-    let path = match service.discover(name, &home, &locator) {
-        Discovery::Found { path, .. } => path,
-        Discovery::NotFound(reason) => return not_found(&reason),
+    let path = match (&a.path, service.discover(name, &home, &locator)) {
+        (Some(path), _) if path.is_file() => path.clone(),
+        (Some(path), _) => {
+            eprintln!("error: no transcript file at {}", path.display());
+            return Ok(ExitCode::from(3));
+        }
+        (None, Discovery::Found { path, .. }) => path,
+        (None, Discovery::NotFound(reason)) => return not_found(&reason),
     };
     let transcript = match name {
         "claude" => {
@@ -146,11 +174,13 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         let import = transcript.import()?;
         let store = open_store(root)?;
         let imported = import.write_once_to(&store)?;
+        let stored = HistoryImport::stored_counts(&store, imported.session)?;
         store.close()?;
         let live = imported.session;
         if !imported.created {
             eprintln!("already imported: {live}");
         }
+        report(&import.counts(), &stored, &transcript.stats()?);
         writeln!(out, "{live}")?;
     } else if a.compact {
         writeln!(out, "{}", serde_json::to_string(&transcript.compact()?)?)?;
@@ -209,6 +239,87 @@ impl Transcript<'_> {
     }
 }
 
+/// The import report, on stderr: what the transcript holds, what the
+/// store now holds, and what reading left out.
+fn report(file: &ItemCounts, store: &ItemCounts, stats: &ReadStats) {
+    eprintln!("transcript: {file}");
+    eprintln!("store:      {store}");
+    if file != store {
+        eprintln!("the counts differ: the store holds what it was given; see --verbose");
+    }
+    if stats.off_path > 0 {
+        let kinds: Vec<String> = stats
+            .left_out
+            .iter()
+            .map(|(k, n)| format!("{k} x{n}"))
+            .collect();
+        eprintln!(
+            "left out {} lines off the conversation (abandoned edits, rewinds): {}",
+            stats.off_path,
+            kinds.join(", ")
+        );
+    }
+}
+
+/// Lists the transcripts the reader finds, one a line (or one JSON object
+/// a line), oldest file first.
+fn list(service: &HistoryService, name: &str, home: &Path, json: bool) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let paths = service.list(name, home)?;
+    if !json {
+        writeln!(
+            out,
+            "{:<36}  {:<30}  {:>8}  {:<24}  FIRST PROMPT",
+            "ID", "WORKSPACE", "MESSAGES", "TIME"
+        )?;
+    }
+    for path in paths {
+        let (import, messages) = match (
+            service.read_import(name, &path),
+            service.read_messages(name, &path),
+        ) {
+            (Ok(import), Ok(messages)) => (import, messages),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("{}: {e}", path.display());
+                continue;
+            }
+        };
+        let text = |k: &str| {
+            import.provenance[k]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_default()
+        };
+        let time = messages
+            .iter()
+            .find_map(|m| m.timestamp.clone())
+            .unwrap_or_default();
+        let prompt = import.title.clone().unwrap_or_default();
+        if json {
+            let line = serde_json::json!({
+                "id": text("session_id"),
+                "workspace": text("cwd"),
+                "messages": messages.len(),
+                "time": time,
+                "first_prompt": prompt,
+                "path": path,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{:<36}  {:<30}  {:>8}  {:<24}  {}",
+                text("session_id"),
+                text("cwd"),
+                messages.len(),
+                time,
+                prompt.replace('\n', " ")
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// What reading skipped, on stderr, one line.
 fn print_stats(path: &Path, stats: &ReadStats) {
     let mut parts = vec![format!("read {} lines of {}", stats.lines, path.display())];
@@ -233,9 +344,17 @@ fn print_stats(path: &Path, stats: &ReadStats) {
         parts.push(format!("skipped unknown types: {}", kinds.join(", ")));
     }
     if stats.off_path > 0 {
+        let lines: Vec<String> = stats.first_left_out.iter().map(|n| n.to_string()).collect();
+        let kinds: Vec<String> = stats
+            .left_out
+            .iter()
+            .map(|(k, n)| format!("{k} x{n}"))
+            .collect();
         parts.push(format!(
-            "left out {} off the followed path (abandoned branches, rolled-back turns)",
-            stats.off_path
+            "left out {} off the followed path (abandoned branches, rolled-back turns: {}; line {})",
+            stats.off_path,
+            kinds.join(", "),
+            lines.join(", ")
         ));
     }
     if stats.sidechain_lines > 0 {

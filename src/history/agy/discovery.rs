@@ -38,6 +38,20 @@ pub fn transcript_path(home: &Path, id: &str) -> Option<PathBuf> {
     )
 }
 
+/// Every transcript under `home`'s `brain/`, sorted.
+pub fn list_transcripts(home: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(agy_root(home).join("brain")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| transcript_path(home, e.file_name().to_str()?))
+        .filter(|p| p.is_file())
+        .collect();
+    out.sort();
+    out
+}
+
 /// Find the transcript of session `id`.
 pub fn discover_by_session(home: &Path, id: &str) -> Discovery {
     let Some(path) = transcript_path(home, id) else {

@@ -35,7 +35,7 @@
 //! line; parsing never panics on any input. A missing transcript file is an
 //! error ([`Error::NotFound`]), distinct from an empty one,
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Discovery, Error, HistoryImport, HistoryMessage, HistoryReader, Locator, ReadStats};
 
@@ -44,7 +44,9 @@ mod fields;
 mod transcript;
 
 pub use crate::history::is_valid_session_id;
-pub use discovery::{database_path, discover_by_cwd, discover_by_session, transcript_path};
+pub use discovery::{
+    database_path, discover_by_cwd, discover_by_session, list_transcripts, transcript_path,
+};
 pub use transcript::{
     parse_transcript_bytes, AgyEntry, AgyEntryKind, AgyToolCall, AgyToolResult, AgyTranscript,
 };
@@ -106,6 +108,10 @@ impl HistoryReader for AgyReader {
             Locator::SessionId(id) => discover_by_session(home, id),
             Locator::Cwd(cwd) => discover_by_cwd(home, cwd.as_deref()),
         }
+    }
+
+    fn list(&self, home: &Path) -> Vec<PathBuf> {
+        list_transcripts(home)
     }
 
     fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, Error> {

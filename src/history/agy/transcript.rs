@@ -305,6 +305,8 @@ impl AgyTranscript {
         });
         HistoryImport {
             items,
+            meta: Vec::new(),
+            title: None,
             compactions: Vec::new(),
             extension_domain: EXTENSION_DOMAIN,
             provenance,

@@ -82,6 +82,32 @@ fn session_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Every session file under `root`'s project directories: each `.jsonl`
+/// file but the older subagent files (`agent-*.jsonl`), whatever its name,
+/// sorted.
+pub fn list_sessions(root: &Path) -> Vec<PathBuf> {
+    let Ok(dirs) = fs::read_dir(projects_dir(root)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = dirs
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .filter_map(|dir| fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.filter_map(|e| e.ok()).map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "jsonl")
+                && !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("agent-"))
+                && p.is_file()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Find the session file of session `id`, in any project directory.
 /// Two files claiming one id is [`NotFoundReason::Ambiguous`].
 pub fn discover_by_session(root: &Path, id: &str) -> Discovery {

@@ -48,7 +48,9 @@ use super::{
 mod discovery;
 mod transcript;
 
-pub use discovery::{discover_by_cwd, discover_by_session, encode_project_dir, projects_dir};
+pub use discovery::{
+    discover_by_cwd, discover_by_session, encode_project_dir, list_sessions, projects_dir,
+};
 pub use transcript::{parse_session_bytes, ClaudeSession};
 
 /// The source name the Claude Code reader registers under.
@@ -120,6 +122,10 @@ impl HistoryReader for ClaudeReader {
 
     fn read_messages(&self, path: &Path) -> Result<Vec<HistoryMessage>, Error> {
         Ok(ClaudeSession::read(path)?.main.messages())
+    }
+
+    fn list(&self, home: &Path) -> Vec<PathBuf> {
+        list_sessions(&self.root(home))
     }
 
     fn read_import(&self, path: &Path) -> Result<HistoryImport, Error> {

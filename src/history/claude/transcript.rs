@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::{CHAINED_NOT_HISTORY, METADATA_TYPES};
 use crate::history::lines::{self, Line};
-use crate::history::{ItemTranscript, ReadStats, TranscriptItem};
+use crate::history::{ItemTranscript, ReadStats, TokenUsage, TranscriptItem};
 use crate::item::{Item, Role};
 use crate::schema::JsonText;
 
@@ -62,6 +62,46 @@ struct RawMessage<'a> {
     id: Option<String>,
     #[serde(borrow, default)]
     content: Option<&'a RawValue>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+}
+
+/// A response's `usage`, as the Messages API gives it: `input_tokens`
+/// leaves out the tokens read from and written to the cache.
+#[derive(Deserialize, Clone, Copy, Default)]
+struct RawUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+impl RawUsage {
+    fn tokens(self) -> TokenUsage {
+        let read = self.cache_read_input_tokens.unwrap_or(0);
+        let write = self.cache_creation_input_tokens.unwrap_or(0);
+        TokenUsage {
+            input_tokens: self.input_tokens.unwrap_or(0) + read + write,
+            cache_read_tokens: read,
+            cache_write_tokens: write,
+            output_tokens: self.output_tokens.unwrap_or(0),
+        }
+    }
+}
+
+/// A `summary` line: a title for the conversation that ends at `leafUuid`.
+#[derive(Deserialize)]
+struct RawSummary {
+    #[serde(default)]
+    summary: Option<String>,
+    #[serde(rename = "leafUuid", default)]
+    leaf_uuid: Option<String>,
 }
 
 /// A line kept for the chain.
@@ -86,12 +126,73 @@ enum Body {
     Assistant {
         message_id: Option<String>,
         blocks: Vec<Box<RawValue>>,
+        model: Option<String>,
+        usage: Option<RawUsage>,
     },
     /// `system` / `compact_boundary`.
     CompactBoundary,
     /// A chained line that carries no history (progress, attachments, other
-    /// system lines, unknown types): it links the chain and nothing else.
-    Link,
+    /// system lines, unknown types), of this type: it links the chain and
+    /// nothing else.
+    Link(String),
+}
+
+impl Body {
+    /// What a line left out of the transcript is counted as.
+    fn kind(&self) -> String {
+        match self {
+            Body::User { content, .. } if tool_result_ids(content).is_some() => {
+                "tool_result".into()
+            }
+            Body::User { .. } => "user".into(),
+            Body::Assistant { .. } => "assistant".into(),
+            Body::CompactBoundary => "compact_boundary".into(),
+            Body::Link(kind) => kind.clone(),
+        }
+    }
+
+    /// The ids of the `tool_use` blocks of an assistant line.
+    fn tool_use_ids(&self) -> Vec<String> {
+        #[derive(Deserialize)]
+        struct Block {
+            #[serde(rename = "type", default)]
+            kind: Option<String>,
+            #[serde(default)]
+            id: Option<String>,
+        }
+        let Body::Assistant { blocks, .. } = self else {
+            return Vec::new();
+        };
+        blocks
+            .iter()
+            .filter_map(|b| serde_json::from_str::<Block>(b.get()).ok())
+            .filter(|b| b.kind.as_deref() == Some("tool_use"))
+            .filter_map(|b| b.id)
+            .collect()
+    }
+}
+
+/// The `tool_use_id`s of a user message made only of `tool_result` blocks;
+/// `None` for any other content.
+fn tool_result_ids(content: &RawValue) -> Option<Vec<String>> {
+    #[derive(Deserialize)]
+    struct Block {
+        #[serde(rename = "type", default)]
+        kind: Option<String>,
+        #[serde(default)]
+        tool_use_id: Option<String>,
+    }
+    let blocks: Vec<Block> = serde_json::from_str(content.get()).ok()?;
+    if blocks.is_empty() {
+        return None;
+    }
+    blocks
+        .into_iter()
+        .map(|b| match (b.kind.as_deref(), b.tool_use_id) {
+            (Some("tool_result"), Some(id)) => Some(id),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The lines of one file, split into the main chain and the sidechains.
@@ -102,6 +203,8 @@ struct FileLines {
     cwd: Option<String>,
     stats: ReadStats,
     content_hash: String,
+    /// `summary` lines: each leaf's title, in file order.
+    summaries: Vec<(String, String)>,
 }
 
 /// Parses session bytes, with no path; never panics.
@@ -184,7 +287,13 @@ impl ClaudeSession {
         let session_id = stem.or_else(|| file.main.iter().find_map(|l| l.session_id.clone()));
         let mut stats = std::mem::take(&mut file.stats);
         stats.sidechain_lines = file.sidechains.values().map(Vec::len).sum();
-        let mut main = build(&file.main, session_id.as_deref(), source, stats);
+        let mut main = build(
+            &file.main,
+            session_id.as_deref(),
+            source,
+            stats,
+            &file.summaries,
+        );
         main.session_id = session_id.clone();
         main.cwd = file.cwd.clone();
         main.content_hash = file.content_hash.clone();
@@ -205,7 +314,7 @@ impl ClaudeSession {
                     lines: lines.len(),
                     ..ReadStats::default()
                 };
-                let mut t = build(&lines, None, source, stats);
+                let mut t = build(&lines, None, source, stats, &[]);
                 t.session_id = session_id.clone();
                 t.cwd = main.cwd.clone();
                 t.content_hash = sidechain_hash(&agent, &hashes);
@@ -285,6 +394,16 @@ impl FileLines {
         } else if !known_history {
             self.stats.metadata(kind);
         }
+        if kind == "summary" {
+            if let Ok(RawSummary {
+                summary: Some(summary),
+                leaf_uuid,
+            }) = serde_json::from_str(text)
+            {
+                self.summaries
+                    .push((leaf_uuid.unwrap_or_default(), summary));
+            }
+        }
         let sidechain = raw.is_sidechain == Some(true);
         if self.cwd.is_none() && !sidechain {
             self.cwd = raw.cwd.clone();
@@ -312,10 +431,17 @@ impl FileLines {
                     Ok(RawMessage {
                         id,
                         content: Some(content),
+                        model,
+                        usage,
                     }) => match assistant_blocks(content) {
                         Some(blocks) => Body::Assistant {
                             message_id: id,
                             blocks,
+                            // Claude Code's own notices (API errors) are
+                            // written as if from a model it calls
+                            // "<synthetic>": no model wrote them.
+                            model: model.filter(|m| !m.starts_with('<')),
+                            usage,
                         },
                         None => return Line::Malformed,
                     },
@@ -326,7 +452,7 @@ impl FileLines {
             ("system", _) if raw.subtype.as_deref() == Some("compact_boundary") => {
                 Body::CompactBoundary
             }
-            _ => Body::Link,
+            _ => Body::Link(kind.to_owned()),
         };
         let chain_line = ChainLine {
             line: n,
@@ -358,15 +484,27 @@ fn assistant_blocks(content: &RawValue) -> Option<Vec<Box<RawValue>>> {
     RawValue::from_string(block).ok().map(|b| vec![b])
 }
 
-/// The lines on the path from the last leaf back to the root, root first.
+/// The lines of the conversation, in file order: the path from the last
+/// leaf back to the root, as Claude Code's resume takes it, and the lines
+/// that belong to that path without being on it.
 ///
 /// The leaf is the last chained line of the file, among those of `session`
 /// when any line names it (a line another session wrote into this file is
 /// never the leaf). The walk follows `parentUuid`; at a compact boundary,
 /// whose parent is null, it goes on through `logicalParentUuid`, so the
-/// history before the compaction is on the path too. A cycle or a parent
-/// that is not in the file ends the walk.
+/// history before the compaction is on the path too, and when that names
+/// no line of the file, through the line just before the boundary. A cycle
+/// or a parent that is not in the file ends the walk. A file whose lines
+/// name no parent at all is read in file order.
+///
+/// Off the path but kept ([`with_siblings`]): the other lines of a response
+/// on the path (one line per block, chained one after the other or side
+/// by side), and the results of its tool calls, which parallel calls write
+/// as siblings of one another.
 fn follow<'a>(lines: &'a [ChainLine], session: Option<&str>) -> Vec<&'a ChainLine> {
+    if lines.len() > 1 && lines.iter().all(|l| l.parent.is_none()) {
+        return lines.iter().collect();
+    }
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, l) in lines.iter().enumerate() {
         if let Some(uuid) = &l.uuid {
@@ -377,24 +515,115 @@ fn follow<'a>(lines: &'a [ChainLine], session: Option<&str>) -> Vec<&'a ChainLin
     let leaf = lines
         .iter()
         .rposition(|l| own.is_none() || l.session_id.as_deref() == own);
-    let mut path = Vec::new();
-    let mut seen = HashSet::new();
+    let mut on_path = vec![false; lines.len()];
     let mut next = leaf;
     while let Some(i) = next {
-        if !seen.insert(i) {
+        if on_path[i] {
             break;
         }
+        on_path[i] = true;
         let l = &lines[i];
-        path.push(l);
-        let parent = match (&l.parent, &l.body) {
-            (Some(p), _) => Some(p),
-            (None, Body::CompactBoundary) => l.logical_parent.as_ref(),
+        next = match (&l.parent, &l.body) {
+            (Some(p), _) => index.get(p.as_str()).copied(),
+            (None, Body::CompactBoundary) => match &l.logical_parent {
+                Some(p) if index.contains_key(p.as_str()) => index.get(p.as_str()).copied(),
+                // The history before the compaction is still this
+                // session's: it goes on from the line before the boundary.
+                _ => i.checked_sub(1),
+            },
             (None, _) => None,
         };
-        next = parent.and_then(|p| index.get(p.as_str()).copied());
     }
-    path.reverse();
-    path
+    with_siblings(lines, &mut on_path);
+    lines
+        .iter()
+        .zip(on_path)
+        .filter_map(|(l, kept)| kept.then_some(l))
+        .collect()
+}
+
+/// Marks, beside the path, the other lines of the responses on it and the
+/// results of their tool calls that the path lacks, until nothing more
+/// belongs (a response found this way may call tools of its own).
+fn with_siblings(lines: &[ChainLine], kept: &mut [bool]) {
+    loop {
+        let responses: HashSet<&str> = lines
+            .iter()
+            .zip(kept.iter())
+            .filter(|(_, k)| **k)
+            .filter_map(|(l, _)| match &l.body {
+                Body::Assistant { message_id, .. } => message_id.as_deref(),
+                _ => None,
+            })
+            .collect();
+        let mut calls: HashSet<String> = HashSet::new();
+        let mut answered: HashSet<String> = HashSet::new();
+        let mut grew = false;
+        for (l, k) in lines.iter().zip(kept.iter_mut()) {
+            let sibling = match &l.body {
+                Body::Assistant { message_id, .. } => message_id
+                    .as_deref()
+                    .is_some_and(|id| responses.contains(id)),
+                _ => false,
+            };
+            if sibling && !*k {
+                *k = true;
+                grew = true;
+            }
+            if *k {
+                calls.extend(l.body.tool_use_ids());
+                if let Body::User { content, .. } = &l.body {
+                    answered.extend(tool_result_ids(content).unwrap_or_default());
+                }
+            }
+        }
+        for (l, k) in lines.iter().zip(kept.iter_mut()) {
+            let Body::User { content, .. } = &l.body else {
+                continue;
+            };
+            let Some(ids) = tool_result_ids(content) else {
+                continue;
+            };
+            if !*k
+                && ids
+                    .iter()
+                    .any(|id| calls.contains(id) && !answered.contains(id))
+            {
+                answered.extend(ids);
+                *k = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    // Lines with no history that hang off a kept line (the progress of a
+    // tool call, an attachment) belong with it.
+    let uuids: HashSet<&str> = lines
+        .iter()
+        .zip(kept.iter())
+        .filter(|(_, k)| **k)
+        .filter_map(|(l, _)| l.uuid.as_deref())
+        .collect();
+    for (l, k) in lines.iter().zip(kept.iter_mut()) {
+        if matches!(l.body, Body::Link(_)) && l.parent.as_deref().is_some_and(|p| uuids.contains(p))
+        {
+            *k = true;
+        }
+    }
+}
+
+/// The title the file's `summary` lines give the conversation: the last
+/// one whose leaf is on `path`, or the last one of all.
+fn title(path: &[&ChainLine], summaries: &[(String, String)]) -> Option<String> {
+    let on_path: HashSet<&str> = path.iter().filter_map(|l| l.uuid.as_deref()).collect();
+    summaries
+        .iter()
+        .rev()
+        .find(|(leaf, _)| on_path.contains(leaf.as_str()))
+        .or(summaries.last())
+        .map(|(_, summary)| crate::catalog::excerpt(summary))
 }
 
 /// What a run of path lines becomes before conversion.
@@ -404,13 +633,17 @@ enum Unit<'a> {
         content: &'a RawValue,
         meta: bool,
     },
-    /// One API response: the blocks of every line with its `message.id`.
+    /// One API response: the blocks of every line with its `message.id`,
+    /// its model, and the usage its last line gives.
     Assistant {
         line: &'a ChainLine,
         blocks: Vec<&'a RawValue>,
+        model: Option<&'a str>,
+        usage: Option<RawUsage>,
     },
     Compaction {
         line: usize,
+        timestamp: Option<&'a str>,
     },
 }
 
@@ -420,9 +653,14 @@ fn build(
     session: Option<&str>,
     source: &str,
     mut stats: ReadStats,
+    summaries: &[(String, String)],
 ) -> ItemTranscript {
     let path = follow(lines, session);
-    stats.off_path += lines.len() - path.len();
+    let kept: HashSet<usize> = path.iter().map(|l| l.line).collect();
+    for l in lines.iter().filter(|l| !kept.contains(&l.line)) {
+        stats.left_out(&l.body.kind(), l.line);
+    }
+    let title = title(&path, summaries);
     let mut units: Vec<Unit<'_>> = Vec::new();
     // Responses seen since the last compaction, by message id.
     let mut responses: HashMap<&str, usize> = HashMap::new();
@@ -431,7 +669,10 @@ fn build(
     for l in path {
         match &l.body {
             Body::CompactBoundary => {
-                units.push(Unit::Compaction { line: l.line });
+                units.push(Unit::Compaction {
+                    line: l.line,
+                    timestamp: l.timestamp.as_deref(),
+                });
                 responses.clear();
                 fresh = true;
             }
@@ -442,7 +683,10 @@ fn build(
             } => {
                 // An older summary has no boundary before it.
                 if *compact_summary && !fresh && !units.is_empty() {
-                    units.push(Unit::Compaction { line: l.line });
+                    units.push(Unit::Compaction {
+                        line: l.line,
+                        timestamp: l.timestamp.as_deref(),
+                    });
                     responses.clear();
                 }
                 units.push(Unit::User {
@@ -452,18 +696,31 @@ fn build(
                 });
                 fresh = false;
             }
-            Body::Assistant { message_id, blocks } => {
+            Body::Assistant {
+                message_id,
+                blocks,
+                model,
+                usage,
+            } => {
                 let joined = message_id
                     .as_deref()
                     .and_then(|id| responses.get(id).copied());
                 match (joined, units.get_mut(joined.unwrap_or(usize::MAX))) {
-                    (Some(_), Some(Unit::Assistant { blocks: into, .. })) => {
+                    (
+                        Some(_),
+                        Some(Unit::Assistant {
+                            blocks: into,
+                            usage: last,
+                            ..
+                        }),
+                    ) => {
                         for block in blocks {
                             // Some versions repeat a block on the next line.
                             if !into.iter().any(|b| b.get() == block.get()) {
                                 into.push(block);
                             }
                         }
+                        *last = usage.or(*last);
                     }
                     _ => {
                         if let Some(id) = message_id {
@@ -472,24 +729,31 @@ fn build(
                         units.push(Unit::Assistant {
                             line: l,
                             blocks: blocks.iter().map(|b| b.as_ref()).collect(),
+                            model: model.as_deref(),
+                            usage: *usage,
                         });
                     }
                 }
                 fresh = false;
             }
-            Body::Link => {}
+            Body::Link(_) => {}
         }
     }
     let mut t = ItemTranscript::new(source.to_owned());
     t.stats = stats;
+    t.title = title;
     for unit in units {
-        let (line, items, shown) = match unit {
-            Unit::Compaction { line } => {
+        let (line, items, shown, model, usage) = match unit {
+            Unit::Compaction { line, timestamp } => {
+                let timestamp = timestamp.map(str::to_owned);
                 match t.segments.as_mut_slice() {
                     // Nothing before it survives: the transcript starts
                     // with the compaction, and there is nothing to chain.
-                    [only] if only.items.is_empty() => only.compaction_line = Some(line),
-                    _ => t.compaction(line, Vec::new()),
+                    [only] if only.items.is_empty() => {
+                        only.compaction_line = Some(line);
+                        only.compaction_timestamp = timestamp;
+                    }
+                    _ => t.compaction(line, timestamp, Vec::new()),
                 }
                 continue;
             }
@@ -497,11 +761,24 @@ fn build(
                 line,
                 content,
                 meta,
-            } => (line, convert(Role::User, content_blocks(content)), !meta),
-            Unit::Assistant { line, blocks } => (
+            } => (
+                line,
+                convert(Role::User, content_blocks(content)),
+                !meta,
+                None,
+                None,
+            ),
+            Unit::Assistant {
+                line,
+                blocks,
+                model,
+                usage,
+            } => (
                 line,
                 convert(Role::Assistant, ContentRef::Blocks(blocks)),
                 true,
+                model,
+                usage,
             ),
         };
         let Some(items) = items else {
@@ -509,14 +786,16 @@ fn build(
             continue;
         };
         let segment = t.current();
-        segment
-            .items
-            .extend(items.into_iter().map(|item| TranscriptItem {
-                item,
-                line: line.line,
-                timestamp: line.timestamp.clone(),
-                shown,
-            }));
+        let first = segment.items.len();
+        segment.items.extend(
+            items
+                .into_iter()
+                .map(|item| TranscriptItem::new(item, line.line, line.timestamp.clone(), shown)),
+        );
+        if let Some(item) = segment.items.get_mut(first) {
+            item.model = model.map(str::to_owned);
+            item.usage = usage.map(RawUsage::tokens);
+        }
     }
     t
 }

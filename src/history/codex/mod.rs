@@ -109,6 +109,13 @@ impl HistoryReader for CodexReader {
         Ok(read_rollout(path)?.messages())
     }
 
+    fn list(&self, home: &Path) -> Vec<PathBuf> {
+        let root = self.root(home);
+        let mut all = rollouts(&sessions_dir(&root));
+        all.extend(rollouts(&archived_dir(&root)));
+        all
+    }
+
     fn read_import(&self, path: &Path) -> Result<HistoryImport, Error> {
         Ok(import_of(&read_rollout(path)?))
     }

@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 
 use super::CONTEXT_PREFIXES;
 use crate::history::lines::{self, Line};
-use crate::history::{ItemTranscript, ReadStats, TranscriptItem};
+use crate::history::{ItemTranscript, ReadStats, TokenUsage, TranscriptItem};
 use crate::item::{ContentPart, Item, Role};
 use crate::schema::JsonText;
 
@@ -107,13 +107,47 @@ struct Event {
     kind: Option<String>,
     #[serde(default)]
     num_turns: Option<u64>,
+    /// A `user_message`'s prompt.
+    #[serde(default)]
+    message: Option<String>,
+    /// A `token_count`'s counts.
+    #[serde(default)]
+    info: Option<TokenInfo>,
+}
+
+#[derive(Deserialize)]
+struct TokenInfo {
+    #[serde(default)]
+    last_token_usage: Option<Tokens>,
+}
+
+/// One model call's tokens, as Codex counts them: `input_tokens` includes
+/// the cached ones.
+#[derive(Deserialize, Clone, Copy)]
+struct Tokens {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    cached_input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+#[derive(Deserialize)]
+struct TurnContext {
+    #[serde(default)]
+    model: Option<String>,
 }
 
 /// Parses rollout bytes (uncompressed), with no path; never panics.
 pub fn parse_rollout_bytes(bytes: &[u8]) -> ItemTranscript {
     let mut reader = Reader::new(String::new());
     let scan = lines::scan(bytes, &mut reader.stats, |n, text| {
-        ControlFlow::Continue(reader.t.line(n, text, &mut reader.first))
+        ControlFlow::Continue(
+            reader
+                .t
+                .line(n, text, &mut reader.first, &mut reader.events),
+        )
     });
     reader.finish(scan.content_hash)
 }
@@ -122,7 +156,11 @@ pub fn parse_rollout_bytes(bytes: &[u8]) -> ItemTranscript {
 pub fn read_rollout(path: &Path) -> Result<ItemTranscript, crate::Error> {
     let mut reader = Reader::new(path.display().to_string());
     let hash = lines::scan_file(path, &mut reader.stats, |n, text| {
-        ControlFlow::Continue(reader.t.line(n, text, &mut reader.first))
+        ControlFlow::Continue(
+            reader
+                .t
+                .line(n, text, &mut reader.first, &mut reader.events),
+        )
     })?;
     Ok(reader.finish(hash))
 }
@@ -133,6 +171,18 @@ struct Reader {
     t: ItemTranscript,
     stats: ReadStats,
     first: bool,
+    events: Events,
+}
+
+/// What a rollout's events say beside its items, gathered as it is read.
+#[derive(Default)]
+pub(super) struct Events {
+    /// `user_message` prompts: segment, line, timestamp, text.
+    prompts: Vec<(usize, usize, Option<String>, String)>,
+    /// The model of the last `turn_context`, not yet given to an item.
+    model: Option<String>,
+    /// The model last given to an item.
+    last_model: Option<String>,
 }
 
 impl Reader {
@@ -141,18 +191,20 @@ impl Reader {
             t: ItemTranscript::new(source),
             stats: ReadStats::default(),
             first: true,
+            events: Events::default(),
         }
     }
 
     fn finish(mut self, content_hash: String) -> ItemTranscript {
         self.t.stats.absorb(self.stats);
         self.t.content_hash = content_hash;
+        self.t.prompts_from_events(self.events.prompts);
         self.t
     }
 }
 
 impl ItemTranscript {
-    fn line(&mut self, n: usize, text: &str, first: &mut bool) -> Line {
+    fn line(&mut self, n: usize, text: &str, first: &mut bool, events: &mut Events) -> Line {
         let Ok(whole) = serde_json::from_str::<&RawValue>(text) else {
             return Line::Malformed;
         };
@@ -176,12 +228,16 @@ impl ItemTranscript {
                     return Line::Malformed;
                 };
                 let shown = !is_context(&item);
-                self.current().items.push(TranscriptItem {
-                    item,
-                    line: n,
-                    timestamp,
-                    shown,
-                });
+                let mut t = TranscriptItem::new(item, n, timestamp, shown);
+                if t.item.is_assistant_output() {
+                    if let Some(model) = events.model.take() {
+                        if events.last_model.as_ref() != Some(&model) {
+                            events.last_model = Some(model.clone());
+                            t.model = Some(model);
+                        }
+                    }
+                }
+                self.current().items.push(t);
             }
             Kind::Compacted(payload) => {
                 let Ok(c) = serde_json::from_str::<Compacted<'_>>(payload.get()) else {
@@ -195,7 +251,7 @@ impl ItemTranscript {
                         .map(|m| vec![Item::message(Role::User, m)])
                         .unwrap_or_default(),
                 };
-                self.compaction(n, carried);
+                self.compaction(n, timestamp, carried);
             }
             Kind::EventMsg(payload) => {
                 let event = serde_json::from_str::<Event>(payload.get()).ok();
@@ -203,14 +259,89 @@ impl ItemTranscript {
                     Some(Event {
                         kind: Some(kind),
                         num_turns: Some(turns),
+                        ..
                     }) if kind == "thread_rolled_back" => self.roll_back(turns),
+                    Some(Event {
+                        kind: Some(kind),
+                        message: Some(text),
+                        ..
+                    }) if kind == "user_message" => {
+                        self.stats.metadata("event_msg");
+                        let segment = self.segments.len() - 1;
+                        events.prompts.push((segment, n, timestamp, text));
+                    }
+                    Some(Event {
+                        kind: Some(kind),
+                        info:
+                            Some(TokenInfo {
+                                last_token_usage: Some(tokens),
+                            }),
+                        ..
+                    }) if kind == "token_count" => {
+                        self.stats.metadata("event_msg");
+                        self.usage(tokens);
+                    }
                     _ => self.stats.metadata("event_msg"),
                 }
             }
-            Kind::Metadata(kind) => self.stats.metadata(kind),
+            Kind::Metadata(kind) => {
+                if kind == "turn_context" {
+                    if let Some(TurnContext { model: Some(model) }) =
+                        raw.payload.and_then(|p| serde_json::from_str(p.get()).ok())
+                    {
+                        events.model = Some(model);
+                    }
+                }
+                self.stats.metadata(kind)
+            }
             Kind::Unknown(kind) => self.stats.unknown(&kind),
         }
         Line::Read
+    }
+
+    /// Gives a model call's tokens to the first item of its response: the
+    /// last run of assistant output in the current segment, if no item of
+    /// it has usage yet.
+    fn usage(&mut self, tokens: Tokens) {
+        let items = &mut self.current().items;
+        let end = items
+            .iter()
+            .rposition(|t| t.item.is_assistant_output())
+            .map_or(0, |i| i + 1);
+        let start = items[..end]
+            .iter()
+            .rposition(|t| !t.item.is_assistant_output())
+            .map_or(0, |i| i + 1);
+        if start < end && items[start..end].iter().all(|t| t.usage.is_none()) {
+            items[start].usage = Some(TokenUsage {
+                input_tokens: tokens.input_tokens,
+                cache_read_tokens: tokens.cached_input_tokens,
+                cache_write_tokens: 0,
+                output_tokens: tokens.output_tokens,
+            });
+        }
+    }
+
+    /// Adds the prompts that only `user_message` events carry: those whose
+    /// text no user message of their segment has, each in its place by
+    /// line, shown.
+    fn prompts_from_events(&mut self, prompts: Vec<(usize, usize, Option<String>, String)>) {
+        for (segment, line, timestamp, text) in prompts {
+            let Some(s) = self.segments.get_mut(segment) else {
+                continue;
+            };
+            let said = s.items.iter().any(|t| {
+                t.item.is_user_message()
+                    && t.item.text().is_some_and(|own| own.trim() == text.trim())
+            });
+            if said || text.trim().is_empty() {
+                continue;
+            }
+            let at = s.items.partition_point(|t| t.line < line);
+            let item = Item::message(Role::User, text);
+            s.items
+                .insert(at, TranscriptItem::new(item, line, timestamp, true));
+        }
     }
 
     /// Drops the last `turns` user turns of the current segment, as Codex
@@ -230,9 +361,14 @@ impl ItemTranscript {
         if left > 0 {
             cut = 0;
         }
-        let dropped = segment.items.len() - cut;
+        let dropped: Vec<(String, usize)> = segment.items[cut..]
+            .iter()
+            .map(|t| (kind_of(&t.item), t.line))
+            .collect();
         segment.items.truncate(cut);
-        self.stats.off_path += dropped;
+        for (kind, line) in dropped {
+            self.stats.left_out(&kind, line);
+        }
     }
 }
 
@@ -247,6 +383,20 @@ fn convert(payload: &RawValue) -> Option<Item> {
     json.as_str()
         .starts_with('{')
         .then_some(Item::Opaque { role: None, json })
+}
+
+/// What an item left out of the transcript is counted as.
+fn kind_of(item: &Item) -> String {
+    if item.is_user_message() {
+        "user"
+    } else if item.is_tool_result() {
+        "tool_result"
+    } else if item.is_assistant_output() {
+        "assistant"
+    } else {
+        "other"
+    }
+    .to_owned()
 }
 
 /// Context Codex injects as user messages (instructions, the environment):
