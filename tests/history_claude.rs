@@ -500,3 +500,75 @@ fn fixture_lines() -> Vec<&'static [u8]> {
         .filter(|l| !l.is_empty())
         .collect()
 }
+
+/// `ls` lists every session file found, whatever its name; `--path` reads
+/// one file wherever it lies; an import reports what the transcript and the
+/// store hold.
+#[test]
+fn cli_lists_transcripts_and_imports_one_by_path_with_a_report() {
+    let home = Home::new();
+    home.place("/home/a/proj", SESSION, &fixture("branching.jsonl"));
+    // Named otherwise than the tool names its files.
+    home.place(
+        "/home/a/other",
+        "copied-session",
+        &fixture("compaction.jsonl"),
+    );
+    let store_dir = tempfile::tempdir().unwrap();
+    let root = store_dir.path().join("store");
+
+    let (code, out, err) = run_cli(&home, &root, &["ls"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(rows[0].starts_with("ID"), "{out}");
+    assert!(
+        out.contains(SESSION) && out.contains("/home/a/proj"),
+        "{out}"
+    );
+    let (code, out, _) = run_cli(&home, &root, &["ls", "--json"]);
+    assert_eq!(code, 0);
+    let listed: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed.iter().all(|v| v["messages"].as_u64().unwrap() > 0),
+        "{out}"
+    );
+
+    // A file outside any home, by path.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let file = elsewhere.path().join("exported.jsonl");
+    fs::write(&file, fixture("branching.jsonl")).unwrap();
+    let (code, out, err) = run_cli(
+        &home,
+        &root,
+        &["--path", file.to_str().unwrap(), "--import"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let id = out.trim().to_owned();
+    assert!(
+        err.contains("transcript: ") && err.contains("store: "),
+        "{err}"
+    );
+    let file_line = err.lines().find(|l| l.starts_with("transcript:")).unwrap();
+    let store_line = err.lines().find(|l| l.starts_with("store:")).unwrap();
+    assert_eq!(
+        file_line.trim_start_matches("transcript:").trim(),
+        store_line.trim_start_matches("store:").trim()
+    );
+    assert!(err.contains("left out 2 lines"), "{err}");
+    // Twice: the same session, nothing written.
+    let (code, again, err) = run_cli(
+        &home,
+        &root,
+        &["--path", file.to_str().unwrap(), "--import"],
+    );
+    assert_eq!((code, again.trim()), (0, id.as_str()), "{err}");
+    assert!(err.contains("already imported"), "{err}");
+    // A path that names nothing is not found.
+    let (code, _, err) = run_cli(&home, &root, &["--path", "/no/such/file.jsonl"]);
+    assert_eq!(code, 3, "{err}");
+}

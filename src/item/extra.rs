@@ -47,8 +47,17 @@ pub(crate) const UNTYPED: u8 = 1;
 pub(crate) const TEXT_CONTENT: u8 = 2;
 
 /// What an item carried beyond its typed fields, against one wire form:
-/// empty for an item made in Rust or given in its canonical form. See the
-/// [module docs](self) for what it holds.
+/// empty for an item made in Rust or given in its canonical form.
+///
+/// A reader types what it understands of an item and renders that back in
+/// its wire form (the *canonical* form). What the given item differs in is
+/// kept here: two shorthand flags of a Responses message (no `type`;
+/// `content` as a string), and a *diff* that turns the canonical form into
+/// the given one, in the crate's own JSON: `{"val": V}` puts a value in
+/// place; `{"set": {K: V}, "del": [K], "sub": {K: node}}` changes an
+/// object's fields; `{"at": [[I, node]]}` changes a list's elements. A
+/// writer renders the canonical form and applies the diff, so the item
+/// comes back JSON-equal to what was given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Extra(Option<Box<ExtraFields>>);
@@ -90,8 +99,7 @@ impl Extra {
         self.0.as_ref().map(|e| e.form)
     }
 
-    /// The diff from the canonical form to the given one, as JSON text (see
-    /// the [module docs](self)).
+    /// The diff from the canonical form to the given one, as JSON text.
     pub fn diff(&self) -> Option<&JsonText> {
         self.0.as_ref().and_then(|e| e.diff.as_ref())
     }

@@ -551,7 +551,7 @@ impl ArchivedLoggedStatus {
     }
 }
 
-/// Where an [`LoggedItem::External`] item is: the BLAKE3 hash of its
+/// Where an [`LoggedItem::External`](LoggedItemOf::External) item is: the BLAKE3 hash of its
 /// archive (a `LoggedItem` archived alone) and that archive's length.
 #[derive(
     Debug,

@@ -122,7 +122,7 @@ fn strings_len(strings: &[String]) -> usize {
 impl<X: ItemExtension> LoggedItemOf<X> {
     /// The bytes of all the item's strings and JSON texts: an item of at
     /// least the store's `payload_threshold` is stored once in the payload
-    /// area ([`LoggedItem::External`]). 0 for an external item.
+    /// area ([`LoggedItem::External`](LoggedItemOf::External)). 0 for an external item.
     pub fn text_len(&self) -> usize {
         use LoggedItemOf as LoggedItem;
         let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);

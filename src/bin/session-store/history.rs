@@ -34,8 +34,7 @@ enum Source {
 #[derive(clap::Args)]
 #[command(
     group(clap::ArgGroup::new("locator").required(true).args(["cwd", "session", "path"])),
-    subcommand_negates_reqs = true,
-    args_conflicts_with_subcommands = true
+    subcommand_negates_reqs = true
 )]
 struct CommonArgs {
     #[command(subcommand)]

@@ -9,10 +9,14 @@
 //!
 //! - Chained lines carry `uuid` and `parentUuid`. The transcript is the path
 //!   from the last leaf (the last chained line of the file that belongs to
-//!   the session) back to the root, so the branches an edit or retry
-//!   abandoned are left out (and counted). Lines that carry no history
+//!   the session) back to the root, with what belongs to it off the path:
+//!   the other lines of its responses and the results of their tool calls
+//!   (parallel calls write each result as a sibling node), and the progress
+//!   lines that hang off a kept line. The branches an edit or retry
+//!   abandoned are left out, counted by kind. Lines that carry no history
 //!   (`progress`, `attachment`, `system` lines other than compact
-//!   boundaries) still link the chain.
+//!   boundaries) still link the chain. A file whose lines name no parent is
+//!   read in file order.
 //! - Lines with `isSidechain: true` belong to a subagent: they are kept out
 //!   of the main transcript and read per `agentId`, each along its own chain
 //!   ([`ClaudeSession::sidechains`]), with those of the subagent files
@@ -26,13 +30,15 @@
 //!   `message.id` are one response: their blocks are joined at the first
 //!   one's place (a block repeated verbatim is kept once).
 //! - A `system` line with `subtype: "compact_boundary"` starts a compaction;
-//!   the walk goes on through its `logicalParentUuid`, so the history before
-//!   it is kept, as the segment before the compaction. The `isCompactSummary`
+//!   the walk goes on through its `logicalParentUuid` (or, when that names
+//!   no line of the file, through the line before the boundary), so the
+//!   history before it is kept, as the segment before the compaction. The `isCompactSummary`
 //!   user line after it is the first item of the compacted history (a summary
 //!   without a boundary, as older versions write, starts one too). `isMeta`
 //!   lines are imported but not shown as messages.
-//! - Metadata lines (`summary`, `file-history-snapshot`, …) are counted and
-//!   skipped; lines of an unknown type are skipped and counted by type;
+//! - `summary` lines title the conversation whose leaf they name; assistant
+//!   lines give the model and usage of their response. Other metadata lines
+//!   (`file-history-snapshot`, …) are counted and skipped; lines of an unknown type are skipped and counted by type;
 //!   lines that are not JSON objects of a usable shape are skipped and
 //!   counted as malformed. None of these is ever fatal.
 //!
