@@ -166,12 +166,14 @@ impl ItemTranscript {
     }
 
     /// The first prompt the user typed, cut to a title's length: the text
-    /// of the first shown user message (context the tool injects is not
-    /// shown).
+    /// of the first shown user message that is not a tool's markup (context
+    /// the tool injects is not shown; Claude Code writes slash commands and
+    /// editor notices as `<command-name>…`, `<ide_opened_file>…`).
     pub fn first_prompt(&self) -> Option<String> {
         self.items()
             .filter(|t| t.shown && t.item.is_user_message())
-            .find_map(|t| t.item.text().filter(|s| !s.trim().is_empty()))
+            .filter_map(|t| t.item.text())
+            .find(|text| !text.trim().is_empty() && !is_tool_markup(text))
             .map(|text| crate::catalog::excerpt(&text))
     }
 
@@ -238,6 +240,20 @@ impl ItemTranscript {
             content_hash: self.content_hash.clone(),
         }
     }
+}
+
+/// Whether `text` opens with a tag the tool writes (`<command-name>`,
+/// `<local-command-stdout>`, `<ide_opened_file>`, `<system-reminder>`): a
+/// lowercase name of letters, `-` and `_`.
+fn is_tool_markup(text: &str) -> bool {
+    let Some(rest) = text.trim_start().strip_prefix('<') else {
+        return false;
+    };
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_lowercase() || *c == '-' || *c == '_')
+        .collect();
+    !name.is_empty() && rest[name.len()..].starts_with('>')
 }
 
 /// The tool name of every call, by call id.

@@ -599,17 +599,21 @@ fn with_siblings(lines: &[ChainLine], kept: &mut [bool]) {
         }
     }
     // Lines with no history that hang off a kept line (the progress of a
-    // tool call, an attachment) belong with it.
-    let uuids: HashSet<&str> = lines
+    // tool call, an attachment), or off such a line, belong with it; a
+    // parent comes before its children in the file.
+    let mut uuids: HashSet<&str> = lines
         .iter()
         .zip(kept.iter())
         .filter(|(_, k)| **k)
         .filter_map(|(l, _)| l.uuid.as_deref())
         .collect();
     for (l, k) in lines.iter().zip(kept.iter_mut()) {
-        if matches!(l.body, Body::Link(_)) && l.parent.as_deref().is_some_and(|p| uuids.contains(p))
+        if !*k
+            && matches!(l.body, Body::Link(_))
+            && l.parent.as_deref().is_some_and(|p| uuids.contains(p))
         {
             *k = true;
+            uuids.extend(l.uuid.as_deref());
         }
     }
 }
