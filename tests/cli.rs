@@ -73,12 +73,19 @@ fn ok(root: &Path, args: &[&str]) -> String {
     r.stdout
 }
 
-/// Asserts a runtime error: exit 1 and exactly one line on stderr. Returns that line.
+/// Asserts a runtime error: exactly one line on stderr, and exit 1, or 3
+/// when what the command was given does not exist ("not found"). Returns
+/// that line.
 fn one_line_error(r: &Run, what: &str) -> String {
+    let expected = if r.stderr.starts_with("error: not found") {
+        3
+    } else {
+        1
+    };
     assert_eq!(
         r.code,
-        Some(1),
-        "{what}: expected exit 1; stdout {:?} stderr {:?}",
+        Some(expected),
+        "{what}: expected exit {expected}; stdout {:?} stderr {:?}",
         r.stdout,
         r.stderr
     );
@@ -293,7 +300,12 @@ fn export_all_writes_one_file_per_session() {
 
     let r = run(&root, &["export", "--all", "-o", dir.to_str().unwrap()]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    assert_eq!(r.stderr, "");
+    // A closing summary, on stderr.
+    assert!(
+        r.stderr.starts_with("exported 2 of 2 sessions to "),
+        "{}",
+        r.stderr
+    );
     let mut names: Vec<String> = fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -540,7 +552,10 @@ fn verify_exits_0_on_intact_sessions_by_id_and_with_all() {
 
     let r = run(&root, &["verify", "--all"]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    assert_eq!(r.stderr, "");
+    assert_eq!(
+        r.stderr,
+        "verified 2 sessions: 2 ok, 0 damaged or not checked\n"
+    );
     assert!(r.stdout.contains(&format!("{a}: ok, 4 records")));
     assert!(r.stdout.contains(&format!("{b}: ok, 7 records")));
 }
@@ -922,15 +937,9 @@ fn usage_errors_exit_2() {
         &["completions", "klingon"],
         &["demo", "--sessions", "many"],
         &["tail", &id, "--from", "-1"],
-        // Ids and hashes that do not parse are usage errors too.
-        &["export", "nope"],
-        &["rm", "nope"],
-        &["verify", "nope"],
-        &["verify", &id, "nope"],
-        &["fork", "nope", "--at", "0"],
+        // Hashes that do not parse are usage errors too.
         &["fork", &id, "--at", "abc"],
         &["fork", &id, "--at", &"g".repeat(64)],
-        &["append", "nope"],
         &["append", &id, "--head", "abc"],
     ];
     for args in cases {
@@ -940,19 +949,25 @@ fn usage_errors_exit_2() {
         assert!(r.stderr.starts_with("error: "), "{args:?}: {}", r.stderr);
     }
     assert_eq!(session_dirs(&root), 1, "a usage error changed the store");
-    // `show`, `stat` and `tail` take a session's name where they take an id:
-    // text that is no id is a name looked up (never a path), and a name no
-    // session has is not found.
+    // Every command that takes an id takes a session's name or a unique id
+    // prefix: text that is no id is looked up (never a path), and what no
+    // session answers to is not found (exit 3).
     let names: &[&[&str]] = &[
         &["show", "not-a-uuid"],
         &["show", ".."],
         &["show", "../../etc/passwd"],
         &["stat", "nope"],
         &["tail", "nope"],
+        &["export", "nope"],
+        &["rm", "nope"],
+        &["verify", "nope"],
+        &["verify", &id, "nope"],
+        &["fork", "nope", "--at", "0"],
+        &["append", "nope"],
     ];
     for args in names {
         let r = run(&root, args);
-        assert_eq!(r.code, Some(1), "{args:?}: {} {}", r.stdout, r.stderr);
+        assert_eq!(r.code, Some(3), "{args:?}: {} {}", r.stdout, r.stderr);
         assert!(r.stderr.contains("not found"), "{args:?}: {}", r.stderr);
     }
     assert_eq!(session_dirs(&root), 1, "a lookup changed the store");
@@ -987,10 +1002,10 @@ fn odd_input_gives_one_error_line_and_never_a_panic() {
         let r = run(&root, args);
         one_line_error(&r, &args.join(" "));
     }
-    // verify reports a missing session as its finding for that id.
+    // verify of a session that does not exist: not found.
     let r = run(&root, &["verify", &missing]);
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.stderr, format!("{missing}: not found\n"));
+    assert_eq!(r.code, Some(3));
+    assert_eq!(r.stderr, format!("error: not found: session {missing}\n"));
     // An empty tail range is not an error.
     assert_eq!(
         ok(&root, &["tail", &id, "--from", "18446744073709551615"]),
@@ -1651,9 +1666,11 @@ fn grep_finds_lines_across_sessions_by_kind_with_context() {
         run(&root, &["grep", "--kind", "nonsense", "x"]).code,
         Some(2)
     );
+    // A pattern that does not parse is a usage error, its message whole.
     let r = run(&root, &["grep", "(unclosed"]);
-    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("regex parse error"), "{}", r.stderr);
+    assert!(r.stderr.lines().count() > 2, "{}", r.stderr);
 
     // A damaged session is reported; the other is still searched.
     let seg = fs::read_dir(root.join("sessions").join(b.to_string()))

@@ -356,3 +356,24 @@ fn messages_blocks_keep_their_fields() {
     output.to_responses_json(Form::Resend).unwrap();
     let _ = anthropic::history_to_json(&items).unwrap();
 }
+
+/// A session whose first prompt was given in the shorthand form (and so is
+/// stored extended) is titled by it, as any other.
+#[test]
+fn a_shorthand_first_prompt_titles_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let item = Item::from_responses_json(r#"{"role":"user","content":"hi there"}"#).unwrap();
+    store.save_delta(id, &mut head, &[item]).unwrap();
+    let listed = store.list().unwrap();
+    assert_eq!(listed[0].title.as_deref(), Some("hi there"));
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        store.info(id).unwrap().unwrap().title.as_deref(),
+        Some("hi there")
+    );
+}

@@ -72,6 +72,9 @@ struct Inner {
     runtime: tokio::runtime::Runtime,
     /// One eviction or fetch-back at a time through this archive.
     evicting: parking_lot::Mutex<()>,
+    /// The directory of a `file://` archive, whose files and directories
+    /// are kept private (0600, 0700) as the store's own are.
+    local_root: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Archive {
@@ -226,7 +229,8 @@ impl Archive {
     /// Opens an archive by URL: `s3://bucket/prefix` (configured from the
     /// `AWS_*` environment variables, as `AmazonS3Builder::from_env` reads
     /// them: `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `AWS_REGION`, keys),
-    /// `file:///path` (a directory, created if missing) or `memory://` (a
+    /// `file:///path` (a directory, created private, 0700, if missing; every
+    /// file and directory written under it is private too) or `memory://` (a
     /// fresh in-memory store, for tests).
     pub fn open(url: &str) -> Result<Archive> {
         Archive::open_with(url, std::iter::empty::<(String, String)>())
@@ -247,7 +251,14 @@ impl Archive {
                 if !path.starts_with('/') {
                     return Err(bad("a file URL needs an absolute path (file:///…)"));
                 }
-                std::fs::create_dir_all(path).map_err(|e| Error::io("mkdir", path, e))?;
+                {
+                    use std::os::unix::fs::DirBuilderExt;
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(path)
+                        .map_err(|e| Error::io("mkdir", path, e))?;
+                }
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(path)
                     .map_err(|e| bad(&e.to_string()))?;
                 (Arc::new(fs), "")
@@ -316,6 +327,7 @@ impl Archive {
                 url: url.to_string(),
                 runtime,
                 evicting: parking_lot::Mutex::new(()),
+                local_root: url.strip_prefix("file://").map(std::path::PathBuf::from),
             }),
         })
     }
@@ -401,7 +413,31 @@ impl Archive {
             .put(&path, PutPayload::from(body))
             .await
             .map_err(|e| remote(&path, e))?;
-        Ok(())
+        self.keep_private(&path)
+    }
+
+    /// Makes what a `file://` archive wrote for `path` private: the file
+    /// 0600, and each directory from the archive's root down to it 0700
+    /// (`object_store` writes them with the process's umask).
+    pub(crate) fn keep_private(&self, path: &ObjectPath) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(root) = &self.inner.local_root else {
+            return Ok(());
+        };
+        let mode = |p: &std::path::Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io("chmod", p, e))
+        };
+        let mut dir = root.clone();
+        let segments: Vec<String> = path.parts().map(|p| p.as_ref().to_owned()).collect();
+        let Some((file, dirs)) = segments.split_last() else {
+            return Ok(());
+        };
+        for part in dirs {
+            dir.push(part);
+            mode(&dir, 0o700)?;
+        }
+        mode(&dir.join(file), 0o600)
     }
 
     /// Uploads an immutable object: created, never overwritten. An object
@@ -416,7 +452,7 @@ impl Archive {
             .put_opts(path, PutPayload::from_bytes(bytes.clone()), opts)
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => self.keep_private(path).map(|()| true),
             Err(object_store::Error::AlreadyExists { .. }) => {
                 let there = self.get_bytes(path).await?;
                 if there == bytes {

@@ -60,7 +60,7 @@ impl Archive {
                 let body = PutPayload::from(bytes::Bytes::from(bytes.into_vec()));
                 let opts = PutOptions::from(PutMode::Create);
                 match self.inner.objects.put_opts(&object, body, opts).await {
-                    Ok(_) => Ok(true),
+                    Ok(_) => self.keep_private(&object).map(|()| true),
                     // Named by its hash: the same name holds the same bytes,
                     // unless the object was changed in the archive, which
                     // its length shows (and every download checks the hash).

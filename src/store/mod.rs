@@ -177,6 +177,10 @@ pub struct SessionInfo {
     pub forked_from: Option<SessionOrigin>,
     /// Compaction origin.
     pub compacted_from: Option<SessionOrigin>,
+    /// The name the session was created with ([`Store::create_named`]),
+    /// if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Why this session could not be read in full, if it could not: a
     /// damaged catalog or log. The other fields say what could be read (the
     /// creation time from the id, at least).
@@ -515,6 +519,7 @@ impl Store {
         // Membership from the directory, contents from the listing cache in
         // one read; the catalog files only where the cache cannot be trusted.
         let cached = ListCache::read_all(&self.inner.root)?;
+        let mut names = self.names()?;
         let mut out = Vec::new();
         for entry in fs::read_dir(&sessions).map_err(io_err("read dir", &sessions))? {
             let entry = entry.map_err(io_err("read dir", &sessions))?;
@@ -563,6 +568,8 @@ impl Store {
                     continue;
                 }
             }
+            let mut info = info;
+            info.name = names.remove(&id);
             out.push(info);
         }
         out.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(b.id.cmp(&a.id)));
@@ -693,6 +700,7 @@ fn session_info(
         head: (entries > 0).then_some(head.head),
         forked_from: identity.forked_from,
         compacted_from: identity.compacted_from,
+        name: None,
         error: None,
     }
 }

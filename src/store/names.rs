@@ -75,6 +75,42 @@ impl Store {
         Ok(self.exists(id).then_some(id))
     }
 
+    /// Every name of a live session, by session: one read of `names/` and
+    /// of each name file (a name whose session was deleted is left out).
+    pub(crate) fn names(&self) -> Result<std::collections::HashMap<SessionId, String>> {
+        let dir = self.inner.root.join(NAMES_DIR);
+        let mut out = std::collections::HashMap::new();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(Error::io("read dir", dir, e)),
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            // The lock, and names being written (a temporary name).
+            if file.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(bytes) = std::fs::read(entry.path()) else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes);
+            let Some((id, name)) = text.split_once('\n') else {
+                continue;
+            };
+            // Only a file the name's own lookup would find counts.
+            if self.name_path(name).file_name() != Some(file.as_os_str()) {
+                continue;
+            }
+            if let Ok(id) = id.parse::<SessionId>() {
+                if self.exists(id) {
+                    out.insert(id, name.to_owned());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Creates a session named `name` (see [`Store::create_session`] for the
     /// rest); fails with [`Error::InvalidInput`] if a session has that name.
     /// Returns the id and head.

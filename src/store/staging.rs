@@ -623,11 +623,21 @@ fn first_entry(system_prompt: Option<&str>, config: RequestConfig, history: &[It
 
 /// [`user_item_text`] of a logged item.
 pub(super) fn user_text(item: &LoggedItem) -> Option<String> {
+    let user = |item: &crate::schema::LoggedCoreItem| {
+        matches!(
+            item,
+            crate::schema::LoggedItemOf::Message {
+                role: crate::schema::LoggedRole::User,
+                ..
+            }
+        )
+    };
     match item {
         LoggedItem::Message {
             role: crate::schema::LoggedRole::User,
             ..
         } => user_item_text(&item.clone().into_item()),
+        LoggedItem::Extended(e) if user(&e.item) => user_item_text(&item.clone().into_item()),
         _ => None,
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use session_store::{Archive, RestorePoint, SessionId, Store, Transfer};
 
@@ -86,8 +86,21 @@ pub fn run(root: &Option<PathBuf>, args: Args) -> Result<ExitCode> {
     }
 }
 
+/// Opens the archive at `url` to write (a `file://` archive's directory is
+/// made if missing).
 fn open(url: &str) -> Result<Archive> {
     Archive::open(url).with_context(|| format!("opening archive {url}"))
+}
+
+/// Opens the archive at `url` to read from: a `file://` archive that does
+/// not exist is "not found" (exit 3), never made.
+fn open_existing(url: &str) -> Result<Archive> {
+    if let Some(path) = url.strip_prefix("file://") {
+        if !std::path::Path::new(path).is_dir() {
+            return Err(crate::out::not_found(format!("an archive at {url}")));
+        }
+    }
+    open(url)
 }
 
 /// A progress callback drawing a byte bar (on a terminal only).
@@ -118,7 +131,9 @@ fn local_sessions(
         return Ok(store.list()?.into_iter().map(|i| i.id).collect());
     }
     if ids.is_empty() {
-        bail!("name sessions to {verb}, or --all");
+        return Err(crate::out::usage(format!(
+            "name sessions to {verb}, or --all"
+        )));
     }
     ids.iter()
         .map(|t| crate::resolve_session(store, t))
@@ -126,16 +141,16 @@ fn local_sessions(
 }
 
 fn push(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Result<ExitCode> {
-    let store = crate::open_store(root)?;
-    let archive = open(url)?;
+    let store = crate::open_existing_store(root)?;
     let ids = local_sessions(&store, ids, all, "push")?;
+    let archive = open(url)?;
     for id in ids {
         let (bar, progress) = bar("push");
         let r = archive
             .push_with(&store, id, progress)
             .with_context(|| format!("pushing session {id}"))?;
         bar.finish_and_clear();
-        println!(
+        outln!(
             "{id}  {} segment(s) uploaded, {} already archived, tail {}, {} bytes, through seq {}",
             r.uploaded_segments,
             r.skipped_segments,
@@ -146,19 +161,19 @@ fn push(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Resul
             },
             r.uploaded_bytes,
             r.next_seq.saturating_sub(1),
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn evict(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Result<ExitCode> {
-    let store = crate::open_store(root)?;
-    let archive = open(url)?;
+    let store = crate::open_existing_store(root)?;
     let ids = local_sessions(&store, ids, all, "evict")?;
+    let archive = open_existing(url)?;
     let mut failed = 0;
     for id in ids {
         match archive.evict(&store, id) {
-            Ok(r) => println!(
+            Ok(r) => outln!(
                 "{id}  {} segment(s) evicted, {} bytes{}{}",
                 r.evicted_segments,
                 r.evicted_bytes,
@@ -166,7 +181,7 @@ fn evict(root: &Option<PathBuf>, url: &str, ids: Vec<String>, all: bool) -> Resu
                     .map(|(a, b)| format!("; seqs {a}..={b} now only in the archive"))
                     .unwrap_or_default(),
                 r.kept.map(|k| format!("; kept {k}")).unwrap_or_default(),
-            ),
+            )?,
             // One session that cannot be evicted does not stop the others.
             Err(e) => {
                 failed += 1;
@@ -189,27 +204,32 @@ fn pull(
     all: bool,
     point: RestorePoint,
 ) -> Result<ExitCode> {
+    if point != RestorePoint::Latest && (all || ids.len() != 1) {
+        return Err(crate::out::usage(
+            "--seq and --hash restore one session, not --all",
+        ));
+    }
+    if !all && ids.is_empty() {
+        return Err(crate::out::usage("name sessions to pull, or --all"));
+    }
+    let archive = open_existing(url)?;
+    // A new root is made only once the archive is known to exist.
     let store = crate::open_store(root)?;
-    let archive = open(url)?;
     let ids: Vec<SessionId> = if all {
         archive.sessions()?.into_iter().map(|s| s.id).collect()
-    } else if ids.is_empty() {
-        bail!("name sessions to pull, or --all");
     } else {
         ids.iter()
             .map(|t| {
-                t.parse()
-                    .with_context(|| format!("not a session id: {t:?}"))
+                t.to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| crate::out::usage(format!("not a session id: {t:?}")))
             })
             .collect::<Result<_>>()?
     };
-    if point != RestorePoint::Latest && ids.len() != 1 {
-        bail!("--seq and --hash restore one session");
-    }
     for id in ids {
         if all && store.exists(id) {
             // Pulled already, as the parent of a fork pulled before it.
-            println!("{id}  already in the store");
+            outln!("{id}  already in the store")?;
             continue;
         }
         let (bar, progress) = bar("pull");
@@ -217,26 +237,35 @@ fn pull(
             .pull_with(&store, id, point, progress)
             .with_context(|| format!("pulling session {id}"))?;
         bar.finish_and_clear();
-        println!(
+        outln!(
             "{id}  restored {} object(s), {} bytes, head seq {} {}",
-            r.objects, r.downloaded_bytes, r.head.0, r.head.1
-        );
+            r.objects,
+            r.downloaded_bytes,
+            r.head.0,
+            r.head.1
+        )?;
     }
     store.close()?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn ls(root: &Option<PathBuf>, url: &str) -> Result<ExitCode> {
-    let archive = open(url)?;
+    let archive = open_existing(url)?;
     // The local store, if there is one, to say what is only local.
     let local = root
         .clone()
         .or_else(|| Some(crate::default_root()))
         .and_then(|r| Store::open_read_only(r).ok());
-    println!(
-        "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {:>7}  title",
-        "id", "segments", "tail", "bytes", "archived", "local", "evicted"
-    );
+    outln!(
+        "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {:>7}  TITLE",
+        "ID",
+        "SEGMENTS",
+        "TAIL",
+        "BYTES",
+        "ARCHIVED",
+        "LOCAL",
+        "EVICTED"
+    )?;
     for s in archive.sessions()? {
         let archived = s.manifest.as_ref().map(|m| m.next_seq());
         let local_entries = local
@@ -250,7 +279,7 @@ fn ls(root: &Option<PathBuf>, url: &str) -> Result<ExitCode> {
             .and_then(|st| st.evicted_segments(s.id).ok())
             .map(|e| e.len() as u64);
         let show = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
-        println!(
+        outln!(
             "{:<36}  {:>8}  {:>5}  {:>12}  {:>10}  {:>10}  {:>7}  {}",
             s.id,
             s.segment_objects,
@@ -267,7 +296,7 @@ fn ls(root: &Option<PathBuf>, url: &str) -> Result<ExitCode> {
                 } else {
                     String::new()
                 }),
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -16,12 +16,29 @@ use crate::transfer::{write_file_atomically, write_session, ExportFormat};
 #[derive(clap::Args)]
 pub struct Args {
     /// Sessions to write
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
     sessions: u32,
     /// User turns per session
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
     turns: u32,
 }
+
+/// What a developer asks a coding agent, to open each demo session (and
+/// title it).
+const TASKS: &[&str] = &[
+    "Fix the failing test in src/log/recovery.rs",
+    "Why does the build fail on the CI runner but not locally?",
+    "Add a --json flag to the ls command",
+    "Find where the config file is read and add a default for the timeout",
+    "Refactor the session cache to evict by last use",
+    "Write a benchmark for the append path",
+    "The export drops the last line when the file ends without a newline",
+    "Explain what the chain hash protects against",
+    "Upgrade the HTTP client and fix what breaks",
+    "Add retries with backoff to the uploader",
+    "Review the diff of the last commit for error handling",
+    "Speed up the restore of large sessions",
+];
 
 /// A small deterministic generator, so every run writes the same sessions.
 struct Rng(u64);
@@ -59,9 +76,16 @@ impl Rng {
     }
 }
 
+/// Runs the demo in `root` when one was given on the command line (a
+/// store's `SESSION_STORE_DIR` is not taken: the demo's sessions are not
+/// the user's), else in a fresh temporary directory.
 pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
+    let temporary = root.is_none();
     let root = match root {
-        Some(r) => r.clone(),
+        Some(r) => {
+            crate::open_store(&Some(r.clone()))?.close()?;
+            r.clone()
+        }
         None => tempfile::Builder::new()
             .prefix("session-store-demo-")
             // Private like every store: session logs hold credentials.
@@ -70,7 +94,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
             .context("creating a temporary directory")?
             .keep(),
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     writeln!(out, "store: {}", root.display())?;
     let store = Store::open(&root)?;
     let started = Instant::now();
@@ -158,6 +182,14 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         "exported  {} ({lines} lines of JSONL)",
         export_path.display()
     )?;
+    if temporary {
+        writeln!(
+            out,
+            "the store is a temporary directory: look around with `session-store --root {} ls`, then `rm -r {}`",
+            root.display(),
+            root.display()
+        )?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -250,7 +282,11 @@ fn write_sessions(store: &Store, a: &Args) -> Result<Written> {
 /// content, a tool call, its result (now and then a large one), the answer.
 fn demo_turn(rng: &mut Rng, s: u32, t: u32) -> Vec<Item> {
     let call_id = format!("call_{s}_{t}");
-    let user = Item::user_text(format!("Turn {t}: {}", rng.text(200)));
+    let user = if t == 0 {
+        Item::user_text(TASKS[s as usize % TASKS.len()])
+    } else {
+        Item::user_text(format!("Turn {t}: {}", rng.text(200)))
+    };
     let reasoning = Item::Reasoning {
         extra: Default::default(),
         id: Some(format!("rs_{s}_{t}")),

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use regex::{Regex, RegexBuilder};
 use session_store::{EntryKind, SessionId, Store};
 
@@ -18,8 +18,8 @@ use crate::open_store_to_read;
 pub struct Args {
     /// A regular expression (Rust `regex` syntax)
     pattern: String,
-    /// Sessions to search [default: all]
-    ids: Vec<SessionId>,
+    /// Sessions to search: ids, unique id prefixes or names [default: all]
+    ids: Vec<String>,
     /// Only entries of this kind (session_start, user_input, assistant_items,
     /// tool_results, hook_injected_items, run_completed, run_errored,
     /// config_changed, extension); repeatable
@@ -72,22 +72,21 @@ struct Found {
 pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let re = RegexBuilder::new(&a.pattern)
         .case_insensitive(a.ignore_case)
-        .build()?;
+        .build()
+        .map_err(|e| crate::out::usage(format!("invalid pattern:\n{e}")))?;
     let store = open_store_to_read(root)?;
     let ids: Vec<SessionId> = if a.ids.is_empty() {
         let mut ids: Vec<SessionId> = store.list()?.into_iter().map(|s| s.id).collect();
         ids.sort();
         ids
     } else {
-        for id in &a.ids {
-            if !store.exists(*id) {
-                bail!("not found: session {id}");
-            }
-        }
-        a.ids.clone()
+        a.ids
+            .iter()
+            .map(|t| crate::resolve_session(&store, t))
+            .collect::<Result<_>>()?
     };
     let found = search_all(&store, &ids, &re, &a);
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::out::Stdout;
     let (mut matched, mut failed) = (0u64, false);
     for (id, f) in ids.iter().zip(found) {
         stdout.write_all(&f.out)?;

@@ -168,7 +168,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     if a.verbose {
         print_stats(&path, &transcript.stats()?);
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     if a.import {
         let import = transcript.import()?;
         let store = open_store(root)?;
@@ -263,7 +263,7 @@ fn report(file: &ItemCounts, store: &ItemCounts, stats: &ReadStats) {
 /// Lists the transcripts the reader finds, one a line (or one JSON object
 /// a line), oldest file first.
 fn list(service: &HistoryService, name: &str, home: &Path, json: bool) -> Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     let paths = service.list(name, home)?;
     if !json {
         writeln!(

@@ -18,7 +18,7 @@ pub struct LsArgs {
 
 #[derive(clap::Args)]
 pub struct ShowArgs {
-    /// Session id, or a session's name
+    /// Session id, unique id prefix or name
     id: String,
     /// Do not cut long texts
     #[arg(long)]
@@ -27,7 +27,7 @@ pub struct ShowArgs {
 
 #[derive(clap::Args)]
 pub struct StatArgs {
-    /// Session id, or a session's name
+    /// Session id, unique id prefix or name
     id: String,
     /// JSON output
     #[arg(long)]
@@ -36,7 +36,7 @@ pub struct StatArgs {
 
 #[derive(clap::Args)]
 pub struct TailArgs {
-    /// Session id, or a session's name
+    /// Session id, unique id prefix or name
     id: String,
     /// Follow new entries as they are committed
     #[arg(short, long)]
@@ -81,12 +81,12 @@ pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
     let mut sessions = store.list()?;
     // Newest first by last write: the session one worked in last is on top.
     sessions.sort_by_key(|s| std::cmp::Reverse((s.updated_ms, s.created_ms)));
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     if !a.json && !sessions.is_empty() {
         writeln!(
             out,
-            "{:<36}  {:<23}  {:>7}  {:>10}  TITLE",
-            "ID", "UPDATED", "ENTRIES", "SIZE"
+            "{:<36}  {:<23}  {:>7}  {:>10}  {:<16}  TITLE",
+            "ID", "UPDATED", "ENTRIES", "SIZE", "NAME"
         )?;
     }
     for s in sessions {
@@ -102,11 +102,12 @@ pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
         } else {
             writeln!(
                 out,
-                "{:<36}  {:<23}  {:>7}  {:>10}  {}",
+                "{:<36}  {:<23}  {:>7}  {:>10}  {:<16}  {}",
                 s.id.to_string(),
                 fmt_time(s.updated_ms),
                 s.entries,
                 human_bytes(s.bytes),
+                s.name.as_deref().unwrap_or("-"),
                 match (&s.error, s.forked_from) {
                     // A session that could not be read is listed, marked.
                     (Some(e), _) => format!("DAMAGED: {e}"),
@@ -146,7 +147,7 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
             s.to_string()
         }
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     if let Some(p) = &state.system_prompt {
         writeln!(out, "{} {}", paint("2", "system:"), cut(p, a.full))?;
     }
@@ -340,36 +341,40 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
         "verified": false,
     });
     if a.json {
-        println!("{value}");
+        outln!("{value}")?;
     } else {
-        println!("session      {id}");
-        println!("segments     {}", segments.len());
-        println!("records      {}", snap.next_seq() - log_start(&snap));
+        outln!("session      {id}")?;
+        outln!("segments     {}", segments.len())?;
+        outln!("records      {}", snap.next_seq() - log_start(&snap))?;
         if let Some((first, last)) = snap.evicted() {
-            println!(
+            outln!(
                 "evicted      seqs {first}..={last} (in the archive; --archive URL reads them)"
-            );
+            )?;
         }
-        println!("bytes        {}", human_bytes(log.bytes()));
+        outln!("bytes        {}", human_bytes(log.bytes()))?;
         match head {
-            Some((seq, h)) => println!("head         seq {seq}, {h}"),
-            None => println!("head         none"),
+            Some((seq, h)) => outln!("head         seq {seq}, {h}")?,
+            None => outln!("head         none")?,
         }
-        println!(
+        outln!(
             "last start   {}",
             snap.last_session_start()
                 .map_or("none".into(), |s| format!("seq {s}"))
-        );
+        )?;
         match &report.torn_tail {
-            Some(t) => println!(
+            Some(t) => outln!(
                 "recovery     torn tail not yet recovered at {} offset {}: {}",
                 t.segment.display(),
                 t.offset,
                 t.reason
-            ),
-            None => println!(
-                "recovery     no torn tail; records not verified (run `session-store verify {id}`)"
-            ),
+            )?,
+            None => outln!(
+                "recovery     no torn tail; records not verified (run `session-store{} verify {id}`)",
+                match root {
+                    Some(r) => format!(" --root {}", shell_word(&r.display().to_string())),
+                    None => String::new(),
+                }
+            )?,
         }
         if let Some(last) = &last {
             let what = match &last.report.torn_tail {
@@ -384,7 +389,7 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
                     count(last.report.removed.len() as u64, "file")
                 ),
             };
-            println!("last cut     {}: {what}", fmt_time(last.at_ms));
+            outln!("last cut     {}: {what}", fmt_time(last.at_ms))?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -400,7 +405,7 @@ pub fn tail(root: &Option<PathBuf>, a: TailArgs) -> Result<ExitCode> {
     // A read-only store's subscription re-reads the log as the writer (in
     // another process) commits, and never takes the writer's lock.
     let mut entries = store.subscribe(id, from)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::Stdout;
     while let Some(entry) = entries.try_next() {
         writeln!(out, "{}", entry?.wire_line())?;
     }
@@ -425,4 +430,18 @@ pub(crate) fn json_type(json: &session_store::JsonText) -> String {
 /// Seq of the log's first record, local or evicted to an archive.
 fn log_start(snap: &session_store::Snapshot) -> u64 {
     snap.evicted().map_or(snap.first_seq(), |(first, _)| first)
+}
+
+/// `text` as one shell word: as it is when it needs no quoting, else in
+/// single quotes.
+fn shell_word(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c))
+    {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
 }

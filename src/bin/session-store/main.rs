@@ -1,7 +1,11 @@
 //! The `session-store` command: inspect, move and check session logs.
 //!
-//! Exit codes: 0 success; 1 an error, or damage found by `verify`; 2 a usage error.
+//! Exit codes: 0 success; 1 an error, or damage found by `verify`; 2 a usage
+//! error; 3 not found (a session, store, archive or file); 141 standard
+//! output closed by its reader (`… | head`).
 
+#[macro_use]
+mod out;
 mod archive;
 mod demo;
 mod grep;
@@ -14,8 +18,8 @@ mod verify;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
-use clap::{CommandFactory, Parser, Subcommand};
+use anyhow::{Context, Result};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use session_store::{Log, SessionId, Store};
 
 #[derive(Parser)]
@@ -23,7 +27,9 @@ use session_store::{Log, SessionId, Store};
     name = "session-store",
     version,
     about = "Inspect, export, import, verify and follow agent session logs",
-    after_help = "Exit codes: 0 success; 1 error, or damage found by verify; 2 usage error."
+    after_help = "Exit codes: 0 success; 1 error, or damage found by verify; 2 usage error; \
+                  3 not found (a session, store, archive or file); 141 standard output \
+                  closed by its reader."
 )]
 struct Cli {
     /// The store directory [default: $XDG_DATA_HOME/session-store or ~/.local/share/session-store]
@@ -39,7 +45,7 @@ enum Command {
     Demo(demo::Args),
     /// List sessions, newest first
     Ls(inspect::LsArgs),
-    /// Print a readable transcript of a session
+    /// Print a readable transcript of a session's live history: from its last compaction on (`export --format markdown` prints the whole log)
     Show(inspect::ShowArgs),
     /// Export sessions: the wire form (JSONL), a history as Responses items or Messages API messages, or a Markdown transcript
     Export(transfer::ExportArgs),
@@ -82,9 +88,52 @@ pub(crate) fn default_root() -> PathBuf {
     home.join(".local/share/session-store")
 }
 
+/// Opens the store to write, creating it: only for the commands that make
+/// sessions (`demo`, `import`, `history … --import`), and only where the
+/// path is missing or an empty directory: a typo, or a directory that holds
+/// something else, is not turned into a store.
 pub(crate) fn open_store(root: &Option<PathBuf>) -> Result<Store> {
     let root = root.clone().unwrap_or_else(default_root);
+    if !is_store(&root) && !is_missing_or_empty(&root) {
+        return Err(out::usage(format!(
+            "{} holds files but no store: give --root a store, a new path or an empty directory",
+            root.display()
+        )));
+    }
     Store::open(&root).with_context(|| format!("opening store {}", root.display()))
+}
+
+/// Opens an existing store to write: a path that holds no store is "not
+/// found" (exit 3), and nothing is created.
+pub(crate) fn open_existing_store(root: &Option<PathBuf>) -> Result<Store> {
+    let root = root.clone().unwrap_or_else(default_root);
+    if !is_store(&root) {
+        return Err(out::not_found(format!("no store at {}", root.display())));
+    }
+    Store::open(&root).with_context(|| format!("opening store {}", root.display()))
+}
+
+/// Whether `root` holds a store (its `sessions/` directory). A path that
+/// cannot be looked at (a permission) counts as one, so that opening it
+/// reports the operating system's reason.
+fn is_store(root: &std::path::Path) -> bool {
+    match std::fs::metadata(root.join("sessions")) {
+        Ok(m) => m.is_dir(),
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        ),
+    }
+}
+
+/// Whether `root` is missing or an empty directory: where a store may be
+/// made. One that cannot be read counts as such, so that making the store
+/// there reports the operating system's reason.
+fn is_missing_or_empty(root: &std::path::Path) -> bool {
+    match std::fs::read_dir(root) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(_) => true,
+    }
 }
 
 /// Opens the store for a command that only reads: nothing is created or
@@ -92,6 +141,9 @@ pub(crate) fn open_store(root: &Option<PathBuf>) -> Result<Store> {
 /// error naming it.
 pub(crate) fn open_store_to_read(root: &Option<PathBuf>) -> Result<Store> {
     let root = root.clone().unwrap_or_else(default_root);
+    if !is_store(&root) {
+        return Err(out::not_found(format!("no store at {}", root.display())));
+    }
     Store::open_read_only(&root).with_context(|| format!("opening store {}", root.display()))
 }
 
@@ -105,37 +157,76 @@ pub(crate) fn open_store_with_archive(
     let Some(url) = archive else {
         return open_store_to_read(root);
     };
-    let store = open_store(root)?;
+    let store = open_existing_store(root)?;
     let archive =
         session_store::Archive::open(url).with_context(|| format!("opening archive {url}"))?;
     store.attach_archive(&archive);
     Ok(store)
 }
 
-/// The session `text` names: its id, or a name given to it
-/// (`Store::create_named`). An id is taken as an id, never as a name.
+/// The session `text` names, found the same way by every command: its id
+/// (in any letter case), a name given to it (`Store::create_named`), or a
+/// prefix of one id alone (at least 4 characters). An id is taken as an
+/// id, never as a name; a prefix two ids share is a usage error naming
+/// them; nothing found is "not found" (exit 3).
 pub(crate) fn resolve_session(store: &Store, text: &str) -> Result<SessionId> {
-    if let Ok(id) = text.parse::<SessionId>() {
+    let lower = text.to_ascii_lowercase();
+    if let Ok(id) = lower.parse::<SessionId>() {
+        if !store.exists(id) {
+            return Err(out::not_found(format!("session {id}")));
+        }
         return Ok(id);
     }
-    store
-        .find_name(text)?
-        .ok_or_else(|| anyhow::anyhow!("not found: no session id or name {text:?}"))
+    if let Ok(Some(id)) = store.find_name(text) {
+        return Ok(id);
+    }
+    let hexish = lower.len() >= 4 && lower.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if hexish {
+        let matching: Vec<SessionId> = store
+            .list()?
+            .into_iter()
+            .map(|s| s.id)
+            .filter(|id| id.to_string().starts_with(&lower))
+            .collect();
+        match matching.as_slice() {
+            [one] => return Ok(*one),
+            [] => {}
+            many => {
+                let shown: Vec<String> = many.iter().take(5).map(|id| id.to_string()).collect();
+                return Err(out::usage(format!(
+                    "{text:?} is the start of {} session ids ({}{}): give more of it",
+                    many.len(),
+                    shown.join(", "),
+                    if many.len() > 5 { ", …" } else { "" }
+                )));
+            }
+        }
+    }
+    Err(out::not_found(format!(
+        "no session id, id prefix or name {text:?}"
+    )))
 }
 
 /// Opens a session's log read-only. Reading never takes the writer lock, so it
 /// works beside a live writer (an agent runtime) and never locks one out.
 pub(crate) fn open_reader(store: &Store, id: SessionId) -> Result<Log> {
     if !store.exists(id) {
-        bail!("not found: session {id}");
+        return Err(out::not_found(format!("session {id}")));
     }
     Ok(store.read_log(id)?)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // Only a --root on the command line sends the demo to a store.
+    let root_given =
+        subcommand_value_source(&matches, "root") == Some(clap::parser::ValueSource::CommandLine);
     let result = match cli.command {
-        Command::Demo(a) => demo::run(&cli.root, a),
+        Command::Demo(a) => demo::run(&if root_given { cli.root.clone() } else { None }, a),
         Command::Ls(a) => inspect::ls(&cli.root, a),
         Command::Show(a) => inspect::show(&cli.root, a),
         Command::Export(a) => transfer::export(&cli.root, a),
@@ -161,19 +252,40 @@ fn main() -> ExitCode {
         Command::Archive(a) => archive::run(&cli.root, a),
     };
     match result {
+        // `session-store ls | head`: the reader left, which is not an error.
+        _ if out::closed() => ExitCode::from(out::CLOSED_PIPE),
         Ok(code) => code,
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
-            // `session-store ls | head`: the reader left; that is not an error.
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {}", error_line(&e));
-            ExitCode::from(1)
-        }
+        Err(e) => match out::code_of(&e) {
+            out::CLOSED_PIPE => ExitCode::from(out::CLOSED_PIPE),
+            // A usage error's message is the user's to read, lines and all
+            // (a regex error points at the pattern on a line of its own).
+            out::USAGE => {
+                eprintln!("error: {e}");
+                ExitCode::from(out::USAGE)
+            }
+            code => {
+                eprintln!("error: {}", error_line(&e));
+                ExitCode::from(code)
+            }
+        },
     }
+}
+
+/// Where the value of global argument `id` came from, looked up where it
+/// was given: on the top level or on the subcommand.
+fn subcommand_value_source(
+    matches: &clap::ArgMatches,
+    id: &str,
+) -> Option<clap::parser::ValueSource> {
+    let mut m = matches;
+    let mut source = m.value_source(id);
+    while let Some((_, sub)) = m.subcommand() {
+        if let Some(s) = sub.value_source(id) {
+            source = Some(s);
+        }
+        m = sub;
+    }
+    source
 }
 
 /// One line: the chain of causes, outermost first. A cause whose text the

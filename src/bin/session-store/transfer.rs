@@ -40,9 +40,9 @@ pub enum ExportFormat {
 
 #[derive(clap::Args)]
 pub struct ExportArgs {
-    /// Session id (omit with --all)
+    /// Session id, unique id prefix or name (omit with --all)
     #[arg(required_unless_present = "all")]
-    id: Option<SessionId>,
+    id: Option<String>,
     /// What to print: the log's entries (wire), or the history restored from
     /// the last SessionStart as a provider's items or messages (the system
     /// prompt and request settings are not items, and are not printed)
@@ -76,8 +76,8 @@ pub struct ImportArgs {
 
 #[derive(clap::Args)]
 pub struct ForkArgs {
-    /// Session id
-    id: SessionId,
+    /// Session id, unique id prefix or name
+    id: String,
     /// A seq number or a 64-hex-digit hash
     #[arg(long)]
     at: At,
@@ -107,14 +107,14 @@ impl FromStr for At {
 
 #[derive(clap::Args)]
 pub struct RmArgs {
-    /// Session id
-    id: SessionId,
+    /// Session id, unique id prefix or name
+    id: String,
 }
 
 #[derive(clap::Args)]
 pub struct AppendArgs {
-    /// Session id
-    id: SessionId,
+    /// Session id, unique id prefix or name
+    id: String,
     /// A file of wire-form entries, one per line, or - for stdin. The store
     /// computes seq and hashes, so the lines carry none.
     #[arg(default_value = "-")]
@@ -194,7 +194,7 @@ pub(crate) fn write_session(
     out: &mut dyn Write,
 ) -> Result<u64> {
     if !store.exists(id) {
-        anyhow::bail!("not found: session {id}");
+        return Err(crate::out::not_found(format!("session {id}")));
     }
     let lines = match format {
         ExportFormat::Wire => return Ok(store.export(id, out)?),
@@ -211,7 +211,7 @@ pub(crate) fn write_session(
 pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
     let store = crate::open_store_with_archive(root, &a.archive)?;
     if a.resend && a.format != ExportFormat::Responses {
-        bail!("--resend is for --format responses");
+        return Err(crate::out::usage("--resend is for --format responses"));
     }
     let form = if a.resend {
         session_store::Form::Resend
@@ -220,10 +220,11 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
     };
     if a.all {
         let Some(dir) = a.output else {
-            bail!("export --all needs -o DIR")
+            return Err(crate::out::usage("export --all needs -o DIR"));
         };
         create_private_dir(&dir)?;
         let sessions = store.list()?;
+        let total = sessions.len();
         let bar = progress(sessions.len() as u64, "export");
         let mut failed = 0;
         for s in sessions {
@@ -242,6 +243,16 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
             bar.inc(1);
         }
         bar.finish_and_clear();
+        eprintln!(
+            "exported {} of {total} sessions to {}{}",
+            total - failed,
+            dir.display(),
+            if failed > 0 {
+                format!("; {failed} failed (above)")
+            } else {
+                String::new()
+            }
+        );
         return Ok(if failed > 0 {
             ExitCode::from(1)
         } else {
@@ -249,14 +260,15 @@ pub fn export(root: &Option<PathBuf>, a: ExportArgs) -> Result<ExitCode> {
         });
     }
     let Some(id) = a.id else {
-        bail!("give a session id, or --all")
+        return Err(crate::out::usage("give a session id, or --all"));
     };
+    let id = crate::resolve_session(&store, &id)?;
     match a.output {
         Some(path) => {
             write_file_atomically(&path, |out| write_session(&store, id, a.format, form, out))?;
         }
         None => {
-            let mut out = BufWriter::new(std::io::stdout().lock());
+            let mut out = BufWriter::new(crate::out::Stdout);
             write_session(&store, id, a.format, form, &mut out)?;
             out.flush()?;
         }
@@ -316,24 +328,26 @@ pub fn import(root: &Option<PathBuf>, a: ImportArgs) -> Result<ExitCode> {
         id
     };
     bar.finish_and_clear();
-    println!("{id}");
+    outln!("{id}")?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn fork(root: &Option<PathBuf>, a: ForkArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = crate::open_existing_store(root)?;
+    let id = crate::resolve_session(&store, &a.id)?;
     let (new_id, _) = match a.at {
-        At::Hash(hash) => store.fork_at(a.id, hash)?,
-        At::Seq(seq) => store.fork_at_seq(a.id, seq)?,
+        At::Hash(hash) => store.fork_at(id, hash)?,
+        At::Seq(seq) => store.fork_at_seq(id, seq)?,
     };
     store.close()?;
-    println!("{new_id}");
+    outln!("{new_id}")?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn rm(root: &Option<PathBuf>, a: RmArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
-    match store.delete_session(a.id)? {
+    let store = crate::open_existing_store(root)?;
+    let id = crate::resolve_session(&store, &a.id)?;
+    match store.delete_session(id)? {
         Deletion::Removed => {}
         // Said on stderr: stdout stays empty for scripts, as for a removal.
         Deletion::Retired { forks } => {
@@ -341,7 +355,7 @@ pub fn rm(root: &Option<PathBuf>, a: RmArgs) -> Result<ExitCode> {
             let list: Vec<String> = forks.iter().map(|f| f.to_string()).collect();
             eprintln!(
                 "{}: removed from the listing; {n} fork{} still read{} its history ({}), so its log is kept, hidden, until the last of them is removed",
-                a.id,
+                id,
                 if n == 1 { "" } else { "s" },
                 if n == 1 { "s" } else { "" },
                 list.join(", ")
@@ -360,6 +374,9 @@ enum Appended {
 }
 
 pub fn append(root: &Option<PathBuf>, a: AppendArgs) -> Result<ExitCode> {
+    // The session first: a wrong id or name is said before any input is read.
+    let store = crate::open_existing_store(root)?;
+    let id = crate::resolve_session(&store, &a.id)?;
     let (mut reader, name, _) = open_input(&a.file)?;
     let input = if a.text {
         let mut text = String::new();
@@ -389,23 +406,19 @@ pub fn append(root: &Option<PathBuf>, a: AppendArgs) -> Result<ExitCode> {
         }
         Appended::Entries(entries)
     };
-    let store = open_store(root)?;
-    if !store.exists(a.id) {
-        bail!("not found: session {}", a.id);
-    }
     let mut head = match a.head {
         Some(h) => h,
         None => store
-            .head(a.id)?
-            .with_context(|| format!("session {} has no entries", a.id))?,
+            .head(id)?
+            .with_context(|| format!("session {id} has no entries"))?,
     };
     match &input {
-        Appended::Entries(entries) => store.save_entries(a.id, &mut head, entries)?,
+        Appended::Entries(entries) => store.save_entries(id, &mut head, entries)?,
         Appended::Message(message) => {
-            store.save_delta(a.id, &mut head, std::slice::from_ref(message))?
+            store.save_delta(id, &mut head, std::slice::from_ref(message))?
         }
     }
     store.close()?;
-    println!("{head}");
+    outln!("{head}")?;
     Ok(ExitCode::SUCCESS)
 }

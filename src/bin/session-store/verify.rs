@@ -3,17 +3,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use session_store::{Error, Log, SessionId};
 
 use crate::inspect::{count, human_bytes};
-use crate::{open_store, progress};
+use crate::progress;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Session ids
+    /// Session ids, unique id prefixes or names
     #[arg(required_unless_present = "all")]
-    ids: Vec<SessionId>,
+    ids: Vec<String>,
     /// Verify every session
     #[arg(long, conflicts_with = "ids")]
     all: bool,
@@ -29,11 +29,15 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let ids: Vec<SessionId> = if a.all {
         store.list()?.into_iter().map(|s| s.id).collect()
     } else if a.ids.is_empty() {
-        bail!("give session ids, or --all");
+        return Err(crate::out::usage("give session ids, or --all"));
     } else {
         a.ids
+            .iter()
+            .map(|t| crate::resolve_session(&store, t))
+            .collect::<Result<_>>()?
     };
     let bar = progress(ids.len() as u64, "verify");
+    let checked = ids.len();
     let mut damaged = 0;
     for id in ids {
         let dir = store.session_dir(id);
@@ -115,10 +119,16 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
             }
             Err(e) => return Err(e.into()),
         };
-        bar.suspend(|| println!("{line}"));
+        bar.suspend(|| outln!("{line}"))?;
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if checked > 1 {
+        eprintln!(
+            "verified {checked} sessions: {} ok, {damaged} damaged or not checked",
+            checked - damaged
+        );
+    }
     Ok(if damaged > 0 {
         ExitCode::from(1)
     } else {
@@ -131,14 +141,14 @@ pub struct GcArgs {}
 
 /// `gc`: removes the payloads no session refers to.
 pub fn gc(root: &Option<PathBuf>, _a: GcArgs) -> Result<ExitCode> {
-    let store = open_store(root)?;
+    let store = crate::open_existing_store(root)?;
     let r = store.collect_payloads()?;
-    println!(
+    outln!(
         "payloads: {} kept, {} removed ({}), {} temporary files removed",
         r.kept,
         r.removed,
         human_bytes(r.removed_bytes),
         r.removed_temporary
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
