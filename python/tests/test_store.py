@@ -19,16 +19,21 @@ def test_append_restore_round_trip(store):
     head = store.head(sid)
     new = store.append(sid, sdk_items(), head=head)
     assert new != head and store.head(sid) == new
-    assert store.restore(sid) == session_store.normalize(sdk_items())
-    assert store.items(sid, 2) == session_store.normalize(sdk_items())[-2:]
+    assert store.restore(sid) == sdk_items()
+    assert store.items(sid, 2) == sdk_items()[-2:]
     assert store.len(sid) == len(sdk_items())
 
 
-def test_normalize_drops_ids_and_statuses():
-    [msg] = session_store.normalize([sdk_items()[-2]])
+def test_items_read_as_given_or_for_resend(store):
+    assert session_store.normalize(sdk_items()) == sdk_items()
+    [msg] = session_store.normalize([sdk_items()[-2]], form="resend")
     assert "id" not in msg and "status" not in msg
-    [user] = session_store.normalize([{"role": "user", "content": "hi"}])
-    assert user == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    # What the store does not type is kept as given, in either form.
+    odd = [{"type": "function_call", "name": 3}, {"__enc__": 1, "payload": "x"}]
+    sid = store.create_session(items=odd)
+    assert store.restore(sid) == odd == store.restore(sid, form="resend")
+    with pytest.raises(session_store.InvalidInput):
+        store.restore(sid, form="bare")
 
 
 def test_stale_head_is_head_mismatch_and_writes_nothing(store):
@@ -47,11 +52,11 @@ def test_pop_compact_fork(store):
     sid = store.create_session(items=[{"role": "user", "content": "a"}])
     store.append(sid, [{"role": "user", "content": "b"}])
     at = store.head(sid)
-    assert store.pop(sid)["content"][0]["text"] == "b"
+    assert store.pop(sid)["content"] == "b"
     fork = store.fork(sid, at)
-    assert [i["content"][0]["text"] for i in store.restore(fork)] == ["a", "b"]
+    assert [i["content"] for i in store.restore(fork)] == ["a", "b"]
     store.compact(sid, [{"role": "user", "content": "summary"}])
-    assert [i["content"][0]["text"] for i in store.restore(sid)] == ["summary"]
+    assert [i["content"] for i in store.restore(sid)] == ["summary"]
     store.compact(sid, [])
     assert store.restore(sid) == [] and store.pop(sid) is None
     # Everything stays in the log.
@@ -91,7 +96,6 @@ def test_names(store):
         lambda s: s.append("0" * 36, []),
         lambda s: s.find_name(""),
         lambda s: s.append(s.create_session(), "not a list"),
-        lambda s: s.append(s.create_session(), [{"type": "function_call", "name": 3}]),
         lambda s: s.append(s.create_session(), [object()]),
         lambda s: s.append(s.create_session(), [{"role": "user", "content": "x"}], head="zz"),
         lambda s: s.fork(s.create_session(), "ab" * 32),
@@ -138,7 +142,7 @@ def test_threads_append_without_losing_items(store):
         t.start()
     for t in threads:
         t.join()
-    texts = [i["content"][0]["text"] for i in store.restore(sid)]
+    texts = [i["content"] for i in store.restore(sid)]
     assert len(texts) == 200
     for t in range(4):
         mine = [x for x in texts if x.startswith(f"{t}.")]
@@ -159,7 +163,7 @@ def test_a_damaged_record_raises_corrupt_and_builds_nothing(store, tmp_path):
     # A tail that stops short of the damage is read; one that reaches it
     # raises, naming the place, with the collector running again after.
     assert ro.items(sid, 10) == [
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"item {i:02}"}]}
+        {"role": "user", "content": f"item {i:02}"}
         for i in range(10, 20)
     ]
     for read in (lambda: ro.items(sid), lambda: ro.items(sid, 11), lambda: ro.restore(sid)):
@@ -171,7 +175,7 @@ def test_a_damaged_record_raises_corrupt_and_builds_nothing(store, tmp_path):
 def test_items_build_with_the_collector_paused_and_resume_it(store):
     sid = store.create_session(items=sdk_items())
     assert gc.isenabled()
-    assert store.items(sid) == session_store.normalize(sdk_items())
+    assert store.items(sid) == sdk_items()
     assert gc.isenabled()
     gc.disable()
     try:
