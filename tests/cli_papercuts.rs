@@ -317,3 +317,36 @@ fn the_stat_hint_keeps_the_root() {
     let hint = format!("session-store --root {} verify", root.display());
     assert!(r.stdout.contains(&hint), "{}", r.stdout);
 }
+
+/// The files' sizes, each file once (a segment and its `LOCK` name are
+/// one), apparent and allocated.
+fn sizes(dir: &Path, seen: &mut std::collections::HashSet<u64>) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (mut apparent, mut allocated) = (0, 0);
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let meta = fs::symlink_metadata(e.path()).unwrap();
+        if meta.is_dir() {
+            let (a, b) = sizes(&e.path(), seen);
+            apparent += a;
+            allocated += b;
+        } else if seen.insert(meta.ino()) {
+            apparent += meta.len();
+            allocated += meta.blocks() * 512;
+        }
+    }
+    (apparent, allocated)
+}
+
+#[test]
+fn a_demo_stores_files_are_about_as_large_as_what_they_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let r = run(&root, &["demo", "--sessions", "6", "--turns", "12"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (apparent, allocated) = sizes(&root, &mut Default::default());
+    assert!(
+        apparent <= 2 * allocated,
+        "apparent {apparent} bytes for {allocated} allocated"
+    );
+}

@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::chain::EntryHash;
 use crate::format::Point;
 use crate::fs::{BaseDir, IoHook};
-use crate::segment::{Segment, Space};
+use crate::segment::Segment;
 
 mod commit;
 pub(crate) mod evicted;
@@ -210,14 +210,14 @@ impl LogOptions {
         self.segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE
     }
 
-    /// Length of the segment after one of `current` bytes (0: the first).
-    /// Sparse segments cost no disk beyond what they hold, so they get the
-    /// largest size at once; reserved ones double from the initial size.
-    fn next_segment_len(&self, current: u64, space: Space) -> u64 {
+    /// Length of the segment after one of `current` bytes (0: the first):
+    /// double the one before, from the initial size up to the largest, so
+    /// that a log's files are at most about twice what they hold. This holds
+    /// for sparse segments too: they cost no disk beyond what they hold, but
+    /// their size is what `ls -l`, `du --apparent-size` and copy tools that
+    /// do not keep holes see.
+    fn next_segment_len(&self, current: u64) -> u64 {
         let max = self.max_segment_len();
-        if space == Space::Sparse {
-            return max;
-        }
         let initial = (self.initial_segment_size.max(2 * PAGE).div_ceil(PAGE) * PAGE).min(max);
         current.saturating_mul(2).clamp(initial, max)
     }

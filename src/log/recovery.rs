@@ -517,7 +517,7 @@ fn create_first_segment(
         Durability::Sync => Space::Zeroed,
         Durability::Buffered => Space::Sparse,
     };
-    let len = opts.next_segment_len(0, space);
+    let len = opts.next_segment_len(0);
     let header = |len| SegmentHeader {
         version: FORMAT_VERSION,
         log_id,

@@ -390,7 +390,7 @@ impl Log {
             .dir
             .join(format!("next-{}-{}.prep", w.tip.next_seq, w.prep_counter));
         let space = self.space();
-        let len = self.inner.opts.next_segment_len(seg.len(), space);
+        let len = self.inner.opts.next_segment_len(seg.len());
         let hook = self.inner.opts.hook.clone();
         w.prepared = Some(std::thread::spawn(move || {
             Prepared::create(path, len, space, &hook)
@@ -501,7 +501,7 @@ impl Log {
         let space = self.space();
         let len = inner
             .opts
-            .next_segment_len(active.len(), space)
+            .next_segment_len(active.len())
             .max(needed.div_ceil(PAGE) * PAGE);
         let prepared = match w.prepared.take().map(|h| h.join()) {
             Some(Ok(Ok(p))) if p.len() >= len => Some(p),

@@ -316,7 +316,8 @@ impl Store {
     ///
     /// Opening an existing store looks at `sessions/` and nothing else: its
     /// housekeeping (finishing deletions a crash interrupted, sweeping what
-    /// dead creations of older versions left in `staging/`, collecting
+    /// creations killed before their first sync left in `sessions/` and
+    /// what dead creations of older versions left in `staging/`, collecting
     /// retired sessions no fork reads any more) and the opening of its
     /// listing cache wait for its first write, which runs them first. A
     /// runtime that opens the store to restore a session pays for neither.
@@ -385,6 +386,7 @@ impl Store {
         if staging_may_hold {
             self.sweep_staging();
         }
+        self.sweep_torn_creations();
         self.sweep_retired();
     }
 

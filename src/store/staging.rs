@@ -450,6 +450,42 @@ impl Store {
         let _ = hooked_fs::remove_dir_all(dir, self.hook());
     }
 
+    /// Removes what creations killed before their first sync left in
+    /// `sessions/`: a directory with no catalog, or with the `CREATING`
+    /// marker, whose writer lock can be taken (no creator or writer holds
+    /// it, in this process or another) and whose log holds no entry: empty,
+    /// the lock file alone, or a torn first segment. A directory whose log
+    /// holds an entry is never removed here, catalog or not. Best effort,
+    /// at a store's first write (see [`Store::open_with`]).
+    pub(super) fn sweep_torn_creations(&self) {
+        let sessions = self.inner.root.join("sessions");
+        let Ok(entries) = std::fs::read_dir(&sessions) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Some(id) = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<SessionId>().ok())
+            else {
+                continue;
+            };
+            let dir = e.path();
+            if dir.join(CATALOG_FILE).exists() && !dir.join(CREATING_FILE).exists() {
+                continue;
+            }
+            let Ok(lock) = hooked_fs::lock_writer(&dir.join(LOCK_FILE), self.hook()) else {
+                continue;
+            };
+            if matches!(holds_entries(&dir, &self.inner.payloads), Ok(false))
+                && !self.is_retired(id)
+            {
+                self.discard_creation(&dir);
+            }
+            drop(lock);
+        }
+    }
+
     /// Removes what creations of versions before this one left in
     /// `staging/`, where they built sessions before renaming them into
     /// `sessions/`: a staged directory whose creation lock can be taken has

@@ -35,10 +35,13 @@ pub fn session_start(i: u64) -> LogEntry {
     }
 }
 
-/// Options with tiny segments and no background preparation (deterministic
+/// Options with segments of `segment_size` from the first one on (rather
+/// than doubling up to it) and no background preparation (deterministic
 /// file sets); tests that want it turn preparation back on.
 pub fn opts(segment_size: u64) -> LogOptions {
-    let mut o = LogOptions::default().segment_size(segment_size);
+    let mut o = LogOptions::default()
+        .segment_size(segment_size)
+        .initial_segment_size(segment_size);
     o.prepare_ahead = false;
     o
 }
