@@ -50,7 +50,6 @@
 //!
 //! # Features
 //!
-//! - `cli` (default): the `session-store` command-line tool; implies `history`.
 //! - `history`: readers of other agents' transcripts (`HistoryService`;
 //!   `agy`, `claude`, `codex`), with a bundled SQLite and zstd.
 //! - `tokio`: `AsyncStore`, the store's calls as futures that never block
@@ -59,7 +58,9 @@
 //!   S3, a local directory, memory) and restore from it; `Archiver`,
 //!   continuous archival of each segment as it seals.
 //!
-//! With `default-features = false` the crate is the bare library.
+//! With no feature the crate is the bare library. The `session-store`
+//! command is the crate `session-store-cli` beside it (`cli/`), which turns
+//! on `history` and `archive`.
 #![deny(unsafe_code)]
 
 #[cfg(feature = "archive")]

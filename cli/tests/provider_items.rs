@@ -12,7 +12,7 @@ use session_store::{anthropic, responses, Form};
 use session_store::{Error, Item, RequestConfig, SessionId, Store};
 
 fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("tests/fixtures/items")
         .join(name);
     std::fs::read_to_string(path).unwrap()

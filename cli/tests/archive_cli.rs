@@ -4,6 +4,7 @@
 //! another root, a second push uploads nothing old, and a pull of a
 //! damaged archive fails naming the object, exit code 1.
 
+#[path = "../../tests/s3/mod.rs"]
 mod s3;
 
 use std::path::Path;

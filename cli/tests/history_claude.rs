@@ -21,7 +21,7 @@ const SESSION: &str = "5f0c6a3e-1b2d-4c5e-8f90-0a1b2c3d4e5f";
 
 fn fixture(name: &str) -> Vec<u8> {
     fs::read(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .join("tests/fixtures/claude")
             .join(name),
     )

@@ -4,6 +4,7 @@
 //!
 //! `cargo bench --bench grep [-- --gb N] [-- --reps N]`
 
+#[path = "../../benches/common/mod.rs"]
 mod common;
 
 use std::process::Command;

@@ -25,7 +25,7 @@ const PARENT: &str = "rollout-2026-02-01T00-00-01-0199ffff-0000-7000-8000-000000
 const CHILD: &str = "rollout-2026-02-01T00-00-02-0199ffff-0000-7000-8000-000000000002.jsonl";
 
 fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .join("tests/fixtures/codex")
         .join(name)
 }
