@@ -84,7 +84,7 @@ pub enum Error {
     )]
     HeadMismatch {
         /// The session.
-        session: crate::schema::SessionId,
+        session: crate::id::SessionId,
         /// The head the caller holds.
         expected: Option<EntryHash>,
         /// The head on disk.
@@ -143,9 +143,9 @@ pub enum Error {
     #[error("broken fork link of session {session}: parent {parent} at seq {seq}: {what}")]
     BrokenFork {
         /// The fork whose link was followed.
-        session: crate::schema::SessionId,
+        session: crate::id::SessionId,
         /// The parent it names.
-        parent: crate::schema::SessionId,
+        parent: crate::id::SessionId,
         /// The parent's seq it names.
         seq: u64,
         /// What does not hold.
@@ -331,5 +331,11 @@ impl Error {
             ),
             _ => false,
         }
+    }
+}
+
+impl From<crate::id::ParseSessionIdError> for Error {
+    fn from(e: crate::id::ParseSessionIdError) -> Error {
+        Error::invalid(e.to_string())
     }
 }

@@ -25,7 +25,7 @@ pub use view::ItemView;
 
 use serde::{Deserialize, Serialize};
 
-use crate::schema::JsonText;
+use crate::json::JsonText;
 
 /// The form a writer gives items in: a read-time choice, since the log
 /// keeps every item as it was given.

@@ -74,7 +74,9 @@ mod export;
 mod fs;
 #[cfg(feature = "history")]
 mod history;
+mod id;
 mod item;
+mod json;
 mod log;
 mod mmap;
 mod payload;
@@ -102,6 +104,7 @@ pub use archive::{
 #[cfg(feature = "tokio")]
 pub use async_store::{AsyncStore, EntryStream};
 pub use chain::{EntryHash, ParseHashError};
+pub use id::ParseSessionIdError;
 // The bound the tests hold generated entries to; not a stable API.
 pub use error::{CorruptKind, Error, Result};
 pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};

@@ -25,6 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Under the store's root: sessions deleted while forks still read them.
+pub(crate) const RETIRED_DIR: &str = "retired";
+
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook, HookedFile};
 use crate::item::Item;
@@ -212,7 +215,7 @@ impl PayloadArea {
         let sessions = dir.parent()?;
         // A live session's, or a retired parent's that forks still read.
         let place = sessions.file_name()?;
-        if place != "sessions" && place != crate::store::RETIRED_DIR {
+        if place != "sessions" && place != RETIRED_DIR {
             return None;
         }
         let root = sessions.parent()?;

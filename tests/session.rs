@@ -1605,7 +1605,7 @@ fn hostile_ids_are_invalid_input_and_touch_nothing() {
     }
     hostile.extend(same_length);
     for s in &hostile {
-        match s.parse::<SessionId>() {
+        match s.parse::<SessionId>().map_err(Error::from) {
             Err(Error::InvalidInput { what }) => {
                 assert!(what.len() < 200, "the error message must not echo 10 kB");
             }

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::check::check_object;
-use super::evict::content_hash;
-use super::push::{archived_segment, manifest_for_catalog, read_prefix};
+use super::push::{archived_segment, manifest_for_catalog};
+use super::segment_bytes::content_hash;
+use super::segment_bytes::read_prefix;
 use super::{hex, Archive, ObjectKind};
 use crate::error::{Error, Result};
 use crate::log::{SealObserver, SealedSegment};

@@ -10,7 +10,7 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use super::check::check_object;
 use super::payloads::{refs_in_ranges, refs_of_images};
-use super::push::read_prefix;
+use super::segment_bytes::{content_hash, read_prefix};
 use super::{archive_err, hex, Archive, ArchivedSegment, ObjectKind, CONCURRENT_TRANSFERS};
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
@@ -384,11 +384,6 @@ fn sweep_fetches(dir: &Path, hook: &crate::fs::Hook) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// BLAKE3 of a segment's bytes, hex.
-pub(super) fn content_hash(bytes: &[u8]) -> String {
-    blake3::hash(bytes).to_hex().to_string()
 }
 
 impl FetchBack for Archive {

@@ -32,6 +32,7 @@ mod evict;
 mod payloads;
 mod push;
 mod restore;
+mod segment_bytes;
 
 pub use continuous::{ArchiveFailure, ArchiveStatus, Archiver, RetryPolicy};
 pub use evict::{EvictReport, FetchReport};

@@ -1,14 +1,12 @@
 //! Push: a session's sealed segments and synced tail up, then its manifest.
 
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::check::clear_marks;
-use super::evict::content_hash;
 use super::payloads::refs_in_ranges;
+use super::segment_bytes::{content_hash, read_prefix};
 use super::{
     archive_err, hex, Archive, ArchivedSegment, ArchivedTail, Manifest, ObjectKind,
     CONCURRENT_TRANSFERS, MANIFEST_VERSION,
@@ -50,15 +48,6 @@ pub struct Transfer {
     pub done_bytes: u64,
     /// Bytes this call will move.
     pub total_bytes: u64,
-}
-
-/// Reads `len` bytes of a file from its start (holes read as zeros).
-pub(super) fn read_prefix(path: &Path, len: u64) -> Result<Vec<u8>> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let mut buf = vec![0u8; len as usize];
-    file.read_exact_at(&mut buf, 0)
-        .map_err(|e| Error::io("read", path, e))?;
-    Ok(buf)
 }
 
 impl Archive {

@@ -12,13 +12,14 @@ use parking_lot::{Condvar, Mutex};
 
 use super::check::{check_object, clear_marks, end_batch_at, find_cut, Checked};
 use super::payloads::refs_of_images;
-use super::push::{read_prefix, Transfer};
+use super::push::Transfer;
+use super::segment_bytes::read_prefix;
 use super::{archive_err, hex, Archive, ObjectKind, CONCURRENT_TRANSFERS};
 use crate::catalog::{self, Identity, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::format::SEGMENT_HEADER_LEN;
-use crate::fs::{sync_dir, HookedFile};
+use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::log::continues;
 use crate::schema::{LoggedPayloadRef, SessionId};
 use crate::segment::segment_name;
@@ -175,7 +176,7 @@ impl Archive {
             .root()
             .join("staging")
             .join(format!("{id}-restore-{}", SessionId::new_v7()));
-        std::fs::create_dir_all(&staging).map_err(|e| Error::io("mkdir", &staging, e))?;
+        hooked_fs::create_dir(&staging, store.hook())?;
         let result = self.fetch_and_check(&plan, &staging, point, &manifest.log_id, progress);
         let result = result.and_then(|fetched| {
             let Fetched {
@@ -191,7 +192,7 @@ impl Archive {
             let _writers = (!refs.is_empty()).then(|| area.lock_shared()).transpose()?;
             let downloaded_payloads = self.get_payloads(area, &refs)?;
             write_catalog(&staging, &manifest)?;
-            sync_dir(&staging, &None)?;
+            sync_dir(&staging, store.hook())?;
             if dest.exists() {
                 return Err(Error::invalid(format!(
                     "session {id} appeared during the restore"
@@ -202,14 +203,14 @@ impl Archive {
             if let Some(link) = manifest.fork_link {
                 store.register_fork(link.parent, id)?;
             }
-            std::fs::rename(&staging, &dest).map_err(|e| Error::io("rename", &staging, e))?;
-            sync_dir(&store.root().join("sessions"), &None)?;
+            hooked_fs::rename(&staging, &dest, store.hook())?;
+            sync_dir(&store.root().join("sessions"), store.hook())?;
             if manifest.fork_link.is_some() {
                 // Its link to the parent must hold: refused now, never by a
                 // later restore.
                 if let Err(e) = store.verify_fork_link(id) {
-                    let _ = std::fs::remove_dir_all(&dest);
-                    let _ = sync_dir(&store.root().join("sessions"), &None);
+                    let _ = hooked_fs::remove_dir_all(&dest, store.hook());
+                    let _ = sync_dir(&store.root().join("sessions"), store.hook());
                     return Err(e);
                 }
             }
@@ -222,7 +223,7 @@ impl Archive {
             })
         });
         if result.is_err() {
-            let _ = std::fs::remove_dir_all(&staging);
+            let _ = hooked_fs::remove_dir_all(&staging, store.hook());
             if let Some(link) = manifest.fork_link {
                 store.unregister_fork(link.parent, id);
             }
@@ -424,7 +425,7 @@ impl Archive {
                     return Err(Error::not_found(format!("entry {hash} in the archive")));
                 };
                 for s in staged.drain(i + 1..) {
-                    std::fs::remove_file(&s.file).map_err(|e| Error::io("remove", &s.file, e))?;
+                    hooked_fs::remove_file(&s.file, &None)?;
                 }
                 cut_at(&staged[i], |_, h| *h == hash)?
             }
@@ -467,7 +468,7 @@ fn rewrite_unsealed(s: &Staged, end: u64) -> Result<()> {
     let mut bytes = read_prefix(&s.file, end)?;
     clear_marks(&mut bytes[..SEGMENT_HEADER_LEN]);
     end_batch_at(&mut bytes, end);
-    std::fs::remove_file(&s.file).map_err(|e| Error::io("remove", &s.file, e))?;
+    hooked_fs::remove_file(&s.file, &None)?;
     write_file(&s.file, &bytes, Some(s.checked.header.segment_len))
 }
 

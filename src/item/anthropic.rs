@@ -46,7 +46,7 @@ use super::fields::{as_string, history_list, one_line, Fields, Place};
 use super::tree::{JsonTree, Obj, TreeSink};
 use super::{ContentPart, Item, Role, ToolOutput};
 use crate::error::Result;
-use crate::schema::JsonText;
+use crate::json::JsonText;
 
 const API: &str = "anthropic";
 

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::schema::JsonText;
+use crate::json::JsonText;
 
 /// The wire form an [`Extra`] was taken against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::error::{Error, Result};
-use crate::schema::JsonText;
+use crate::json::JsonText;
 
 /// Which item of which API is being read or written, for errors.
 #[derive(Debug, Clone, Copy)]

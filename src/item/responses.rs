@@ -50,7 +50,7 @@ use super::tree::{list_json, JsonSink, JsonTree, Obj, TreeSink, ValueSink};
 use super::view::{Output, Part, Parts, ProviderState, Shape, Texts};
 use super::{ContentPart, Form, Item, ItemStatus, ItemView, Role, ToolOutput};
 use crate::error::Result;
-use crate::schema::JsonText;
+use crate::json::JsonText;
 
 const API: &str = "responses";
 

@@ -15,6 +15,7 @@ use crate::segment::Segment;
 
 mod commit;
 pub(crate) mod evicted;
+mod fetched;
 mod lock;
 mod opening;
 mod reader;

@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::evicted::{prefix_below, EvictedPrefix};
-use super::recovery::Opened;
-use super::verify::mark_disagrees;
-use super::{RecoveryMode, RecoveryReport, ReleaseHint, Tip, TornTail};
+use super::{Published, RecoveryMode, RecoveryReport, ReleaseHint, Tip, TornTail};
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Result};
 use crate::format::{
@@ -535,4 +533,57 @@ pub(crate) fn continues(
         });
     }
     Ok(())
+}
+
+/// Outcome of opening the segments of a directory.
+pub(super) struct Opened {
+    pub(super) segments: Vec<Arc<Segment>>,
+    pub(super) tip: Tip,
+    /// Records below this seq are durable (those after a lagging mark that
+    /// recovery kept are not yet).
+    pub(super) durable_next: u64,
+    pub(super) active_sealed: bool,
+    pub(super) report: RecoveryReport,
+    pub(super) log_id: Option<[u8; 16]>,
+    /// Seq and hash the first local segment continues, when the prefix
+    /// below it is evicted.
+    pub(super) evicted: Option<(u64, EntryHash)>,
+}
+
+impl Opened {
+    /// Makes the recovered records readable and returns the view to publish.
+    pub(super) fn publish(&self) -> Published {
+        if let Some(last) = self.segments.last() {
+            last.map.publish(self.tip.end);
+        }
+        Published {
+            segments: Arc::new(self.segments.clone()),
+            tip: self.tip,
+            evicted: self.evicted,
+        }
+    }
+}
+
+/// Whether the durable mark `m` of the unsealed segment with header `h`
+/// disagrees with its records, which `scan` verified with a checkpoint at the
+/// mark's end: where and why if so. A read-only open believes a version 2
+/// mark's end, seq, hash and `SessionStart` without reading the records below
+/// it, so each must be what the records say at that point.
+pub(super) fn mark_disagrees(m: &Mark, h: &SegmentHeader, scan: &Scan) -> Option<(u64, String)> {
+    let why = match scan.checkpoint {
+        None => format!("its end {} is not a record boundary", m.end),
+        Some(at) if at.next_seq != m.next_seq => format!(
+            "names seq {} at its end, the records {}",
+            m.next_seq, at.next_seq
+        ),
+        Some(at) if at.hash != m.hash => {
+            "its hash is not the hash of the record below its end".to_string()
+        }
+        Some(at) if h.marks_session_start() && at.session_start != m.session_start => format!(
+            "names the last SessionStart at {:?}, the records at {:?}",
+            m.session_start, at.session_start
+        ),
+        Some(_) => return None,
+    };
+    Some((Mark::slot_offset(m.generation) as u64, why))
 }

@@ -9,12 +9,12 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Condvar, Mutex};
 
 use super::commit::{Settle, SyncState};
-use super::opening::{open_segments, PastMark, PayloadCheck};
+use super::opening::{open_segments, Opened, PastMark, PayloadCheck};
 use super::reader::snapshot_of;
 use super::writer::Writer;
 use super::{
-    Damage, Durability, Inner, LastRecovery, Log, LogOptions, Published, RecoveryMode,
-    RecoveryReport, ReleaseHint, Tip, TornTail, LAST_RECOVERY_FILE, LOCK_FILE,
+    Damage, Durability, Inner, LastRecovery, Log, LogOptions, RecoveryMode, RecoveryReport,
+    ReleaseHint, Tip, TornTail, LAST_RECOVERY_FILE, LOCK_FILE,
 };
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
@@ -65,35 +65,6 @@ fn list_segments_and(dir: &Path, marker: Option<&str>) -> Result<Listing> {
     }
     listing.segments.sort();
     Ok(listing)
-}
-
-/// Outcome of opening the segments of a directory.
-pub(super) struct Opened {
-    pub(super) segments: Vec<Arc<Segment>>,
-    pub(super) tip: Tip,
-    /// Records below this seq are durable (those after a lagging mark that
-    /// recovery kept are not yet).
-    pub(super) durable_next: u64,
-    pub(super) active_sealed: bool,
-    pub(super) report: RecoveryReport,
-    pub(super) log_id: Option<[u8; 16]>,
-    /// Seq and hash the first local segment continues, when the prefix
-    /// below it is evicted.
-    pub(super) evicted: Option<(u64, EntryHash)>,
-}
-
-impl Opened {
-    /// Makes the recovered records readable and returns the view to publish.
-    pub(super) fn publish(&self) -> Published {
-        if let Some(last) = self.segments.last() {
-            last.map.publish(self.tip.end);
-        }
-        Published {
-            segments: Arc::new(self.segments.clone()),
-            tip: self.tip,
-            evicted: self.evicted,
-        }
-    }
 }
 
 impl Log {

@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use super::opening::continues;
+use super::opening::{continues, mark_disagrees};
 use super::{Log, Snapshot, TornTail};
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error};
-use crate::format::{Mark, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN};
+use crate::format::{FIRST_RECORD_OFFSET, FOOTER_LEN};
 use crate::segment::{Scan, ScanMode};
 
 /// The first break `verify` found.
@@ -222,28 +222,4 @@ impl Snapshot {
         }
         report
     }
-}
-
-/// Whether the durable mark `m` of the unsealed segment with header `h`
-/// disagrees with its records, which `scan` verified with a checkpoint at the
-/// mark's end: where and why if so. A read-only open believes a version 2
-/// mark's end, seq, hash and `SessionStart` without reading the records below
-/// it, so each must be what the records say at that point.
-pub(super) fn mark_disagrees(m: &Mark, h: &SegmentHeader, scan: &Scan) -> Option<(u64, String)> {
-    let why = match scan.checkpoint {
-        None => format!("its end {} is not a record boundary", m.end),
-        Some(at) if at.next_seq != m.next_seq => format!(
-            "names seq {} at its end, the records {}",
-            m.next_seq, at.next_seq
-        ),
-        Some(at) if at.hash != m.hash => {
-            "its hash is not the hash of the record below its end".to_string()
-        }
-        Some(at) if h.marks_session_start() && at.session_start != m.session_start => format!(
-            "names the last SessionStart at {:?}, the records at {:?}",
-            m.session_start, at.session_start
-        ),
-        Some(_) => return None,
-    };
-    Some((Mark::slot_offset(m.generation) as u64, why))
 }

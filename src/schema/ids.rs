@@ -1,15 +1,12 @@
-//! Session identity and settings: `SessionId`, `SessionOrigin`,
-//! `RequestConfig`, `WorkerResult`.
+//! Session settings and origins: `SessionOrigin`, `RequestConfig`,
+//! `WorkerResult` (`SessionId` is a leaf of its own, `crate::id`).
 
 #![allow(missing_docs)]
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::chain::EntryHash;
-use crate::error::{Error, Result};
+pub use crate::id::SessionId;
 
 use super::{some_json_text, JsonText};
 
@@ -75,97 +72,6 @@ impl ArchivedRequestConfig {
                 .map(|s| s.as_str().to_owned()),
             extra: self.extra.as_ref().map(|j| JsonText(j.as_str().to_owned())),
         }
-    }
-}
-
-/// A session id: a UUID (v7 for ids this crate makes, so they sort by creation time).
-#[derive(
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(Debug, PartialEq, Eq))]
-pub struct SessionId(pub [u8; 16]);
-
-impl SessionId {
-    /// A fresh UUID v7.
-    pub fn new_v7() -> SessionId {
-        SessionId(*uuid::Uuid::now_v7().as_bytes())
-    }
-
-    /// The UUID.
-    pub fn uuid(&self) -> uuid::Uuid {
-        uuid::Uuid::from_bytes(self.0)
-    }
-
-    /// Milliseconds since the Unix epoch encoded in a v7 id.
-    pub fn created_ms(&self) -> Option<u64> {
-        let ts = self.uuid().get_timestamp()?;
-        let (secs, nanos) = ts.to_unix();
-        Some(secs * 1000 + u64::from(nanos) / 1_000_000)
-    }
-}
-
-impl ArchivedSessionId {
-    /// The owned id.
-    pub fn get(&self) -> SessionId {
-        SessionId(self.0)
-    }
-}
-
-impl FromStr for SessionId {
-    type Err = Error;
-
-    /// Accepts only the canonical hyphenated lowercase form, so that an id maps
-    /// to exactly one directory name. Anything else (paths, NUL, long strings)
-    /// is `InvalidInput`.
-    fn from_str(s: &str) -> Result<Self> {
-        let shown: String = s.chars().take(48).collect();
-        if s.len() != 36 {
-            return Err(Error::invalid(format!(
-                "session id {shown:?} is not a UUID"
-            )));
-        }
-        let uuid = uuid::Uuid::try_parse(s)
-            .map_err(|_| Error::invalid(format!("session id {shown:?} is not a UUID")))?;
-        if uuid.hyphenated().to_string() != s {
-            return Err(Error::invalid(format!(
-                "session id {shown:?} is not in canonical lowercase form"
-            )));
-        }
-        Ok(SessionId(*uuid.as_bytes()))
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.uuid().hyphenated(), f)
-    }
-}
-
-impl fmt::Debug for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionId({self})")
-    }
-}
-
-impl Serialize for SessionId {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for SessionId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }
 

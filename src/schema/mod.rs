@@ -18,11 +18,12 @@ use crate::item::Item;
 mod borrowed;
 mod ids;
 mod item;
-mod json;
 mod line;
 mod search;
 mod size;
 
+pub(crate) use crate::json::some_json_text;
+pub use crate::json::{JsonText, MAX_JSON_DEPTH};
 pub(crate) use borrowed::EntryRef;
 use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
@@ -33,8 +34,6 @@ pub use item::{
     LoggedInputFile, LoggedInputImage, LoggedItem, LoggedItemOf, LoggedOutputText,
     LoggedPayloadRef, LoggedRole, LoggedStatus, LoggedToolOutput,
 };
-pub(crate) use json::some_json_text;
-pub use json::{JsonText, MAX_JSON_DEPTH};
 #[cfg(feature = "whitebox")]
 pub use line::JSON_GROWTH;
 pub use line::MAX_LINE_BYTES;

@@ -35,8 +35,7 @@ use crate::state::{ForkLink, RestoredState};
 const FORKS_DIR: &str = "forks";
 /// The flock in [`FORKS_DIR`] that fork creation and deletion take.
 const FORKS_LOCK: &str = "LOCK";
-/// Under the store's root: sessions deleted while forks still read them.
-pub(crate) const RETIRED_DIR: &str = "retired";
+pub(crate) use crate::payload::RETIRED_DIR;
 
 /// The first segment of a fork's log, where it is reserved (a log that
 /// syncs; a sparse one takes the blocks it holds): the smallest a log

@@ -52,7 +52,7 @@ pub use budget::{
     FDS_PER_ACTIVE_SESSION, FDS_PER_PARKED_SESSION,
 };
 pub use commit::Turn;
-pub(crate) use forks::{empty_catalog_title, RETIRED_DIR};
+pub(crate) use forks::empty_catalog_title;
 pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;

@@ -1,4 +1,5 @@
-//! `JsonText`: arbitrary JSON kept as compact text in the archive.
+//! `JsonText`: arbitrary JSON kept as compact text in the archive; a leaf
+//! that the item model and the schema both use.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -12,7 +13,7 @@ use crate::error::{Error, Result};
 /// ever rounded.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 #[rkyv(derive(Debug))]
-pub struct JsonText(pub(super) String);
+pub struct JsonText(pub(crate) String);
 
 /// The deepest nesting of arrays and objects a [`JsonText`] may have. A
 /// wire line holds a JSON text a few levels down (an item's part sits in a
