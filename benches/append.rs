@@ -48,8 +48,12 @@ fn buffered(c: &mut Criterion) {
                     let log = Log::open(dir.path(), LogOptions::default()).expect("open");
                     let start = Instant::now();
                     for t in &w.entries {
-                        log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
-                            .expect("append");
+                        log.append_batch(
+                            t,
+                            Durability::Buffered,
+                            session_store::log::ExpectHead::Any,
+                        )
+                        .expect("append");
                     }
                     total += start.elapsed();
                 }
@@ -86,7 +90,7 @@ fn sync(c: &mut Criterion) {
                                 log.append_batch(
                                     turn,
                                     Durability::Sync,
-                                    session_store::ExpectHead::Any,
+                                    session_store::log::ExpectHead::Any,
                                 )
                                 .expect("append");
                             }

@@ -34,8 +34,8 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use session_store::{
-    Archive, Archiver, Item, LogOptions, RequestConfig, RestorePoint, SessionId, Store,
-    StoreOptions,
+    archive::Archiver, archive::RestorePoint, Archive, Item, LogOptions, RequestConfig, SessionId,
+    Store, StoreOptions,
 };
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -226,7 +226,7 @@ fn main() {
                 Mode::Archived => log = log.on_seal(archiver.observer()),
                 Mode::ServerShare => {
                     let tx = std::sync::Mutex::new(tx.clone());
-                    log = log.on_seal(Arc::new(move |seg: &session_store::SealedSegment| {
+                    log = log.on_seal(Arc::new(move |seg: &session_store::log::SealedSegment| {
                         let _ = tx.lock().unwrap().send(seg.len_bytes);
                     }));
                 }
@@ -354,7 +354,7 @@ fn main() {
             "archiver's threads {:>6.1} ms CPU per 8 MiB segment, {:.1}% of the appends' wall time (user+system, at nice +{}: the sealed segment's sync, read, hash, upload and manifest)",
             per_seg[per_seg.len() / 2],
             share[share.len() / 2],
-            session_store::ARCHIVER_NICE
+            session_store::archive::ARCHIVER_NICE
         );
     }
     if !cpu_plain.is_empty() && !cpu_with.is_empty() && !cpu_share.is_empty() {

@@ -144,7 +144,7 @@ fn ss_append(dir: &Path, w: &Workload) -> f64 {
     let log = Log::open(dir, LogOptions::default()).expect("open");
     let secs = time(|| {
         for t in &w.entries {
-            log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
+            log.append_batch(t, Durability::Buffered, session_store::log::ExpectHead::Any)
                 .expect("append");
         }
     });
@@ -845,7 +845,7 @@ fn durable_rows(run: &mut Runner, w: &Workload, raw_mb_s: f64) {
                         log.append_batch(
                             &w.entries[i],
                             Durability::Sync,
-                            session_store::ExpectHead::Any,
+                            session_store::log::ExpectHead::Any,
                         )
                         .expect("append");
                     },

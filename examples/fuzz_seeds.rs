@@ -77,7 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let text = format!("{i}:{}", "u".repeat(600));
         unsettled.append(&session_store::LogEntry::UserInput {
             ts: i,
-            item: session_store::LoggedItem::from(Item::user_text(text)),
+            item: session_store::schema::LoggedItem::from(Item::user_text(text)),
         })?;
         if unsettled.segment_paths().len() == 2 && i % 3 == 0 {
             break;
@@ -174,7 +174,7 @@ fn wire_lines(log: &Log) -> Result<String, Box<dyn std::error::Error>> {
     for rec in log.snapshot().iter() {
         let rec = rec?;
         let prev = (rec.seq > 0).then_some(&rec.prev_hash);
-        lines.push_str(&session_store::entry_line(
+        lines.push_str(&session_store::wire::entry_line(
             rec.seq,
             &rec.hash,
             prev,

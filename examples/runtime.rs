@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use session_store::{
-    AsyncStore, Durability, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions, Turn,
-    UsageRecord,
+    state::UsageRecord, AsyncStore, Durability, Item, LogOptions, RequestConfig, SessionId, Store,
+    StoreOptions, Turn,
 };
 
 const SESSIONS: usize = 64;

@@ -64,7 +64,7 @@
 #![deny(unsafe_code)]
 
 #[cfg(feature = "archive")]
-mod archive;
+pub mod archive;
 #[cfg(feature = "tokio")]
 mod async_store;
 mod catalog;
@@ -73,17 +73,17 @@ mod error;
 mod export;
 mod fs;
 #[cfg(feature = "history")]
-mod history;
+pub mod history;
 mod id;
 mod item;
 mod json;
-mod log;
+pub mod log;
 mod mmap;
-mod payload;
-mod schema;
+pub mod payload;
+pub mod schema;
 mod segment;
-mod state;
-mod store;
+pub mod state;
+pub mod store;
 
 // The byte layouts, public only to the tests, benches and fuzz targets
 // (feature `whitebox`); not a stable API.
@@ -96,37 +96,31 @@ pub mod format;
 mod format;
 
 #[cfg(feature = "archive")]
-pub use archive::{
-    Archive, ArchiveFailure, ArchiveStatus, ArchivedSegment, ArchivedSession, ArchivedTail,
-    Archiver, EvictReport, FetchReport, Manifest, PullReport, PushReport, RestorePoint,
-    RetryPolicy, Transfer, ARCHIVER_NICE,
-};
+pub use archive::Archive;
 #[cfg(feature = "tokio")]
 pub use async_store::{AsyncStore, EntryStream};
-pub use chain::{EntryHash, ParseHashError};
-pub use id::ParseSessionIdError;
-// The bound the tests hold generated entries to; not a stable API.
+pub use chain::EntryHash;
 pub use error::{CorruptKind, Error, Result};
-pub use export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
-pub use fs::{IoHook, IoOp};
-#[cfg(feature = "history")]
-pub use history::{
-    agy, claude, codex, is_valid_session_id, CompactHistory, Discovery, HistoryCompaction,
-    HistoryImport, HistoryMessage, HistoryReader, HistoryRole, HistoryService, Imported,
-    ItemCounts, ItemMeta, ItemTranscript, Locator, NotFoundReason, ReadStats, TokenUsage,
-    TranscriptItem, TranscriptSegment,
-};
 pub use item::{
     anthropic, responses, CallLink, ContentPart, Extra, Form, Item, ItemStatus, ItemView, JsonSink,
     JsonTree, Role, ToolOutput, TreeSink, WireForm,
 };
-pub use log::evicted::{EvictedRecord, EvictedSegment, EVICTED_FILE};
-pub use log::{
-    Damage, Durability, ExpectHead, Iter, LastRecovery, Log, LogOptions, RecordView, RecoveryMode,
-    RecoveryReport, SealObserver, SealedSegment, Snapshot, TornTail, VerifyReport,
-    DEFAULT_INITIAL_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE, LAST_RECOVERY_FILE,
+pub use log::{Durability, Log, LogOptions, RecoveryMode, Snapshot, VerifyReport};
+pub use schema::{
+    group_delta, EntryKind, JsonText, LogEntry, RequestConfig, SessionId, SessionOrigin,
+    WorkerResult,
 };
-pub use payload::{PayloadCollection, PayloadDamage, PayloadProblem};
+pub use state::{Problem, RestoredState};
+pub use store::{
+    Deletion, HistoryTail, ListFilter, SessionHandle, SessionInfo, Store, StoreOptions,
+    Subscription, Turn,
+};
+
+/// The wire form: one JSON object a log entry, as `export` writes and
+/// `import` reads.
+pub mod wire {
+    pub use crate::export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
+}
 
 /// Checks bytes as a payload file's content, as every read of the payload
 /// area and every download from an archive does before trusting them (an
@@ -134,7 +128,7 @@ pub use payload::{PayloadCollection, PayloadDamage, PayloadProblem};
 /// item. Public only to the fuzz targets (feature `whitebox`).
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
-pub fn check_payload_bytes(bytes: &[u8]) -> std::result::Result<Item, PayloadProblem> {
+pub fn check_payload_bytes(bytes: &[u8]) -> std::result::Result<Item, payload::PayloadProblem> {
     let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(bytes.len());
     aligned.extend_from_slice(bytes);
     payload::check_archive(&aligned).map(|item| item.to_item())
@@ -145,24 +139,6 @@ pub use log::seal_delta;
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
 pub use schema::JSON_GROWTH;
-pub use schema::{
-    group_delta, ArchivedLogEntry, ArchivedLoggedCoreItem, ArchivedLoggedExtended,
-    ArchivedLoggedItem, ArchivedLoggedItemOf, EntryKind, ItemExtension, JsonText, LogEntry,
-    LoggedContentPart, LoggedCoreItem, LoggedExtended, LoggedForm, LoggedInputAudio,
-    LoggedInputFile, LoggedInputImage, LoggedItem, LoggedItemOf, LoggedOutputText,
-    LoggedPayloadRef, LoggedRole, LoggedStatus, LoggedToolOutput, RequestConfig, SessionId,
-    SessionOrigin, WorkerResult, MAX_JSON_DEPTH,
-};
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
 pub use segment::links_hashed_by_opens;
-pub use state::{
-    check_history, collect_state, ExtensionRecord, ForkLink, Problem, RestoredState, UsageRecord,
-};
-pub use store::{
-    active_budget_for, default_max_active_sessions, default_max_open_sessions, open_budget_for,
-    Deletion, ExportedEntry, HistoryTail, HistoryTailView, ListFilter, SessionHandle, SessionInfo,
-    Store, StoreOptions, SubscribedEntry, Subscription, Turn, DEFAULT_PAYLOAD_THRESHOLD,
-    DEFAULT_POLL_INTERVAL, FDS_PER_ACTIVE_SESSION, FDS_PER_PARKED_SESSION, MAX_FORK_DEPTH,
-    MAX_NAME_BYTES, NAME_DOMAIN,
-};

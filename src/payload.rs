@@ -8,7 +8,7 @@
 //!
 //! A payload file holds one `LoggedItem` archived alone (rkyv, as records
 //! hold entries), named by the BLAKE3 hash of those bytes. A record refers
-//! to it with [`LoggedItem::External`](crate::LoggedItemOf::External) (hash and
+//! to it with [`LoggedItem::External`](crate::schema::LoggedItemOf::External) (hash and
 //! length), so a compaction snapshot or a fork that repeats a large tool
 //! output stores a reference only. A payload is written (temporary name,
 //! rename) before the record that refers to it is appended, and synced by

@@ -14,8 +14,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 use s3::S3Server;
 use session_store::{
-    Archive, Archiver, Error, Item, LogOptions, RequestConfig, RestorePoint, RetryPolicy,
-    SessionId, Store, StoreOptions,
+    archive::Archiver, archive::RestorePoint, archive::RetryPolicy, Archive, Error, Item,
+    LogOptions, RequestConfig, SessionId, Store, StoreOptions,
 };
 
 /// Small segments, so that a few turns seal several.
@@ -419,7 +419,7 @@ fn the_continuous_archiver_runs_below_the_writers_priority() {
     // `session-store-u`), each below this thread's priority.
     let nices = thread_nices("session-store-u");
     assert!(nices.len() >= 2, "{nices:?}");
-    let want = (ours + i64::from(session_store::ARCHIVER_NICE)).min(19);
+    let want = (ours + i64::from(session_store::archive::ARCHIVER_NICE)).min(19);
     assert!(nices.iter().all(|&n| n == want), "{nices:?}, want {want}");
     // The writers' threads, and a plain archive's, keep the caller's.
     assert!(thread_nices("session-store-a").iter().all(|&n| n == ours));

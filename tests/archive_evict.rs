@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use s3::S3Server;
 use session_store::{
-    Archive, EntryHash, Error, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store,
-    StoreOptions, EVICTED_FILE,
+    log::IoHook, log::IoOp, log::EVICTED_FILE, Archive, EntryHash, Error, Item, LogOptions,
+    RequestConfig, SessionId, Store, StoreOptions,
 };
 
 /// Small segments, so that a few turns seal several.
@@ -200,7 +200,7 @@ fn verify_and_export_fetch_back_the_same_bytes() {
     a.push(&store, id).unwrap();
     let other_dir = tempfile::tempdir().unwrap();
     let other = Store::open_with(other_dir.path(), opts()).unwrap();
-    a.pull(&other, id, session_store::RestorePoint::Latest)
+    a.pull(&other, id, session_store::archive::RestorePoint::Latest)
         .unwrap();
     assert_eq!(export(&other, id), exported);
 }
@@ -563,7 +563,7 @@ fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
     let other_dir = tempfile::tempdir().unwrap();
     let other = Store::open_with(other_dir.path(), opts()).unwrap();
     let pulled = a
-        .pull(&other, id, session_store::RestorePoint::Latest)
+        .pull(&other, id, session_store::archive::RestorePoint::Latest)
         .unwrap();
     assert_eq!(pulled.downloaded_payloads.0, 12);
     assert_eq!(export(&other, id), exported);
@@ -586,7 +586,7 @@ fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
     bytes[100] ^= 0xFF;
     std::fs::write(&damaged, &bytes).unwrap();
     let pulled = a
-        .pull(&fourth, id, session_store::RestorePoint::Latest)
+        .pull(&fourth, id, session_store::archive::RestorePoint::Latest)
         .unwrap();
     assert_eq!(
         pulled.downloaded_payloads.0, 12,
@@ -609,7 +609,7 @@ fn large_items_go_to_the_archive_with_their_records_and_come_back_with_them() {
     let third_dir = tempfile::tempdir().unwrap();
     let third = Store::open_with(third_dir.path(), opts()).unwrap();
     let err = a
-        .pull(&third, id, session_store::RestorePoint::Latest)
+        .pull(&third, id, session_store::archive::RestorePoint::Latest)
         .unwrap_err();
     match err {
         Error::Archive { object, .. } => assert!(object.ends_with(&lost), "{object}"),
@@ -651,9 +651,9 @@ fn restarted_session(store: &Store, asked: bool) -> (SessionId, EntryHash) {
         ts: now.as_millis() as u64,
         system_prompt: None,
         config: RequestConfig::model("gpt-5"),
-        history: vec![session_store::LoggedItem::from(&Item::assistant_text(
-            "summary",
-        ))],
+        history: vec![session_store::schema::LoggedItem::from(
+            &Item::assistant_text("summary"),
+        )],
         forked_from: None,
         compacted_from: None,
     };

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use session_store::{
-    AsyncStore, Durability, Error, Item, LogOptions, RequestConfig, Store, StoreOptions, Turn,
-    UsageRecord,
+    state::UsageRecord, AsyncStore, Durability, Error, Item, LogOptions, RequestConfig, Store,
+    StoreOptions, Turn,
 };
 
 fn turn_items(session: usize, n: usize) -> Vec<Item> {
@@ -265,7 +265,7 @@ fn a_subscription_stream_yields_every_entry_once_in_order() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn the_last_async_store_dropped_closes_on_the_blocking_pool_not_the_worker() {
-    use session_store::{IoHook, IoOp};
+    use session_store::{log::IoHook, log::IoOp};
     use std::sync::Mutex;
     struct Syncs(Mutex<Vec<std::thread::ThreadId>>);
     impl IoHook for Syncs {
@@ -306,7 +306,7 @@ async fn the_last_async_store_dropped_closes_on_the_blocking_pool_not_the_worker
 
 #[test]
 fn of_two_async_stores_dropped_at_once_on_two_workers_neither_closes_there() {
-    use session_store::{IoHook, IoOp};
+    use session_store::{log::IoHook, log::IoOp};
     use std::cell::Cell;
     use std::sync::Barrier;
     thread_local! {

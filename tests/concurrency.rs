@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use engine::{entry, opts, read_all};
-use session_store::{Durability, EntryHash, IoHook, IoOp, Log};
+use session_store::{log::IoHook, log::IoOp, Durability, EntryHash, Log};
 
 /// Text size of entry `i`: mostly small, now and then larger than a segment.
 fn size(i: u64) -> usize {

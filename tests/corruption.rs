@@ -296,7 +296,7 @@ fn every_flipped_byte_is_caught_at_its_place_or_harmless() {
             // cut may roll.
             fs::write(&active.0, &active.1).unwrap();
             // What a writer's recovery recorded belongs to this flip only.
-            let _ = fs::remove_file(dir.path().join(session_store::LAST_RECOVERY_FILE));
+            let _ = fs::remove_file(dir.path().join(session_store::log::LAST_RECOVERY_FILE));
             if matches!(e, Expect::Torn(..)) {
                 for f in segment_files(dir.path()) {
                     if !originals.iter().any(|(p, _)| *p == f) {

@@ -21,7 +21,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use session_store::{
-    Durability, Item, Log, LogEntry, LogOptions, LoggedItem, Store, StoreOptions, ToolOutput, Turn,
+    schema::LoggedItem, Durability, Item, Log, LogEntry, LogOptions, Store, StoreOptions,
+    ToolOutput, Turn,
 };
 
 fn entry(i: u64) -> LogEntry {

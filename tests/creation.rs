@@ -18,7 +18,7 @@ mod engine;
 use engine::copy_tree;
 
 use session_store::{
-    Durability, Error, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store,
+    log::IoHook, log::IoOp, Durability, Error, Item, LogOptions, RequestConfig, SessionId, Store,
     StoreOptions,
 };
 
@@ -771,7 +771,7 @@ fn a_creation_racing_the_retire_of_its_id_is_refused() {
 /// of the session then says, and a later question does not replace it.
 #[test]
 fn an_import_whose_first_question_is_large_is_titled_by_it() {
-    use session_store::{LogEntry, LoggedItem, WireLine};
+    use session_store::{schema::LoggedItem, wire::WireLine, LogEntry};
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let store = Store::open(root).unwrap();

@@ -12,8 +12,8 @@ mod common;
 use std::path::PathBuf;
 
 use session_store::{
-    ContentPart, EntryHash, Item, JsonText, LogEntry, LoggedContentPart, LoggedItem, LoggedRole,
-    RequestConfig, SessionId, SessionOrigin, WorkerResult,
+    schema::LoggedContentPart, schema::LoggedItem, schema::LoggedRole, ContentPart, EntryHash,
+    Item, JsonText, LogEntry, RequestConfig, SessionId, SessionOrigin, WorkerResult,
 };
 
 /// The head hash the fixture was written with.

@@ -10,7 +10,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use session_store::{group_delta, Item, LogEntry, LoggedItem, RequestConfig};
+use session_store::{group_delta, schema::LoggedItem, Item, LogEntry, RequestConfig};
 
 /// The head hash the fixture was written with.
 const HEAD: &str = "d85f46333d473c01aaa65dae7e5178b79d230173758363b6577caf6b4148e62e";

@@ -11,7 +11,8 @@ mod common;
 use std::path::PathBuf;
 
 use session_store::{
-    group_delta, Item, JsonText, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, WorkerResult,
+    group_delta, schema::LoggedItem, Item, JsonText, Log, LogEntry, LogOptions, RequestConfig,
+    WorkerResult,
 };
 
 /// The head hash the fixture was written with.

@@ -88,7 +88,7 @@ fn a_fork_holds_one_small_entry_and_restores_the_parents_history() {
     // with the line's own `seq` and `hash`.
     let snap = store.snapshot(fork).unwrap();
     let rec = snap.iter().next().unwrap().unwrap();
-    let line = session_store::parse_line(&rec.wire_line().unwrap(), 1).unwrap();
+    let line = session_store::wire::parse_line(&rec.wire_line().unwrap(), 1).unwrap();
     assert_eq!(line.entry, rec.entry.to_entry());
     assert_eq!((line.seq, line.hash), (Some(0), Some(rec.hash)));
     // Its log holds one record, whatever the parent's size.
@@ -569,7 +569,7 @@ fn a_forked_from_entry_cannot_be_saved_or_imported() {
     assert_eq!(store.head(parent).unwrap(), Some(head));
     let mut wire = Vec::new();
     store.export(parent, &mut wire).unwrap();
-    wire.extend_from_slice(session_store::entry_line(9, &head, None, &link).as_bytes());
+    wire.extend_from_slice(session_store::wire::entry_line(9, &head, None, &link).as_bytes());
     let line = String::from_utf8(wire).unwrap();
     // Without seq and hashes, so that only the kind is refused.
     let lines: Vec<String> = line

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use session_store::{Durability, Error, Item, Log, LogEntry, LogOptions, LoggedItem};
+use session_store::{schema::LoggedItem, Durability, Error, Item, Log, LogEntry, LogOptions};
 
 fn entry(i: u64) -> LogEntry {
     LogEntry::UserInput {

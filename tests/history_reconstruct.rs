@@ -5,9 +5,9 @@
 //! titles, models and usage, and Codex prompts that only events carry.
 
 use serde_json::{json, Value};
-use session_store::claude::parse_session_bytes;
-use session_store::codex::parse_rollout_bytes;
-use session_store::{HistoryImport, ItemCounts, LogEntry, SessionId, Store};
+use session_store::history::claude::parse_session_bytes;
+use session_store::history::codex::parse_rollout_bytes;
+use session_store::{history::HistoryImport, history::ItemCounts, LogEntry, SessionId, Store};
 
 const S: &str = "5f0c6a3e-1b2d-4c5e-8f90-0a1b2c3d4e5f";
 
@@ -235,7 +235,7 @@ fn codex_prompts_only_in_events_are_imported_and_title_the_session() {
     ];
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let t = parse_rollout_bytes(text.as_bytes());
-    let import = session_store::codex::import_of(&t);
+    let import = session_store::history::codex::import_of(&t);
     let c = import.counts();
     // The environment context and the prompt from the event.
     assert_eq!((c.user_messages, c.assistant_messages), (2, 1), "{c}");
@@ -263,8 +263,8 @@ fn codex_prompts_only_in_events_are_imported_and_title_the_session() {
     );
 }
 
-fn claude_import(t: &session_store::ItemTranscript) -> HistoryImport {
-    session_store::claude::import_of(t, None)
+fn claude_import(t: &session_store::history::ItemTranscript) -> HistoryImport {
+    session_store::history::claude::import_of(t, None)
 }
 
 fn write(import: &HistoryImport) -> (Store, tempfile::TempDir, SessionId) {

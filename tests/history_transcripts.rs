@@ -9,9 +9,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use session_store::claude::ClaudeSession;
-use session_store::codex::read_rollout;
-use session_store::{responses, CallLink, Form, HistoryImport, Item, ItemCounts, Store};
+use session_store::history::claude::ClaudeSession;
+use session_store::history::codex::read_rollout;
+use session_store::{
+    history::HistoryImport, history::ItemCounts, responses, CallLink, Form, Item, Store,
+};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/transcripts")
@@ -129,7 +131,7 @@ fn every_call_result_and_thinking_block_of_real_claude_code_transcripts_is_impor
             );
             continue;
         }
-        let import = session_store::claude::import_of(&session.main, None);
+        let import = session_store::history::claude::import_of(&session.main, None);
         let items = all_items(&import);
         let c = ItemCounts::of(items.iter().copied());
         assert_eq!(c.tool_calls, main_calls, "{file}: {c}");
@@ -175,7 +177,7 @@ fn every_call_result_and_thinking_block_of_real_claude_code_transcripts_is_impor
 fn the_compaction_whose_logical_parent_is_missing_keeps_the_history_before_it() {
     let name = "claude/claude-2.1.39-spotter-compaction-missing-logical-parent.jsonl";
     let session = ClaudeSession::read(&dir().join(name)).unwrap();
-    let import = session_store::claude::import_of(&session.main, None);
+    let import = session_store::history::claude::import_of(&session.main, None);
     assert_eq!(import.compactions.len(), 1);
     // The first prompt is before the compaction, and is kept.
     assert!(import.items.first().is_some_and(Item::is_user_message));
@@ -195,7 +197,7 @@ fn every_call_of_a_real_codex_rollout_is_imported_and_its_responses_history_is_v
             continue;
         }
         let t = read_rollout(&dir().join(&name)).unwrap();
-        let import = session_store::codex::import_of(&t);
+        let import = session_store::history::codex::import_of(&t);
         let items = all_items(&import);
         let c = ItemCounts::of(items.iter().copied());
         assert_eq!(c.tool_calls, n(&want["tool_calls"]), "{name}: {c}");

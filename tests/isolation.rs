@@ -144,11 +144,12 @@ struct FailWritesTo {
     armed: std::sync::atomic::AtomicBool,
 }
 
-impl session_store::IoHook for FailWritesTo {
-    fn before(&self, op: &session_store::IoOp<'_>) -> std::io::Result<()> {
+impl session_store::log::IoHook for FailWritesTo {
+    fn before(&self, op: &session_store::log::IoOp<'_>) -> std::io::Result<()> {
         use std::sync::atomic::Ordering;
         let path = match op {
-            session_store::IoOp::Write { path, .. } | session_store::IoOp::Sync { path } => path,
+            session_store::log::IoOp::Write { path, .. }
+            | session_store::log::IoOp::Sync { path } => path,
             _ => return Ok(()),
         };
         if self.armed.load(Ordering::SeqCst) && path.file_name().is_some_and(|n| n == self.name) {

@@ -1,7 +1,9 @@
 //! Guards the basic promises of the log: what is appended is read back, in
 //! order, with a valid chain, across rolls and reopens.
 
-use session_store::{Durability, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem};
+use session_store::{
+    log::IoHook, log::IoOp, schema::LoggedItem, Durability, Item, Log, LogEntry, LogOptions,
+};
 
 fn entry(i: u64, size: usize) -> LogEntry {
     LogEntry::UserInput {
@@ -105,7 +107,7 @@ fn non_finite_floats_are_refused_before_anything_is_written() {
     match log.append_batch(
         &[good, bad],
         Durability::Buffered,
-        session_store::ExpectHead::Any,
+        session_store::log::ExpectHead::Any,
     ) {
         Err(session_store::Error::InvalidInput { what }) => {
             assert!(what.contains("top_p"), "{what}")

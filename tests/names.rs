@@ -7,8 +7,8 @@ use std::process::Command;
 use std::sync::{Arc, Barrier};
 
 use session_store::{
-    Error, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions,
-    NAME_DOMAIN,
+    log::IoHook, log::IoOp, store::NAME_DOMAIN, Error, Item, LogOptions, RequestConfig, SessionId,
+    Store, StoreOptions,
 };
 
 #[test]

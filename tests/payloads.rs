@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use session_store::{
-    Error, IoHook, IoOp, Item, LogOptions, PayloadProblem, RequestConfig, Store, StoreOptions,
-    ToolOutput,
+    log::IoHook, log::IoOp, payload::PayloadProblem, Error, Item, LogOptions, RequestConfig, Store,
+    StoreOptions, ToolOutput,
 };
 
 const BIG: usize = 64 << 10;
@@ -708,10 +708,12 @@ fn an_entry_that_names_a_payload_the_store_lacks_is_refused() {
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
         .unwrap();
-    let forged = session_store::LoggedItem::External(Box::new(session_store::LoggedPayloadRef {
-        hash: [7; 32],
-        len: 100,
-    }));
+    let forged = session_store::schema::LoggedItem::External(Box::new(
+        session_store::schema::LoggedPayloadRef {
+            hash: [7; 32],
+            len: 100,
+        },
+    ));
     let entry = session_store::LogEntry::ToolResults {
         ts: 1,
         items: vec![forged],
@@ -729,10 +731,12 @@ fn an_entry_that_names_a_payload_the_store_lacks_is_refused() {
     let shard = dir.path().join("payloads").join(&hex[..2]);
     std::fs::create_dir_all(&shard).unwrap();
     std::fs::write(shard.join(&hex), &garbage).unwrap();
-    let forged = session_store::LoggedItem::External(Box::new(session_store::LoggedPayloadRef {
-        hash: *hash.as_bytes(),
-        len: garbage.len() as u64,
-    }));
+    let forged = session_store::schema::LoggedItem::External(Box::new(
+        session_store::schema::LoggedPayloadRef {
+            hash: *hash.as_bytes(),
+            len: garbage.len() as u64,
+        },
+    ));
     let entry = session_store::LogEntry::ToolResults {
         ts: 1,
         items: vec![forged],

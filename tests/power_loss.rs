@@ -19,7 +19,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use session_store::{Durability, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem};
+use session_store::{
+    log::IoHook, log::IoOp, schema::LoggedItem, Durability, Item, Log, LogEntry, LogOptions,
+};
 
 #[derive(Debug, Clone)]
 enum Event {

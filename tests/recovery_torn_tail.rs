@@ -473,8 +473,12 @@ fn log_ending_in_a_batch(dir: &Path) -> (Vec<u8>, Vec<Span>) {
         log.append(&entry(i, size(i))).unwrap();
     }
     let batch: Vec<_> = (RECORDS..RECORDS + 4).map(|i| entry(i, size(i))).collect();
-    log.append_batch(&batch, Durability::Buffered, session_store::ExpectHead::Any)
-        .unwrap();
+    log.append_batch(
+        &batch,
+        Durability::Buffered,
+        session_store::log::ExpectHead::Any,
+    )
+    .unwrap();
     drop(log);
     let seg = &segment_files(dir)[0];
     let bytes = fs::read(seg).unwrap();
@@ -561,8 +565,12 @@ fn a_batch_that_does_not_fit_the_active_segment_starts_the_next_one() {
         i += 1;
     }
     let batch: Vec<_> = (i..i + 8).map(|i| entry(i, 1_000)).collect();
-    log.append_batch(&batch, Durability::Buffered, session_store::ExpectHead::Any)
-        .unwrap();
+    log.append_batch(
+        &batch,
+        Durability::Buffered,
+        session_store::log::ExpectHead::Any,
+    )
+    .unwrap();
     drop(log);
     let files = segment_files(dir.path());
     assert_eq!(files.len(), 2, "the batch rolled the log first");

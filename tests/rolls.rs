@@ -15,7 +15,7 @@ use engine::{
     entries, entry, files_with_ext, mark_of, opts, segment_files, spans, Countdown, OpKind,
 };
 use session_store::format::{Footer, FOOTER_LEN, INDEX_ENTRY_LEN};
-use session_store::{Error, IoHook, IoOp, Log, LogEntry, LogOptions};
+use session_store::{log::IoHook, log::IoOp, Error, Log, LogEntry, LogOptions};
 
 const SEG: u64 = 16 << 10;
 

@@ -8,9 +8,9 @@ use common::{archive_at, every_entry, every_item, hash, TS};
 use proptest::prelude::*;
 use serde_json::Value;
 use session_store::{
-    collect_state, entry_line, group_delta, parse_line, ArchivedLogEntry, ContentPart, Item,
-    ItemStatus, JsonText, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, RestoredState,
-    Role, SessionOrigin, Store, ToolOutput, WorkerResult,
+    group_delta, schema::ArchivedLogEntry, schema::LoggedItem, state::collect_state,
+    wire::entry_line, wire::parse_line, ContentPart, Item, ItemStatus, JsonText, Log, LogEntry,
+    LogOptions, RequestConfig, RestoredState, Role, SessionOrigin, Store, ToolOutput, WorkerResult,
 };
 
 const MIB: usize = 1 << 20;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use session_store::{Error, Item, Log, LogEntry, LogOptions, LoggedItem, RecoveryMode};
+use session_store::{schema::LoggedItem, Error, Item, Log, LogEntry, LogOptions, RecoveryMode};
 
 fn entry(i: u64) -> LogEntry {
     LogEntry::UserInput {

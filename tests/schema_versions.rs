@@ -18,7 +18,7 @@
 //! 6. DESIGN.md: "Schema versions" and "Format version history".
 
 use session_store::format::FORMAT_VERSION;
-use session_store::{LogEntry, LoggedContentPart, LoggedItem};
+use session_store::{schema::LoggedContentPart, schema::LoggedItem, LogEntry};
 
 /// Each format version: the variants of `LoggedItem`, `LoggedContentPart`
 /// and `LogEntry` its records may hold, and the fixture that pins the

@@ -16,10 +16,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use session_store::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use session_store::{
-    entry_line, parse_line, ContentPart, EntryHash, EntryKind, Error, IoHook, IoOp, Item,
-    ItemStatus, JsonText, ListFilter, LogEntry, LogOptions, LoggedItem, Problem, RequestConfig,
-    RestoredState, Role, SessionId, SessionOrigin, Store, StoreOptions, UsageRecord, WireLine,
-    WorkerResult,
+    log::IoHook, log::IoOp, schema::LoggedItem, state::UsageRecord, wire::entry_line,
+    wire::parse_line, wire::WireLine, ContentPart, EntryHash, EntryKind, Error, Item, ItemStatus,
+    JsonText, ListFilter, LogEntry, LogOptions, Problem, RequestConfig, RestoredState, Role,
+    SessionId, SessionOrigin, Store, StoreOptions, WorkerResult,
 };
 
 /// Milliseconds since the Unix epoch, now: the clock the store stamps entries with.
@@ -1762,12 +1762,12 @@ fn the_open_log_budget_holds_exactly_when_it_is_not_a_multiple_of_the_shards() {
 #[test]
 fn the_default_open_budget_keeps_the_process_under_its_file_limit() {
     if let Ok(root) = std::env::var("OPEN_BUDGET_CHILD") {
-        assert_eq!(session_store::default_max_open_sessions(), 100);
-        assert_eq!(session_store::default_max_active_sessions(), 25);
+        assert_eq!(session_store::store::default_max_open_sessions(), 100);
+        assert_eq!(session_store::store::default_max_active_sessions(), 25);
         many_sessions_round_robin(Path::new(&root), StoreOptions::default(), 300);
         return;
     }
-    use session_store::{active_budget_for, open_budget_for};
+    use session_store::{store::active_budget_for, store::open_budget_for};
     // Three quarters of the limit: half for the active sessions (three
     // descriptors each), half for the parked ones' locks.
     assert_eq!(open_budget_for(Some(1024)), 512);
@@ -2015,7 +2015,7 @@ fn a_subscription_sees_every_entry_once_in_order_across_rolls() {
     // One more, appended after the subscriber caught up, arrives once.
     let mut head = head;
     store.save_turn_end(id, &mut head, 33).unwrap();
-    let session_store::SubscribedEntry {
+    let session_store::store::SubscribedEntry {
         seq, hash, entry, ..
     } = sub.next_timeout(wait).unwrap().unwrap();
     assert_eq!((seq, hash), (total, head));

@@ -7,8 +7,9 @@ mod common;
 use common::{call, full_config, origin, reasoning, result, TS};
 use proptest::prelude::*;
 use session_store::{
-    check_history, collect_state, group_delta, ExtensionRecord, Item, JsonText, LogEntry,
-    LoggedItem, Problem, RequestConfig, RestoredState, UsageRecord, WorkerResult,
+    group_delta, schema::LoggedItem, state::check_history, state::collect_state,
+    state::ExtensionRecord, state::UsageRecord, Item, JsonText, LogEntry, Problem, RequestConfig,
+    RestoredState, WorkerResult,
 };
 
 fn logged(items: &[Item]) -> Vec<LoggedItem> {

@@ -33,7 +33,8 @@ use std::sync::{Arc, Mutex};
 
 use engine::Rng;
 use session_store::{
-    Durability, IoHook, IoOp, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions,
+    log::IoHook, log::IoOp, Durability, Item, LogOptions, RequestConfig, SessionId, Store,
+    StoreOptions,
 };
 
 type Node = usize;

@@ -7,8 +7,9 @@ use std::io::Cursor;
 
 use common::{hash, origin, session_id};
 use session_store::{
-    entry_line, parse_line, Error, Item, JsonText, LineReader, LogEntry, LoggedContentPart,
-    LoggedItem, LoggedRole, RequestConfig, WorkerResult,
+    schema::LoggedContentPart, schema::LoggedItem, schema::LoggedRole, wire::entry_line,
+    wire::parse_line, wire::LineReader, Error, Item, JsonText, LogEntry, RequestConfig,
+    WorkerResult,
 };
 
 /// `value` serializes to exactly `expected`, and `expected` parses back to `value`.
@@ -618,7 +619,8 @@ fn assert_item_line(item: LoggedItem, expected_item: &str) {
 #[test]
 fn schema_2_items_and_parts() {
     use session_store::{
-        LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedOutputText, LoggedToolOutput,
+        schema::LoggedInputAudio, schema::LoggedInputFile, schema::LoggedInputImage,
+        schema::LoggedOutputText, schema::LoggedToolOutput,
     };
     let json = |s: &str| JsonText::parse(s).unwrap();
     assert_item_line(
@@ -735,7 +737,7 @@ fn nested(depth: usize) -> String {
 
 #[test]
 fn json_the_store_accepts_exports_and_imports_back() {
-    use session_store::MAX_JSON_DEPTH;
+    use session_store::schema::MAX_JSON_DEPTH;
     // What import would refuse is refused when stored.
     for bad in [
         r#"{"x":1e400}"#.to_string(),
@@ -791,7 +793,7 @@ fn json_the_store_accepts_exports_and_imports_back() {
 /// (issue 15, case 13).
 #[test]
 fn entries_whose_line_import_would_refuse_are_refused_at_append() {
-    use session_store::{Log, LogOptions, MAX_LINE_BYTES};
+    use session_store::{wire::MAX_LINE_BYTES, Log, LogOptions};
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
     let entry = |text: String| LogEntry::UserInput {
@@ -828,7 +830,7 @@ fn entries_whose_line_import_would_refuse_are_refused_at_append() {
 /// `MAX_JSON_DEPTH` as `parse` does, and so does a wire line's payload.
 #[test]
 fn json_values_deeper_than_the_limit_are_refused() {
-    use session_store::MAX_JSON_DEPTH;
+    use session_store::schema::MAX_JSON_DEPTH;
     let nested = |depth: usize| {
         let mut v = serde_json::json!(1);
         for _ in 0..depth {

@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 
 use session_store::format::{record_len, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use session_store::{
-    group_delta, Durability, Item, Log, LogEntry, LogOptions, LoggedItem, RequestConfig, SessionId,
-    Store, StoreOptions,
+    group_delta, schema::LoggedItem, Durability, Item, Log, LogEntry, LogOptions, RequestConfig,
+    SessionId, Store, StoreOptions,
 };
 
 /// The timestamp of the first turn; turn `i` is one second later per index.
@@ -320,7 +320,7 @@ pub fn write_log(dir: &Path, w: &Workload, opts: LogOptions) -> Log {
     let log = Log::open(dir, opts).expect("open bench log");
     log.append(&session_start(&[], TS0)).expect("append");
     for t in &w.entries {
-        log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
+        log.append_batch(t, Durability::Buffered, session_store::log::ExpectHead::Any)
             .expect("append");
     }
     log
@@ -376,7 +376,7 @@ pub fn write_restore_log(dir: &Path, older_bytes: u64) -> u64 {
         log.append_batch(
             &entries,
             Durability::Buffered,
-            session_store::ExpectHead::Any,
+            session_store::log::ExpectHead::Any,
         )
         .expect("append");
         i += 1;
@@ -386,7 +386,7 @@ pub fn write_restore_log(dir: &Path, older_bytes: u64) -> u64 {
     log.append(&session_start(&carried, TS0 + i * 1000))
         .expect("append");
     for t in &live.entries {
-        log.append_batch(t, Durability::Buffered, session_store::ExpectHead::Any)
+        log.append_batch(t, Durability::Buffered, session_store::log::ExpectHead::Any)
             .expect("append");
     }
     log.close().expect("close");

@@ -91,7 +91,7 @@ pub fn run(quick: bool, reps: usize) {
         .map(|i| text_bytes(&i))
         .sum();
     let reps = if quick { reps.min(3) } else { reps };
-    let (with, restore_with) = build(session_store::DEFAULT_PAYLOAD_THRESHOLD, reps);
+    let (with, restore_with) = build(session_store::store::DEFAULT_PAYLOAD_THRESHOLD, reps);
     let (without, restore_without) = build(usize::MAX, reps);
     let mb = |b: u64| b as f64 / 1e6;
     println!();
@@ -108,7 +108,7 @@ pub fn run(quick: bool, reps: usize) {
     );
     println!(
         "| payload area, threshold {} KiB (default) | {:.2} MB | {:.2} | {:.2} ms |",
-        session_store::DEFAULT_PAYLOAD_THRESHOLD >> 10,
+        session_store::store::DEFAULT_PAYLOAD_THRESHOLD >> 10,
         mb(with),
         with as f64 / unique as f64,
         restore_with * 1e3

@@ -735,7 +735,7 @@ fn measure(shape: Shape, systems: &[System], reps: usize, list: bool) -> Report 
     // An open session, parked or not, keeps its active segment's
     // descriptor (which holds its writer lock): the store writes through
     // kept files for as many sessions as its open budget holds.
-    let budget_kept = session_store::default_max_open_sessions().min(every);
+    let budget_kept = session_store::store::default_max_open_sessions().min(every);
     let (mut floors, mut chained, mut per_record, mut formatted, mut budgeted) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut record_chain_floor_worst_s: f64 = 0.0;
@@ -1084,8 +1084,8 @@ pub fn run(quick: bool, reps: usize) {
     );
     println!(
         "Store's default budgets here: {} open sessions, {} of them active (from the soft open-file limit; `max_open_sessions`, `max_active_sessions`)",
-        session_store::default_max_open_sessions(),
-        session_store::default_max_active_sessions()
+        session_store::store::default_max_open_sessions(),
+        session_store::store::default_max_active_sessions()
     );
     for r in &reports {
         print_report(r);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
-use session_store::{Archive, RestorePoint, SessionId, Store, Transfer};
+use session_store::{archive::RestorePoint, archive::Transfer, Archive, SessionId, Store};
 
 /// `archive`.
 #[derive(ClapArgs)]

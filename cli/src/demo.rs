@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use session_store::{Item, Log, RequestConfig, SessionId, Store, Turn, UsageRecord, WorkerResult};
+use session_store::{
+    state::UsageRecord, Item, Log, RequestConfig, SessionId, Store, Turn, WorkerResult,
+};
 
 use crate::inspect::count;
 use crate::progress;

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use session_store::claude::{self, ClaudeReader, ClaudeSession};
-use session_store::codex::CodexReader;
+use session_store::history::claude::{self, ClaudeReader, ClaudeSession};
+use session_store::history::codex::CodexReader;
 use session_store::{
-    CompactHistory, Discovery, HistoryImport, HistoryMessage, HistoryService, ItemCounts, Locator,
-    ReadStats,
+    history::CompactHistory, history::Discovery, history::HistoryImport, history::HistoryMessage,
+    history::HistoryService, history::ItemCounts, history::Locator, history::ReadStats,
 };
 
 use crate::open_store;
@@ -205,7 +205,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
 /// main transcript or a subagent's, read already.
 enum Transcript<'a> {
     Service(&'a HistoryService, &'a str, &'a Path),
-    Claude(Box<session_store::ItemTranscript>, Option<String>),
+    Claude(Box<session_store::history::ItemTranscript>, Option<String>),
 }
 
 impl Transcript<'_> {

@@ -9,7 +9,8 @@ use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
 use session_store::{
-    parse_line, responses, Deletion, EntryHash, Item, LineReader, RequestConfig, SessionId, Store,
+    responses, wire::parse_line, wire::LineReader, Deletion, EntryHash, Item, RequestConfig,
+    SessionId, Store,
 };
 
 use crate::{open_store, progress};

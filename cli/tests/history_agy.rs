@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use rusqlite::Connection;
 use serde_json::{json, Value};
-use session_store::agy::{
+use session_store::history::agy::{
     self, discover_by_cwd, discover_by_session, parse_transcript_bytes, transcript_path,
     AgyTranscript,
 };
 use session_store::{
-    ContentPart, Discovery, Error, HistoryMessage, HistoryReader, HistoryRole, HistoryService,
-    Item, Locator, NotFoundReason, Role,
+    history::Discovery, history::HistoryMessage, history::HistoryReader, history::HistoryRole,
+    history::HistoryService, history::Locator, history::NotFoundReason, ContentPart, Error, Item,
+    Role,
 };
 
 // ---------------------------------------------------------------- helpers

@@ -9,12 +9,13 @@ mod cli;
 use cli::export;
 use proptest::prelude::*;
 use serde_json::Value;
-use session_store::claude::{
+use session_store::history::claude::{
     self, discover_by_cwd, discover_by_session, encode_project_dir, parse_session_bytes,
     ClaudeSession,
 };
 use session_store::{
-    Discovery, HistoryRole, HistoryService, Item, Locator, NotFoundReason, Store, ToolOutput,
+    history::Discovery, history::HistoryRole, history::HistoryService, history::Locator,
+    history::NotFoundReason, Item, Store, ToolOutput,
 };
 
 const SESSION: &str = "5f0c6a3e-1b2d-4c5e-8f90-0a1b2c3d4e5f";

@@ -9,11 +9,12 @@ mod cli;
 use cli::export;
 use proptest::prelude::*;
 use serde_json::Value;
-use session_store::codex::{
+use session_store::history::codex::{
     self, discover_by_cwd, discover_by_session, parse_rollout_bytes, read_rollout,
 };
 use session_store::{
-    Discovery, Error, Form, HistoryRole, HistoryService, Item, NotFoundReason, Store, ToolOutput,
+    history::Discovery, history::HistoryRole, history::HistoryService, history::NotFoundReason,
+    Error, Form, Item, Store, ToolOutput,
 };
 
 const CURRENT: &str = "rollout-2025-12-28T12-18-30-019b64e5-57fa-7463-b644-fba7e456f905.jsonl";

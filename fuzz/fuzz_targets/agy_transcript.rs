@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use session_store::agy::parse_transcript_bytes;
+use session_store::history::agy::parse_transcript_bytes;
 
 fuzz_target!(|data: &[u8]| {
     let t = parse_transcript_bytes(data);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use session_store::claude::{import_of, parse_session_bytes};
+use session_store::history::claude::{import_of, parse_session_bytes};
 
 fuzz_target!(|data: &[u8]| {
     let session = parse_session_bytes(data);

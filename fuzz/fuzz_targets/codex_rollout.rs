@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use session_store::codex::{import_of, parse_rollout_bytes};
+use session_store::history::codex::{import_of, parse_rollout_bytes};
 
 fuzz_target!(|data: &[u8]| {
     let t = parse_rollout_bytes(data);

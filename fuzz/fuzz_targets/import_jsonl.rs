@@ -12,7 +12,7 @@ mod provider_forms;
 #[path = "scratch.rs"]
 mod scratch;
 use provider_forms::provider_forms;
-use session_store::{entry_line, parse_line, EntryHash, LineReader};
+use session_store::{wire::entry_line, wire::parse_line, EntryHash, wire::LineReader};
 
 fuzz_target!(|data: &[u8]| {
     let mut reader = LineReader::new(data);

@@ -7,9 +7,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "scratch.rs"]
 mod scratch;
 use session_store::format::{SegmentHeader, FOOTER_LEN, SEGMENT_HEADER_LEN};
-use session_store::{
-    EntryHash, EvictedRecord, EvictedSegment, Log, LogOptions, RecoveryMode, EVICTED_FILE,
-};
+use session_store::{EntryHash, log::EvictedRecord, log::EvictedSegment, Log, LogOptions, RecoveryMode, log::EVICTED_FILE};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks how many segment files the rest is split into.

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use session_store::{check_payload_bytes, LoggedItem};
+use session_store::{check_payload_bytes, schema::LoggedItem};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(item) = check_payload_bytes(data) {

@@ -14,10 +14,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
-use session_store::{
-    responses, Durability, EntryHash, Error, Form, Item, ItemView, JsonSink, LogOptions,
-    RequestConfig, SessionId, StoreOptions,
-};
+use session_store::{responses, Durability, EntryHash, Error, Form, Item, ItemView, JsonSink, LogOptions, RequestConfig, SessionId, StoreOptions};
 
 create_exception!(
     session_store,
@@ -119,7 +116,7 @@ fn released<T: Send>(
 }
 
 fn parse_id(py: Python<'_>, text: &str) -> PyResult<SessionId> {
-    text.parse().map_err(|e| to_py(py, e))
+    text.parse::<SessionId>().map_err(|e| to_py(py, e.into()))
 }
 
 fn parse_hash(py: Python<'_>, text: &str) -> PyResult<EntryHash> {

@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::chain::EntryHash;
 use crate::format::Point;
-use crate::fs::{BaseDir, IoHook};
+use crate::fs::BaseDir;
 use crate::segment::Segment;
 
 mod commit;
@@ -25,6 +25,8 @@ mod writer;
 #[cfg(feature = "whitebox")]
 pub use writer::seal_delta;
 
+pub use crate::fs::{IoHook, IoOp};
+pub use evicted::{EvictedRecord, EvictedSegment, EVICTED_FILE};
 #[cfg(feature = "archive")]
 pub(crate) use opening::continues;
 pub use reader::{Iter, RecordView, Snapshot};

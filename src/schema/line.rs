@@ -59,7 +59,7 @@ impl LogEntry {
     /// archive size; the JSON of an entry is at most `JSON_GROWTH` (16) times
     /// that, so only entries near the limit are serialized to be measured.
     ///
-    /// An item kept in a store's payload area ([`LoggedItem::External`](crate::LoggedItemOf::External))
+    /// An item kept in a store's payload area ([`LoggedItem::External`](crate::schema::LoggedItemOf::External))
     /// exports as the item itself. Without its store this can only bound
     /// it (`JSON_GROWTH` times its archive's length), and refuses an entry
     /// whose bound passes the limit.

@@ -22,6 +22,8 @@ mod line;
 mod search;
 mod size;
 
+pub use crate::chain::ParseHashError;
+pub use crate::id::ParseSessionIdError;
 pub(crate) use crate::json::some_json_text;
 pub use crate::json::{JsonText, MAX_JSON_DEPTH};
 pub(crate) use borrowed::EntryRef;

@@ -84,7 +84,7 @@ mod tests {
 
     use super::*;
     use crate::format::FIRST_RECORD_OFFSET;
-    use crate::{Durability, Item, Log, LogEntry, LogOptions, LoggedItem};
+    use crate::{schema::LoggedItem, Durability, Item, Log, LogEntry, LogOptions};
 
     #[test]
     fn the_window_is_nothing_for_a_small_segment_then_as_far_again_as_it_holds() {

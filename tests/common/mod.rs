@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use session_store::{
-    ContentPart, EntryHash, Item, ItemStatus, JsonText, LogEntry, LoggedItem, RequestConfig, Role,
-    SessionId, SessionOrigin, ToolOutput, WorkerResult,
+    schema::LoggedItem, ContentPart, EntryHash, Item, ItemStatus, JsonText, LogEntry,
+    RequestConfig, Role, SessionId, SessionOrigin, ToolOutput, WorkerResult,
 };
 
 /// A timestamp in the range real logs carry.

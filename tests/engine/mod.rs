@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use session_store::format::{self, Mark, SEGMENT_HEADER_LEN};
 use session_store::{
-    EntryHash, IoHook, IoOp, Item, Log, LogEntry, LogOptions, LoggedItem, RequestConfig,
+    log::IoHook, log::IoOp, schema::LoggedItem, EntryHash, Item, Log, LogEntry, LogOptions,
+    RequestConfig,
 };
 
 /// Entry number `i`, with a text of about `size` bytes. The same `(i, size)`
