@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::item::Item;
 
+mod archived;
 mod borrowed;
 mod ids;
 mod item;

@@ -52,6 +52,7 @@ use super::{
 };
 
 mod discovery;
+mod path;
 mod transcript;
 
 pub use discovery::{

@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::path::{follow, title};
 use super::{CHAINED_NOT_HISTORY, METADATA_TYPES};
 use crate::history::lines::{self, Line};
 use crate::history::{ItemTranscript, ReadStats, TokenUsage, TranscriptItem};
@@ -71,7 +72,7 @@ struct RawMessage<'a> {
 /// A response's `usage`, as the Messages API gives it: `input_tokens`
 /// leaves out the tokens read from and written to the cache.
 #[derive(Deserialize, Clone, Copy, Default)]
-struct RawUsage {
+pub(super) struct RawUsage {
     #[serde(default)]
     input_tokens: Option<u64>,
     #[serde(default)]
@@ -105,17 +106,17 @@ struct RawSummary {
 }
 
 /// A line kept for the chain.
-struct ChainLine {
-    line: usize,
-    uuid: Option<String>,
-    parent: Option<String>,
-    logical_parent: Option<String>,
-    session_id: Option<String>,
-    timestamp: Option<String>,
-    body: Body,
+pub(super) struct ChainLine {
+    pub(super) line: usize,
+    pub(super) uuid: Option<String>,
+    pub(super) parent: Option<String>,
+    pub(super) logical_parent: Option<String>,
+    pub(super) session_id: Option<String>,
+    pub(super) timestamp: Option<String>,
+    pub(super) body: Body,
 }
 
-enum Body {
+pub(super) enum Body {
     /// A user message: its `content`, string or blocks.
     User {
         content: Box<RawValue>,
@@ -139,7 +140,7 @@ enum Body {
 
 impl Body {
     /// What a line left out of the transcript is counted as.
-    fn kind(&self) -> String {
+    pub(super) fn kind(&self) -> String {
         match self {
             Body::User { content, .. } if tool_result_ids(content).is_some() => {
                 "tool_result".into()
@@ -152,7 +153,7 @@ impl Body {
     }
 
     /// The ids of the `tool_use` blocks of an assistant line.
-    fn tool_use_ids(&self) -> Vec<String> {
+    pub(super) fn tool_use_ids(&self) -> Vec<String> {
         #[derive(Deserialize)]
         struct Block {
             #[serde(rename = "type", default)]
@@ -174,7 +175,7 @@ impl Body {
 
 /// The `tool_use_id`s of a user message made only of `tool_result` blocks;
 /// `None` for any other content.
-fn tool_result_ids(content: &RawValue) -> Option<Vec<String>> {
+pub(super) fn tool_result_ids(content: &RawValue) -> Option<Vec<String>> {
     #[derive(Deserialize)]
     struct Block {
         #[serde(rename = "type", default)]
@@ -482,152 +483,6 @@ fn assistant_blocks(content: &RawValue) -> Option<Vec<Box<RawValue>>> {
     let text = serde_json::from_str::<String>(content.get()).ok()?;
     let block = serde_json::json!({"type": "text", "text": text}).to_string();
     RawValue::from_string(block).ok().map(|b| vec![b])
-}
-
-/// The lines of the conversation, in file order: the path from the last
-/// leaf back to the root, as Claude Code's resume takes it, and the lines
-/// that belong to that path without being on it.
-///
-/// The leaf is the last chained line of the file, among those of `session`
-/// when any line names it (a line another session wrote into this file is
-/// never the leaf). The walk follows `parentUuid`; at a compact boundary,
-/// whose parent is null, it goes on through `logicalParentUuid`, so the
-/// history before the compaction is on the path too, and when that names
-/// no line of the file, through the line just before the boundary. A cycle
-/// or a parent that is not in the file ends the walk. A file whose lines
-/// name no parent at all is read in file order.
-///
-/// Off the path but kept ([`with_siblings`]): the other lines of a response
-/// on the path (one line per block, chained one after the other or side
-/// by side), and the results of its tool calls, which parallel calls write
-/// as siblings of one another.
-fn follow<'a>(lines: &'a [ChainLine], session: Option<&str>) -> Vec<&'a ChainLine> {
-    if lines.len() > 1 && lines.iter().all(|l| l.parent.is_none()) {
-        return lines.iter().collect();
-    }
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for (i, l) in lines.iter().enumerate() {
-        if let Some(uuid) = &l.uuid {
-            index.entry(uuid.as_str()).or_insert(i);
-        }
-    }
-    let own = session.filter(|s| lines.iter().any(|l| l.session_id.as_deref() == Some(*s)));
-    let leaf = lines
-        .iter()
-        .rposition(|l| own.is_none() || l.session_id.as_deref() == own);
-    let mut on_path = vec![false; lines.len()];
-    let mut next = leaf;
-    while let Some(i) = next {
-        if on_path[i] {
-            break;
-        }
-        on_path[i] = true;
-        let l = &lines[i];
-        next = match (&l.parent, &l.body) {
-            (Some(p), _) => index.get(p.as_str()).copied(),
-            (None, Body::CompactBoundary) => match &l.logical_parent {
-                Some(p) if index.contains_key(p.as_str()) => index.get(p.as_str()).copied(),
-                // The history before the compaction is still this
-                // session's: it goes on from the line before the boundary.
-                _ => i.checked_sub(1),
-            },
-            (None, _) => None,
-        };
-    }
-    with_siblings(lines, &mut on_path);
-    lines
-        .iter()
-        .zip(on_path)
-        .filter_map(|(l, kept)| kept.then_some(l))
-        .collect()
-}
-
-/// Marks, beside the path, the other lines of the responses on it and the
-/// results of their tool calls that the path lacks, until nothing more
-/// belongs (a response found this way may call tools of its own).
-fn with_siblings(lines: &[ChainLine], kept: &mut [bool]) {
-    loop {
-        let responses: HashSet<&str> = lines
-            .iter()
-            .zip(kept.iter())
-            .filter(|(_, k)| **k)
-            .filter_map(|(l, _)| match &l.body {
-                Body::Assistant { message_id, .. } => message_id.as_deref(),
-                _ => None,
-            })
-            .collect();
-        let mut calls: HashSet<String> = HashSet::new();
-        let mut answered: HashSet<String> = HashSet::new();
-        let mut grew = false;
-        for (l, k) in lines.iter().zip(kept.iter_mut()) {
-            let sibling = match &l.body {
-                Body::Assistant { message_id, .. } => message_id
-                    .as_deref()
-                    .is_some_and(|id| responses.contains(id)),
-                _ => false,
-            };
-            if sibling && !*k {
-                *k = true;
-                grew = true;
-            }
-            if *k {
-                calls.extend(l.body.tool_use_ids());
-                if let Body::User { content, .. } = &l.body {
-                    answered.extend(tool_result_ids(content).unwrap_or_default());
-                }
-            }
-        }
-        for (l, k) in lines.iter().zip(kept.iter_mut()) {
-            let Body::User { content, .. } = &l.body else {
-                continue;
-            };
-            let Some(ids) = tool_result_ids(content) else {
-                continue;
-            };
-            if !*k
-                && ids
-                    .iter()
-                    .any(|id| calls.contains(id) && !answered.contains(id))
-            {
-                answered.extend(ids);
-                *k = true;
-                grew = true;
-            }
-        }
-        if !grew {
-            break;
-        }
-    }
-    // Lines with no history that hang off a kept line (the progress of a
-    // tool call, an attachment), or off such a line, belong with it; a
-    // parent comes before its children in the file.
-    let mut uuids: HashSet<&str> = lines
-        .iter()
-        .zip(kept.iter())
-        .filter(|(_, k)| **k)
-        .filter_map(|(l, _)| l.uuid.as_deref())
-        .collect();
-    for (l, k) in lines.iter().zip(kept.iter_mut()) {
-        if !*k
-            && matches!(l.body, Body::Link(_))
-            && l.parent.as_deref().is_some_and(|p| uuids.contains(p))
-        {
-            *k = true;
-            uuids.extend(l.uuid.as_deref());
-        }
-    }
-}
-
-/// The title the file's `summary` lines give the conversation: the last
-/// one whose leaf is on `path`, or the last one of all.
-fn title(path: &[&ChainLine], summaries: &[(String, String)]) -> Option<String> {
-    let on_path: HashSet<&str> = path.iter().filter_map(|l| l.uuid.as_deref()).collect();
-    summaries
-        .iter()
-        .rev()
-        .find(|(leaf, _)| on_path.contains(leaf.as_str()))
-        .or(summaries.last())
-        .map(|(_, summary)| crate::catalog::excerpt(summary))
 }
 
 /// What a run of path lines becomes before conversion.
