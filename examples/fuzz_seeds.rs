@@ -6,7 +6,8 @@
 use std::fs;
 use std::path::Path;
 
-use session_store::{Item, Log, LogOptions, RequestConfig, Store, StoreOptions};
+use session_store::schema::now_ms;
+use session_store::{Item, Log, LogEntry, LogOptions, RequestConfig, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
@@ -49,7 +50,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ],
         )?;
     }
-    store.save_turn_end(id, &mut head, 6)?;
+    let end = LogEntry::TurnEnd {
+        ts: now_ms(),
+        turn_count: 6,
+    };
+    store.save_entries(id, &mut head, &[end])?;
     store.close()?;
     let log = Log::open_read_only(store.session_dir(id))?;
     let segs = log.segment_paths();

@@ -203,15 +203,10 @@ impl AsyncStore {
         self.blocking(move |s| s.list_filtered(&filter)).await
     }
 
-    /// [`Store::delete`].
-    pub async fn delete(&self, id: SessionId) -> Result<()> {
+    /// [`Store::delete`]: whether the session was removed, or retired
+    /// because forks still read it.
+    pub async fn delete(&self, id: SessionId) -> Result<Deletion> {
         self.blocking(move |s| s.delete(id)).await
-    }
-
-    /// [`Store::delete_session`]: whether the session was removed, or
-    /// retired because forks still read it.
-    pub async fn delete_session(&self, id: SessionId) -> Result<Deletion> {
-        self.blocking(move |s| s.delete_session(id)).await
     }
 
     /// [`Store::close`].

@@ -33,6 +33,29 @@ pub struct UsageRecord {
     pub output_tokens: u64,
 }
 
+impl UsageRecord {
+    /// The `LlmUsage` entry of this record, stamped `now` when its own `ts`
+    /// is 0.
+    ///
+    /// ```
+    /// use session_store::schema::{now_ms, LogEntry};
+    /// use session_store::state::UsageRecord;
+    /// let usage = UsageRecord { output_tokens: 56, ..UsageRecord::default() };
+    /// let entry = usage.entry(now_ms());
+    /// assert!(matches!(entry, LogEntry::LlmUsage { output_tokens: 56, .. }));
+    /// ```
+    pub fn entry(self, now: u64) -> LogEntry {
+        LogEntry::LlmUsage {
+            ts: if self.ts == 0 { now } else { self.ts },
+            history_len: self.history_len,
+            input_total_tokens: self.input_total_tokens,
+            cache_read_tokens: self.cache_read_tokens,
+            cache_write_tokens: self.cache_write_tokens,
+            output_tokens: self.output_tokens,
+        }
+    }
+}
+
 /// An extension entry, as logged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExtensionRecord {

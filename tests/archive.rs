@@ -689,6 +689,6 @@ fn a_pulled_fork_brings_its_parent_or_fails_before_writing() {
     assert_eq!(other.restore(fork).unwrap(), state);
     assert!(other.verify_fork_link(fork).unwrap().is_some());
     // The parent's delete keeps it for the fork, as for a fork made here.
-    other.delete_session(parent).unwrap();
+    other.delete(parent).unwrap();
     assert_eq!(other.restore(fork).unwrap(), state);
 }

@@ -119,7 +119,7 @@ async fn sixty_four_sessions(root: &std::path::Path, durability: Durability) {
     assert_eq!(link.parent, parent);
     let (by_seq, _) = store.fork_at_seq(parent, link.seq).await.unwrap();
     assert!(matches!(
-        store.delete_session(parent).await.unwrap(),
+        store.delete(parent).await.unwrap(),
         session_store::Deletion::Retired { forks } if forks.len() == 2
     ));
     assert_eq!(store.restore(by_seq).await.unwrap().history, parent_items);

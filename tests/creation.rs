@@ -734,7 +734,7 @@ fn a_session_directory_without_its_catalog_is_no_session_to_a_reader() {
 }
 
 /// A retire between a creation's look for a retired id and its `mkdir`
-/// (another store's `delete_session` of a session that forks read) leaves
+/// (another store's `delete` of a session that forks read) leaves
 /// the id taken: the creation is refused and the forks still read their
 /// parent.
 #[test]
@@ -748,7 +748,7 @@ fn a_creation_racing_the_retire_of_its_id_is_refused() {
     other.sync(fork).unwrap();
     // Held before its `mkdir`, past its look into `retired/`.
     let (hold, creator, creation) = held_creation(dir.path(), id, "impostor");
-    let retired = other.delete_session(id).unwrap();
+    let retired = other.delete(id).unwrap();
     assert!(
         matches!(retired, session_store::Deletion::Retired { .. }),
         "{retired:?}"

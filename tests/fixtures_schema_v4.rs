@@ -125,7 +125,7 @@ fn the_committed_schema_v4_store_restores_its_fork_through_the_parent() {
     assert!(store.verify_fork_link(fork).unwrap().is_some());
     // The parent's delete retires it; the fork still reads it.
     assert!(matches!(
-        store.delete_session(parent).unwrap(),
+        store.delete(parent).unwrap(),
         Deletion::Retired { .. }
     ));
     assert_eq!(store.restore(fork).unwrap().history, expected);

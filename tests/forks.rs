@@ -395,10 +395,7 @@ fn deleting_a_parent_retires_it_until_its_last_fork_is_gone() {
     let (f2, _) = store.fork_at(parent, head).unwrap();
     let mut forks = vec![f1, f2];
     forks.sort();
-    assert_eq!(
-        store.delete_session(parent).unwrap(),
-        Deletion::Retired { forks }
-    );
+    assert_eq!(store.delete(parent).unwrap(), Deletion::Retired { forks });
     // Gone for users: not listed, not a session, not forkable, not writable.
     assert!(!store.exists(parent));
     assert!(store.list().unwrap().iter().all(|s| s.id != parent));
@@ -424,10 +421,10 @@ fn deleting_a_parent_retires_it_until_its_last_fork_is_gone() {
     }
     let retired = dir.path().join("retired").join(parent.to_string());
     assert!(retired.exists());
-    assert_eq!(store.delete_session(f1).unwrap(), Deletion::Removed);
+    assert_eq!(store.delete(f1).unwrap(), Deletion::Removed);
     assert!(retired.exists(), "one fork still reads it");
     assert_eq!(resumed(&store.restore(f2).unwrap()), resumed(&expected));
-    assert_eq!(store.delete_session(f2).unwrap(), Deletion::Removed);
+    assert_eq!(store.delete(f2).unwrap(), Deletion::Removed);
     assert!(!retired.exists(), "collected with its last fork");
     assert!(store.list().unwrap().is_empty());
 }
@@ -440,14 +437,8 @@ fn a_retired_chain_is_collected_from_the_leaf_up() {
     let (b, bh) = store.fork_at(a, ah).unwrap();
     let (c, _) = store.fork_at(b, bh).unwrap();
     let expected = store.restore(c).unwrap();
-    assert!(matches!(
-        store.delete_session(a).unwrap(),
-        Deletion::Retired { .. }
-    ));
-    assert!(matches!(
-        store.delete_session(b).unwrap(),
-        Deletion::Retired { .. }
-    ));
+    assert!(matches!(store.delete(a).unwrap(), Deletion::Retired { .. }));
+    assert!(matches!(store.delete(b).unwrap(), Deletion::Retired { .. }));
     assert_eq!(store.restore(c).unwrap(), expected);
     assert_eq!(store.list().unwrap().len(), 1);
     store.delete(c).unwrap();
@@ -493,7 +484,7 @@ fn a_registration_whose_fork_never_came_to_be_does_not_keep_a_parent() {
         .join(parent.to_string())
         .join("forks");
     fs::write(forks.join(SessionId::new_v7().to_string()), b"").unwrap();
-    assert_eq!(store.delete_session(parent).unwrap(), Deletion::Removed);
+    assert_eq!(store.delete(parent).unwrap(), Deletion::Removed);
     assert!(!dir.path().join("retired").join(parent.to_string()).exists());
 }
 
@@ -562,8 +553,9 @@ fn a_forked_from_entry_cannot_be_saved_or_imported() {
         parent_seq: 0,
         parent_hash: head,
     };
+    let mut stale = head;
     let err = store
-        .append_entries(parent, head, std::slice::from_ref(&link), None)
+        .save_entries(parent, &mut stale, std::slice::from_ref(&link))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     assert_eq!(store.head(parent).unwrap(), Some(head));
@@ -628,7 +620,7 @@ fn a_fork_whose_registration_a_crash_lost_before_its_first_sync_is_no_session() 
     assert!(store.info(fork).unwrap().is_none());
     assert!(store.list().unwrap().iter().all(|s| s.id != fork));
     // So the parent's delete removes it, and the id is free again.
-    assert_eq!(store.delete_session(parent).unwrap(), Deletion::Removed);
+    assert_eq!(store.delete(parent).unwrap(), Deletion::Removed);
     store
         .create_session_with_id(fork, None, RequestConfig::default(), &[])
         .unwrap();

@@ -290,7 +290,7 @@ fn a_read_only_store_reads_everything_and_writes_nothing() {
         store
             .create_session(None, RequestConfig::default(), &[])
             .map(|_| ()),
-        store.delete(ids[0]),
+        store.delete(ids[0]).map(drop),
         store
             .head(ids[0])
             .and_then(|h| store.save_delta(ids[0], &mut h.unwrap(), &[Item::user_text("x")])),

@@ -207,7 +207,7 @@ fn a_fork_refers_to_its_parents_payloads() {
     let expected = store.restore(fork).unwrap().history;
     // The parent is deleted: retired while the fork reads it, and its
     // payloads are still referred to (through the retired log).
-    let deletion = store.delete_session(id).unwrap();
+    let deletion = store.delete(id).unwrap();
     assert!(matches!(deletion, session_store::Deletion::Retired { .. }));
     let r = store.collect_payloads().unwrap();
     assert_eq!((r.kept, r.removed), (3, 0));
@@ -225,7 +225,7 @@ fn a_fork_refers_to_its_parents_payloads() {
     assert!(elsewhere.restore(imported).unwrap().history == expected);
     assert_eq!(payload_files(other.path()).len(), 3);
     // Once the fork is gone too, nothing refers to them.
-    store.delete_session(fork).unwrap();
+    store.delete(fork).unwrap();
     let r = store.collect_payloads().unwrap();
     assert_eq!((r.kept, r.removed), (0, 3));
 }

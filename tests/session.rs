@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use session_store::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use session_store::{
@@ -22,12 +22,24 @@ use session_store::{
     SessionId, SessionOrigin, Store, StoreOptions, WorkerResult,
 };
 
-/// Milliseconds since the Unix epoch, now: the clock the store stamps entries with.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
+use session_store::schema::now_ms;
+
+/// Appends a `TurnEnd`.
+fn turn_end(store: &Store, id: SessionId, head: &mut EntryHash, turn_count: u64) {
+    let entry = LogEntry::TurnEnd {
+        ts: now_ms(),
+        turn_count,
+    };
+    store.save_entries(id, head, &[entry]).unwrap();
+}
+
+/// Appends a `ConfigChanged`.
+fn config_changed(store: &Store, id: SessionId, head: &mut EntryHash, config: RequestConfig) {
+    let entry = LogEntry::ConfigChanged {
+        ts: now_ms(),
+        config,
+    };
+    store.save_entries(id, head, &[entry]).unwrap();
 }
 
 /// Small segments, so that a few turns already roll.
@@ -184,7 +196,7 @@ fn a_run_logs_its_entries_and_the_chain_is_intact() {
     let mut expected = vec![EntryKind::SessionStart];
     for n in 0..12 {
         store.save_delta(id, &mut head, &turn(n, 2000)).unwrap();
-        store.save_turn_end(id, &mut head, n as u64 + 1).unwrap();
+        turn_end(&store, id, &mut head, n as u64 + 1);
         expected.extend(TURN_KINDS);
         expected.push(EntryKind::TurnEnd);
     }
@@ -196,21 +208,34 @@ fn a_run_logs_its_entries_and_the_chain_is_intact() {
         cache_write_tokens: 34,
         output_tokens: 56,
     };
-    store.save_usage(id, &mut head, usage).unwrap();
-    let payload = JsonText::parse(r#"{"k": [1, 2.50]}"#).unwrap();
     store
-        .save_extension(id, &mut head, "my-plugin", payload)
+        .save_entries(id, &mut head, &[usage.entry(now_ms())])
         .unwrap();
+    let payload = JsonText::parse(r#"{"k": [1, 2.50]}"#).unwrap();
+    let extension = LogEntry::Extension {
+        ts: now_ms(),
+        domain: "my-plugin".into(),
+        payload,
+    };
+    store.save_entries(id, &mut head, &[extension]).unwrap();
     let done = WorkerResult {
         text: Some("done".into()),
         stop_reason: "end_turn".into(),
     };
-    store
-        .save_run_completed(id, &mut head, false, done)
-        .unwrap();
-    store
-        .save_run_errored(id, &mut head, true, "cancelled by user")
-        .unwrap();
+    let runs = [
+        LogEntry::RunCompleted {
+            ts: now_ms(),
+            interrupted: false,
+            result: done,
+        },
+        LogEntry::RunErrored {
+            ts: now_ms(),
+            interrupted: true,
+            message: "cancelled by user".into(),
+        },
+    ];
+    store.save_entries(id, &mut head, &runs[..1]).unwrap();
+    store.save_entries(id, &mut head, &runs[1..]).unwrap();
     expected.extend([
         EntryKind::LlmUsage,
         EntryKind::Extension,
@@ -525,7 +550,7 @@ fn fork_at_truncates_by_hash_and_by_seq() {
     let h1 = head;
     let second = turn(2, 9000);
     store.save_delta(src, &mut head, &second).unwrap();
-    store.save_turn_end(src, &mut head, 2).unwrap();
+    turn_end(&store, src, &mut head, 2);
     assert!(store.log(src).unwrap().segment_paths().len() > 1);
 
     let upto_first: Vec<Item> = initial.iter().chain(&first).cloned().collect();
@@ -584,9 +609,7 @@ fn a_config_change_is_logged_and_restored() {
             extra: Some(JsonText::parse(r#"{"parallel_tool_calls": true}"#).unwrap()),
             ..RequestConfig::default()
         };
-        store
-            .save_config_changed(id, &mut head, bigger.clone())
-            .unwrap();
+        config_changed(&store, id, &mut head, bigger.clone());
         let snap = store.snapshot(id).unwrap();
         let (_, _, last) = snap.entries_from(5).next().unwrap().unwrap();
         assert!(
@@ -639,10 +662,16 @@ fn a_head_conflict_forks_and_a_stale_save_writes_nothing() {
     // Every other writer checks the head too, including an empty delta.
     let stale_writes: Vec<(&str, Result<(), Error>)> = vec![
         ("empty delta", store.save_delta(id, &mut head_b, &[])),
-        ("turn end", store.save_turn_end(id, &mut head_b, 1)),
         (
             "config",
-            store.save_config_changed(id, &mut head_b, RequestConfig::model("x")),
+            store.save_entries(
+                id,
+                &mut head_b,
+                &[LogEntry::ConfigChanged {
+                    ts: now_ms(),
+                    config: RequestConfig::model("x"),
+                }],
+            ),
         ),
         (
             "entries",
@@ -702,9 +731,7 @@ fn compaction_in_place_records_its_origin_and_list_agrees_with_restore() {
     for n in 0..4 {
         store.save_delta(id, &mut head, &turn(n, 5000)).unwrap();
     }
-    store
-        .save_config_changed(id, &mut head, RequestConfig::model("m2"))
-        .unwrap();
+    config_changed(&store, id, &mut head, RequestConfig::model("m2"));
     let summary = vec![Item::user_text("Summary: four questions answered")];
     // A stale head writes nothing.
     let stale = store.log(id).unwrap().snapshot().head().unwrap().1;
@@ -2014,7 +2041,7 @@ fn a_subscription_sees_every_entry_once_in_order_across_rolls() {
 
     // One more, appended after the subscriber caught up, arrives once.
     let mut head = head;
-    store.save_turn_end(id, &mut head, 33).unwrap();
+    turn_end(&store, id, &mut head, 33);
     let session_store::store::SubscribedEntry {
         seq, hash, entry, ..
     } = sub.next_timeout(wait).unwrap().unwrap();
@@ -2166,32 +2193,25 @@ fn an_exported_session_re_imports_to_the_same_hashes() {
         .unwrap();
     for n in 0..5 {
         store.save_delta(src, &mut head, &turn(n, 4000)).unwrap();
-        store.save_turn_end(src, &mut head, n as u64 + 1).unwrap();
+        turn_end(&store, src, &mut head, n as u64 + 1);
     }
-    store
-        .save_config_changed(src, &mut head, RequestConfig::model("m2"))
-        .unwrap();
-    store
-        .save_usage(
-            src,
-            &mut head,
-            UsageRecord {
-                ts: 0,
-                ..UsageRecord::default()
-            },
-        )
-        .unwrap();
-    store
-        .save_extension(
-            src,
-            &mut head,
-            "x",
-            JsonText::parse(r#"[1, {"k": null, "b": 18446744073709551616}]"#).unwrap(),
-        )
-        .unwrap();
-    store
-        .save_run_completed(src, &mut head, true, WorkerResult::default())
-        .unwrap();
+    config_changed(&store, src, &mut head, RequestConfig::model("m2"));
+    let rest = [
+        UsageRecord::default().entry(now_ms()),
+        LogEntry::Extension {
+            ts: now_ms(),
+            domain: "x".into(),
+            payload: JsonText::parse(r#"[1, {"k": null, "b": 18446744073709551616}]"#).unwrap(),
+        },
+        LogEntry::RunCompleted {
+            ts: now_ms(),
+            interrupted: true,
+            result: WorkerResult::default(),
+        },
+    ];
+    for entry in rest {
+        store.save_entries(src, &mut head, &[entry]).unwrap();
+    }
     let lines = export_lines(&store, src);
 
     let imported = store.import(&parse_all(&lines)).unwrap();

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
+use session_store::schema::now_ms;
 use session_store::{
-    state::UsageRecord, Item, Log, RequestConfig, SessionId, Store, Turn, WorkerResult,
+    state::UsageRecord, Item, Log, LogEntry, RequestConfig, SessionId, Store, Turn, WorkerResult,
 };
 
 use crate::inspect::count;
@@ -247,15 +248,15 @@ fn write_sessions(store: &Store, a: &Args) -> Result<Written> {
             head = store.commit_turn(id, head, &rest)?;
             w.append_secs += t0.elapsed().as_secs_f64();
         }
-        store.save_run_completed(
-            id,
-            &mut head,
-            false,
-            WorkerResult {
+        let done = LogEntry::RunCompleted {
+            ts: now_ms(),
+            interrupted: false,
+            result: WorkerResult {
                 text: Some("done".into()),
                 stop_reason: "end_turn".into(),
             },
-        )?;
+        };
+        store.save_entries(id, &mut head, &[done])?;
         if s % 4 == 3 {
             // Compaction in place: a summary plus the last turn's items
             // become the live history; the turns before stay in the log.

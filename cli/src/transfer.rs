@@ -348,7 +348,7 @@ pub fn fork(root: &Option<PathBuf>, a: ForkArgs) -> Result<ExitCode> {
 pub fn rm(root: &Option<PathBuf>, a: RmArgs) -> Result<ExitCode> {
     let store = crate::open_existing_store(root)?;
     let id = crate::resolve_session(&store, &a.id)?;
-    match store.delete_session(id)? {
+    match store.delete(id)? {
         Deletion::Removed => {}
         // Said on stderr: stdout stays empty for scripts, as for a removal.
         Deletion::Retired { forks } => {

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use serde_json::Value;
-use session_store::{EntryHash, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions};
+use session_store::{
+    EntryHash, Item, LogEntry, LogOptions, RequestConfig, SessionId, Store, StoreOptions,
+};
 use tempfile::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_session-store");
@@ -133,7 +135,11 @@ fn build_session(root: &Path, turns: &[&str]) -> (SessionId, EntryHash) {
                 ],
             )
             .unwrap();
-        store.save_turn_end(id, &mut head, i as u64 + 1).unwrap();
+        let end = LogEntry::TurnEnd {
+            ts: session_store::schema::now_ms(),
+            turn_count: i as u64 + 1,
+        };
+        store.save_entries(id, &mut head, &[end]).unwrap();
     }
     store.close().unwrap();
     (id, head)

@@ -464,6 +464,20 @@ impl ArchivedLogEntry {
     }
 }
 
+/// Milliseconds since the Unix epoch, now: the `ts` of an entry written
+/// at this moment.
+///
+/// ```
+/// use session_store::schema::{now_ms, LogEntry};
+/// let entry = LogEntry::TurnEnd { ts: now_ms(), turn_count: 1 };
+/// # let _ = entry;
+/// ```
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Groups new history items into entries, with the seed's rules:
 /// each user message is one `UserInput`; a run of tool results is one
 /// `ToolResults`; a run of assistant messages, tool calls and reasoning is one

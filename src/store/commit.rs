@@ -59,14 +59,7 @@ impl<'a> Turn<'a> {
     fn entries(&self, ts: u64) -> Vec<LogEntry> {
         let mut entries = group_delta(&self.items, ts);
         if let Some(u) = self.usage {
-            entries.push(LogEntry::LlmUsage {
-                ts: if u.ts == 0 { ts } else { u.ts },
-                history_len: u.history_len,
-                input_total_tokens: u.input_total_tokens,
-                cache_read_tokens: u.cache_read_tokens,
-                cache_write_tokens: u.cache_write_tokens,
-                output_tokens: u.output_tokens,
-            });
+            entries.push(u.entry(ts));
         }
         entries.push(LogEntry::TurnEnd {
             ts,
@@ -103,9 +96,8 @@ impl Store {
     }
 
     /// Appends entries as one batch if the head is `head`, with this call's
-    /// `durability` (`None`: the store's option); returns the new head. The
-    /// owned form of [`Store::save_entries`].
-    pub fn append_entries(
+    /// `durability` (`None`: the store's option); returns the new head.
+    pub(crate) fn append_entries(
         &self,
         id: SessionId,
         head: EntryHash,

@@ -47,7 +47,7 @@ pub(super) const FORK_FIRST_SEGMENT_BYTES: u64 = 8 << 10;
 /// [`Error::BrokenFork`].
 pub const MAX_FORK_DEPTH: usize = 4096;
 
-/// What [`Store::delete_session`] did.
+/// What [`Store::delete`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deletion {
     /// The session is gone.
@@ -456,12 +456,35 @@ impl Store {
         Ok(n)
     }
 
-    /// Deletes a session, or retires it while forks read its history; says
-    /// which. A retired session is hidden from `list`, `info`, `exists` and
-    /// every writer, and removed with the last fork that reads it (or by the
-    /// housekeeping of the next store's first write after that). Refusals
-    /// are [`Store::delete`]'s.
-    pub fn delete_session(&self, id: SessionId) -> Result<Deletion> {
+    /// Deletes a session durably. Forks of it keep working: a session that
+    /// forks by reference read is retired, not removed (below).
+    ///
+    /// A refused delete changes nothing: [`Error::Locked`] while a handle of
+    /// this store (a [`Subscription`](crate::Subscription), a
+    /// [`SessionHandle`](crate::SessionHandle), a [`Log`]) or a writer in
+    /// another process holds the session. Deleting needs no readable log: a
+    /// damaged session is deleted like any other. Once the session's
+    /// directory is durably in `trash/`, the delete is done and returns
+    /// `Ok`; what is left in the trash is removed now or by the next
+    /// store's housekeeping (at its first write).
+    ///
+    /// A session whose history forks still read is retired rather than
+    /// removed, and the result says which ([`Deletion`]). A retired session
+    /// is hidden from `list`, `info`, `exists` and every writer, and removed
+    /// with the last fork that reads it (or by the housekeeping of the next
+    /// store's first write after that).
+    ///
+    /// ```
+    /// use session_store::{Deletion, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, _head) = store.create_session(None, RequestConfig::model("m"), &[])?;
+    /// assert_eq!(store.delete(id)?, Deletion::Removed);
+    /// assert!(!store.exists(id));
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self, id: SessionId) -> Result<Deletion> {
         let link = Log::open_read_only(self.session_dir(id))
             .ok()
             .and_then(|l| l.snapshot().fork_link().ok().flatten());

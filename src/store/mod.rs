@@ -21,7 +21,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Once, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
@@ -63,12 +62,7 @@ use shards::{head_slot_of, Candidates, Shard};
 
 const SHARDS: usize = 16;
 
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub(crate) use crate::schema::now_ms;
 
 /// The most sessions whose read-only views a store remembers
 /// (`Inner::viewed`); past it, it forgets them all and starts again. Each is

@@ -11,8 +11,8 @@ use crate::export::WireLine;
 use crate::item::Item;
 use crate::log::{entry_hash, Durability, ExpectHead, Log, RecoveryReport, Snapshot};
 use crate::schema::{
-    group_delta, group_delta_borrowed, item_text_len_bound, Archivable, JsonText, LogEntry,
-    LoggedItem, RequestConfig, SessionId, SessionOrigin, WorkerResult,
+    group_delta, group_delta_borrowed, item_text_len_bound, Archivable, LogEntry, LoggedItem,
+    SessionId, SessionOrigin,
 };
 use crate::state::RestoredState;
 
@@ -36,7 +36,25 @@ impl Store {
         self.save_archivable(id, head, &entries, Saved::default(), title)
     }
 
-    /// Appends entries if the head matches; advances `head`.
+    /// Appends log entries as one batch if the session's head is `head`, and
+    /// advances `head`: the one call for every entry that is not new
+    /// history items (turn ends, usage, run results, config changes,
+    /// extension data, a `SessionStart`). On a mismatch nothing is written
+    /// and the result is [`Error::HeadMismatch`].
+    ///
+    /// ```
+    /// use session_store::schema::{now_ms, LogEntry};
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("m"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("hello")])?;
+    /// let ts = now_ms();
+    /// store.save_entries(id, &mut head, &[LogEntry::TurnEnd { ts, turn_count: 1 }])?;
+    /// assert_eq!(store.head(id)?, Some(head));
+    /// # Ok(()) }
+    /// ```
     pub fn save_entries(
         &self,
         id: SessionId,
@@ -134,118 +152,6 @@ impl Store {
         let last_ts = entries.last().map(Archivable::ts);
         let _ = update_catalog(&s, title, (last_seq, last_ts), saved.origins);
         Ok(())
-    }
-
-    /// Records the end of a turn.
-    pub fn save_turn_end(
-        &self,
-        id: SessionId,
-        head: &mut EntryHash,
-        turn_count: u64,
-    ) -> Result<()> {
-        self.save_entries(
-            id,
-            head,
-            &[LogEntry::TurnEnd {
-                ts: now_ms(),
-                turn_count,
-            }],
-        )
-    }
-
-    /// Records a completed run.
-    pub fn save_run_completed(
-        &self,
-        id: SessionId,
-        head: &mut EntryHash,
-        interrupted: bool,
-        result: WorkerResult,
-    ) -> Result<()> {
-        self.save_entries(
-            id,
-            head,
-            &[LogEntry::RunCompleted {
-                ts: now_ms(),
-                interrupted,
-                result,
-            }],
-        )
-    }
-
-    /// Records a failed run.
-    pub fn save_run_errored(
-        &self,
-        id: SessionId,
-        head: &mut EntryHash,
-        interrupted: bool,
-        message: &str,
-    ) -> Result<()> {
-        self.save_entries(
-            id,
-            head,
-            &[LogEntry::RunErrored {
-                ts: now_ms(),
-                interrupted,
-                message: message.to_owned(),
-            }],
-        )
-    }
-
-    /// Records token usage.
-    pub fn save_usage(
-        &self,
-        id: SessionId,
-        head: &mut EntryHash,
-        usage: crate::state::UsageRecord,
-    ) -> Result<()> {
-        self.save_entries(
-            id,
-            head,
-            &[LogEntry::LlmUsage {
-                ts: if usage.ts == 0 { now_ms() } else { usage.ts },
-                history_len: usage.history_len,
-                input_total_tokens: usage.input_total_tokens,
-                cache_read_tokens: usage.cache_read_tokens,
-                cache_write_tokens: usage.cache_write_tokens,
-                output_tokens: usage.output_tokens,
-            }],
-        )
-    }
-
-    /// Records extension data.
-    pub fn save_extension(
-        &self,
-        id: SessionId,
-        head: &mut EntryHash,
-        domain: &str,
-        payload: JsonText,
-    ) -> Result<()> {
-        self.save_entries(
-            id,
-            head,
-            &[LogEntry::Extension {
-                ts: now_ms(),
-                domain: domain.to_owned(),
-                payload,
-            }],
-        )
-    }
-
-    /// Records a config change.
-    pub fn save_config_changed(
-        &self,
-        id: SessionId,
-        head: &mut EntryHash,
-        config: RequestConfig,
-    ) -> Result<()> {
-        self.save_entries(
-            id,
-            head,
-            &[LogEntry::ConfigChanged {
-                ts: now_ms(),
-                config,
-            }],
-        )
     }
 
     /// Replays the session from its last `SessionStart`.

@@ -515,25 +515,8 @@ impl Store {
         }
     }
 
-    /// Deletes a session durably. Forks of it keep working: a session that
-    /// forks by reference read is retired, not removed (below).
-    ///
-    /// A refused delete changes nothing: [`Error::Locked`] while a handle of
-    /// this store (a [`Subscription`](crate::Subscription), a
-    /// [`SessionHandle`](crate::SessionHandle), a [`Log`]) or a writer in
-    /// another process holds the session. Deleting needs no readable log: a
-    /// damaged session is deleted like any other. Once the session's
-    /// directory is durably in `trash/`, the delete is done and returns
-    /// `Ok`; what is left in the trash is removed now or by the next
-    /// store's housekeeping (at its first write).
-    ///
-    /// A session whose history forks still read is retired rather than
-    /// removed (see [`Store::delete_session`], which says which happened).
-    pub fn delete(&self, id: SessionId) -> Result<()> {
-        self.delete_session(id).map(drop)
-    }
-
-    /// [`Store::delete`], saying whether the session was removed or retired.
+    /// [`Store::delete`] without the fork registry's tidying: says whether
+    /// the session was removed or retired.
     pub(super) fn delete_or_retire(&self, id: SessionId) -> Result<Deletion> {
         let cache = self.writable()?;
         let dir = self.session_dir(id);
