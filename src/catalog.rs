@@ -50,7 +50,9 @@ const IDENT_MAGIC: [u8; 4] = *b"SSCI";
 const HEAD_AT: u64 = 0;
 const HEAD_LEN: usize = 80;
 const TITLE_AT: u64 = 128;
-const TITLE_MAX: usize = 384 - 12;
+/// The title slot's length.
+const TITLE_SLOT_LEN: usize = 384;
+const TITLE_MAX: usize = TITLE_SLOT_LEN - 12;
 const IDENT_AT: u64 = 512;
 const IDENT_MAX: usize = 512 - 12;
 /// Catalog file length.
@@ -249,7 +251,7 @@ fn read_from(file: &File, path: &Path) -> Result<CatalogRecord> {
     Ok(CatalogRecord {
         empty: bytes.is_empty(),
         head: HeadSlot::decode(part(HEAD_AT, HEAD_LEN)),
-        title: unframe(TITLE_MAGIC, part(TITLE_AT, 384), TITLE_MAX)
+        title: unframe(TITLE_MAGIC, part(TITLE_AT, TITLE_SLOT_LEN), TITLE_MAX)
             .and_then(|b| std::str::from_utf8(b).ok())
             .map(str::to_owned),
         identity: unframe(IDENT_MAGIC, part(IDENT_AT, 512), IDENT_MAX)
@@ -479,6 +481,21 @@ impl SessionCatalog {
         self.file.with(|f| write_title(f, title))?;
         state.title = Some(excerpt(title));
         Ok(())
+    }
+
+    /// Forgets the title, after a clear (a `SessionStart` in place with no
+    /// history): the next user text saved is the new one. The file holds
+    /// that from now on, since a reader of an empty file would find the old
+    /// title in the log's first records.
+    pub(crate) fn clear_title(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        state.title = None;
+        state.title_in_log = false;
+        if !state.stored {
+            return self.store(&mut state);
+        }
+        self.file
+            .with(|f| f.write_at(TITLE_AT, &[0u8; TITLE_SLOT_LEN]))
     }
 
     /// Records where the session's live history comes from, after a

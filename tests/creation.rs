@@ -662,6 +662,56 @@ fn a_title_in_the_first_records_is_read_from_the_log_and_a_later_one_is_written(
     }
 }
 
+/// A clear (a compaction to no history, as the Agents SDK's
+/// `clear_session`) takes the title with it: the next question is the new
+/// one, for the writer, for a reader after a crash (the old title is still
+/// in the log's first records) and after the clean close, with or without
+/// the listing cache.
+#[test]
+fn a_clear_forgets_the_title_and_the_next_question_is_the_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let store = Store::open(root).unwrap();
+    let (id, head) = store
+        .create_session(None, RequestConfig::model("m"), &[])
+        .unwrap();
+    let first = [Item::user_text("old question"), Item::assistant_text("a")];
+    let head = store.append(id, head, &first).unwrap();
+    let title = |store: &Store| store.info(id).unwrap().unwrap().title;
+    assert_eq!(title(&store).as_deref(), Some("old question"));
+    let head = store.compact(id, head, &[]).unwrap();
+    assert_eq!(title(&store), None);
+    let untitled = tempfile::tempdir().unwrap();
+    copy_tree(root, untitled.path());
+    let next = [Item::user_text("new question"), Item::assistant_text("b")];
+    store.append(id, head, &next).unwrap();
+    assert_eq!(title(&store).as_deref(), Some("new question"));
+    let crashed = tempfile::tempdir().unwrap();
+    copy_tree(root, crashed.path());
+    store.close().unwrap();
+    for (root, want) in [
+        (root, Some("new question")),
+        (crashed.path(), Some("new question")),
+        (untitled.path(), None),
+    ] {
+        for cache in [true, false] {
+            if !cache {
+                let _ = fs::remove_file(root.join("list.cache"));
+            }
+            let ro = Store::open_read_only(root).unwrap();
+            assert_eq!(title(&ro).as_deref(), want, "{}", root.display());
+            let listed = ro.list().unwrap();
+            assert_eq!(listed[0].title.as_deref(), want, "{}", root.display());
+        }
+    }
+    // A compaction that keeps a history keeps the title.
+    let store = Store::open(root).unwrap();
+    let head = store.head(id).unwrap().unwrap();
+    let summary = [Item::assistant_text("summary so far")];
+    store.compact(id, head, &summary).unwrap();
+    assert_eq!(title(&store).as_deref(), Some("new question"));
+}
+
 /// A fork's empty catalog is no catalog lost to a crash: the writer that
 /// reopens a fork whose creation no sync covered keeps it empty, and the
 /// fork keeps its parent's title (a rewritten catalog would have none).

@@ -350,3 +350,25 @@ fn a_demo_stores_files_are_about_as_large_as_what_they_hold() {
         "apparent {apparent} bytes for {allocated} allocated"
     );
 }
+
+/// `ls` after a clear (a compaction to no history) shows the question that
+/// followed it, not the first one the session ever had.
+#[test]
+fn ls_titles_a_cleared_session_by_its_next_question() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let id = store(root, 1)[0];
+    let store = Store::open(root).unwrap();
+    let head = store.head(id).unwrap().unwrap();
+    let head = store.compact(id, head, &[]).unwrap();
+    let next = [
+        Item::user_text("after the clear"),
+        Item::assistant_text("ok"),
+    ];
+    store.append(id, head, &next).unwrap();
+    store.close().unwrap();
+    let r = run(root, &["ls"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("after the clear"), "{}", r.stdout);
+    assert!(!r.stdout.contains("session 0 turn 0"), "{}", r.stdout);
+}

@@ -75,24 +75,35 @@ impl Store {
     ) -> Result<()> {
         refuse_fork_links(entries)?;
         // A SessionStart in the middle of the log (a compaction in place)
-        // changes where the live history comes from.
-        let origins = entries.iter().rev().find_map(|e| match e {
-            LogEntry::SessionStart {
+        // changes where the live history comes from; one with no history
+        // (a clear) starts the conversation over, and its title with it.
+        let last_start = entries
+            .iter()
+            .rposition(|e| matches!(e, LogEntry::SessionStart { .. }));
+        let (origins, cleared) = match last_start.map(|i| &entries[i]) {
+            Some(LogEntry::SessionStart {
                 forked_from,
                 compacted_from,
+                history,
                 ..
-            } => Some((*forked_from, *compacted_from)),
-            _ => None,
-        });
+            }) => (Some((*forked_from, *compacted_from)), history.is_empty()),
+            _ => (None, false),
+        };
         let saved = Saved {
             durability,
             origins,
+            cleared,
+        };
+        // After a clear, the title is the first user text that follows it.
+        let titled = match cleared {
+            true => &entries[last_start.unwrap_or(0)..],
+            false => entries,
         };
         // Payloads first: written before any record that refers to them,
         // and durable before it (the records' group commit syncs them).
         let (stored, _payloads) = self.externalize(entries)?;
         self.save_archivable(id, head, &stored, saved, || {
-            entries.iter().flat_map(|e| e.items()).find_map(user_text)
+            titled.iter().flat_map(|e| e.items()).find_map(user_text)
         })
     }
 
@@ -150,7 +161,7 @@ impl Store {
         // failure to write the title must not make a retry append the
         // entries twice. The close writes them again.
         let last_ts = entries.last().map(Archivable::ts);
-        let _ = update_catalog(&s, title, (last_seq, last_ts), saved.origins);
+        let _ = update_catalog(&s, title, (last_seq, last_ts), saved);
         Ok(())
     }
 
@@ -399,12 +410,15 @@ fn update_catalog(
     s: &SessionHandle,
     title: impl FnOnce() -> Option<String>,
     (last_seq, last_ts): (u64, Option<u64>),
-    origins: Option<Origins>,
+    saved: Saved,
 ) -> Result<()> {
     if !s.catalog.saved(last_ts, now_ms()) {
         // A time the log does not say: an empty file that leaves the title
         // to the log holds it (and the head) from now on.
         s.catalog.keep_title_in_file(false)?;
+    }
+    if saved.cleared {
+        s.catalog.clear_title()?;
     }
     if !s.catalog.has_title() {
         match title() {
@@ -414,7 +428,7 @@ fn update_catalog(
             None => {}
         }
     }
-    if let Some((forked_from, compacted_from)) = origins {
+    if let Some((forked_from, compacted_from)) = saved.origins {
         s.catalog.set_origins(forked_from, compacted_from)?;
     }
     Ok(())
@@ -446,4 +460,7 @@ struct Saved {
     durability: Option<Durability>,
     /// The origins of the last `SessionStart` among the entries, if any.
     origins: Option<Origins>,
+    /// Whether that `SessionStart` has no history (a clear): the session's
+    /// title goes, and the next user text is the new one.
+    cleared: bool,
 }
