@@ -1,13 +1,7 @@
 //! The per-session catalog file: what `list()` shows, without reading logs.
 //!
-//! ```text
-//! catalog (1024 B, 0600)
-//!   0  head slot (128 B): magic "SSCH", crc u32 (of 8..80), dirty u8, pad[3],
-//!      writer u32, next_seq u64, bytes u64, updated_ms u64, first_seq u64,
-//!      head_hash [32]
-//!  128 title slot (384 B): magic "SSCT", crc u32 (of 8..12+len), len u32, utf8 bytes
-//!  512 identity (512 B): magic "SSCI", crc u32, len u32, JSON {created_ms, forked_from, compacted_from}
-//! ```
+//! The byte layout is in `format::catalog` (and DESIGN.md, "Catalog and
+//! listing cache").
 //!
 //! The file may be empty (0 bytes, no block on disk; see [`create_empty`]):
 //! a fork by reference's, or an untitled new session's, which holds nothing
@@ -28,6 +22,7 @@
 //! ([`ListCache`], `list.cache` in the root): a copy of every catalog in
 //! fixed slots, so that `list` reads one file instead of one per session.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -35,45 +30,21 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::chain::EntryHash;
 use crate::error::{Error, Result};
+use crate::format::catalog::{
+    framed, unframe, HEAD_AT, HEAD_LEN, IDENT_AT, IDENT_MAGIC, IDENT_MAX, IDENT_SLOT_LEN, TITLE_AT,
+    TITLE_MAGIC, TITLE_MAX, TITLE_SLOT_LEN,
+};
+pub(crate) use crate::format::catalog::{HeadSlot, CATALOG_LEN};
 use crate::fs::{io_err, Hook, HookedFile, ParkableFile};
 use crate::log::Durability;
-use crate::schema::{SessionId, SessionOrigin};
+use crate::schema::{LoggedPayloadRef, SessionId, SessionOrigin};
 
 mod list_cache;
 pub(crate) use list_cache::{CachedSession, ListCache};
 
-const HEAD_MAGIC: [u8; 4] = *b"SSCH";
-const TITLE_MAGIC: [u8; 4] = *b"SSCT";
-const IDENT_MAGIC: [u8; 4] = *b"SSCI";
-const HEAD_AT: u64 = 0;
-const HEAD_LEN: usize = 80;
-const TITLE_AT: u64 = 128;
-/// The title slot's length.
-const TITLE_SLOT_LEN: usize = 384;
-const TITLE_MAX: usize = TITLE_SLOT_LEN - 12;
-const IDENT_AT: u64 = 512;
-const IDENT_MAX: usize = 512 - 12;
-/// Catalog file length.
-pub(crate) const CATALOG_LEN: usize = 1024;
 /// Catalog file name inside a session directory.
 pub(crate) const CATALOG_FILE: &str = "catalog";
-
-/// The mutable part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct HeadSlot {
-    pub(crate) dirty: bool,
-    /// A token each writer's open draws at random (0 in files written
-    /// before it existed): a store that let a session go with the slot dirty
-    /// can tell its own slot from one another writer has written since.
-    pub(crate) writer: u32,
-    pub(crate) next_seq: u64,
-    pub(crate) bytes: u64,
-    pub(crate) updated_ms: u64,
-    pub(crate) first_seq: u64,
-    pub(crate) head: EntryHash,
-}
 
 /// The immutable part.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -101,65 +72,6 @@ pub(crate) struct CatalogRecord {
     /// its log's first records (a fork's: its parent's), and whose head slot
     /// was never written (its numbers are the log's).
     pub(crate) empty: bool,
-}
-
-fn framed(magic: [u8; 4], body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(12 + body.len());
-    out.extend_from_slice(&magic);
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(body);
-    let crc = crc32fast::hash(&out[8..]);
-    out[4..8].copy_from_slice(&crc.to_le_bytes());
-    out
-}
-
-fn unframe(magic: [u8; 4], b: &[u8], max: usize) -> Option<&[u8]> {
-    if b.len() < 12 || b[..4] != magic {
-        return None;
-    }
-    let len = u32::from_le_bytes(b[8..12].try_into().ok()?) as usize;
-    if len > max || 12 + len > b.len() {
-        return None;
-    }
-    let crc = u32::from_le_bytes(b[4..8].try_into().ok()?);
-    (crc32fast::hash(&b[8..12 + len]) == crc).then(|| &b[12..12 + len])
-}
-
-impl HeadSlot {
-    fn encode(&self) -> [u8; HEAD_LEN] {
-        let mut b = [0u8; HEAD_LEN];
-        b[..4].copy_from_slice(&HEAD_MAGIC);
-        b[8] = u8::from(self.dirty);
-        b[12..16].copy_from_slice(&self.writer.to_le_bytes());
-        b[16..24].copy_from_slice(&self.next_seq.to_le_bytes());
-        b[24..32].copy_from_slice(&self.bytes.to_le_bytes());
-        b[32..40].copy_from_slice(&self.updated_ms.to_le_bytes());
-        b[40..48].copy_from_slice(&self.first_seq.to_le_bytes());
-        b[48..80].copy_from_slice(self.head.as_bytes());
-        let crc = crc32fast::hash(&b[8..]);
-        b[4..8].copy_from_slice(&crc.to_le_bytes());
-        b
-    }
-
-    fn decode(b: &[u8]) -> Option<HeadSlot> {
-        let b = b.get(..HEAD_LEN)?;
-        if b[..4] != HEAD_MAGIC
-            || crc32fast::hash(&b[8..]) != u32::from_le_bytes(b[4..8].try_into().ok()?)
-        {
-            return None;
-        }
-        let u = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        Some(HeadSlot {
-            dirty: b[8] != 0,
-            writer: u32::from_le_bytes(b[12..16].try_into().ok()?),
-            next_seq: u(16),
-            bytes: u(24),
-            updated_ms: u(32),
-            first_seq: u(40),
-            head: EntryHash(b[48..80].try_into().ok()?),
-        })
-    }
 }
 
 /// A writer's token: random bits of a fresh UUID v7.
@@ -254,7 +166,7 @@ fn read_from(file: &File, path: &Path) -> Result<CatalogRecord> {
         title: unframe(TITLE_MAGIC, part(TITLE_AT, TITLE_SLOT_LEN), TITLE_MAX)
             .and_then(|b| std::str::from_utf8(b).ok())
             .map(str::to_owned),
-        identity: unframe(IDENT_MAGIC, part(IDENT_AT, 512), IDENT_MAX)
+        identity: unframe(IDENT_MAGIC, part(IDENT_AT, IDENT_SLOT_LEN), IDENT_MAX)
             .and_then(|b| serde_json::from_slice(b).ok()),
     })
 }
@@ -300,6 +212,13 @@ struct CatalogState {
     /// its title is the first user text of its own log, which a reader of
     /// the empty file finds there meanwhile (`store::empty_catalog_title`).
     title_in_log: bool,
+    /// The writer's count of the bytes of payload-area items its log's
+    /// records refer to (see [`HeadSlot::payload_bytes`]).
+    payload_bytes: u64,
+    /// The payloads counted, once the log has been read for them (at an
+    /// open that could not take the count from the slot, or at the first
+    /// save that names a payload).
+    payloads_seen: Option<HashSet<[u8; 32]>>,
 }
 
 /// How many records from the start of its log a reader of an empty catalog
@@ -385,6 +304,8 @@ impl SessionCatalog {
                 writer: writer_token(),
                 stored,
                 title_in_log,
+                payload_bytes: 0,
+                payloads_seen: None,
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         }
@@ -565,6 +486,53 @@ impl SessionCatalog {
             state.head = left;
         }
         unchanged
+    }
+
+    /// The head slot on disk as this catalog was opened: the file's, or an
+    /// empty file's in the listing cache; `None` if neither reads.
+    pub(crate) fn recorded_head(&self) -> Option<HeadSlot> {
+        let state = self.state.lock();
+        match state.stored {
+            true => Some(state.head).filter(|h| *h != HeadSlot::default()),
+            false => self.cache.as_ref().and_then(|(cache, slot)| {
+                let entry = cache.read_slot(*slot)?;
+                (entry.id == self.id).then_some(entry.head)
+            }),
+        }
+    }
+
+    /// The writer's count of payload bytes its records refer to.
+    pub(crate) fn payload_bytes(&self) -> u64 {
+        self.state.lock().payload_bytes
+    }
+
+    /// Sets the writer's count of payload bytes at its open, with the
+    /// payloads counted if the log was read for them.
+    pub(crate) fn set_payload_count(&self, (bytes, seen): (u64, Option<HashSet<[u8; 32]>>)) {
+        let mut state = self.state.lock();
+        state.payload_bytes = bytes;
+        state.payloads_seen = seen;
+    }
+
+    /// Counts the payloads a save's records name that no earlier record
+    /// did; `earlier` reads the payloads of the records before the save,
+    /// once, if this writer has not yet.
+    pub(crate) fn count_payloads(
+        &self,
+        named: &[&LoggedPayloadRef],
+        earlier: impl FnOnce() -> HashSet<[u8; 32]>,
+    ) {
+        if named.is_empty() {
+            return;
+        }
+        let mut state = self.state.lock();
+        let state = &mut *state;
+        let seen = state.payloads_seen.get_or_insert_with(earlier);
+        for r in named {
+            if seen.insert(r.hash) {
+                state.payload_bytes = state.payload_bytes.saturating_add(r.len);
+            }
+        }
     }
 
     /// Marks the session dirty in the cache and the file, durably, before a

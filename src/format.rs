@@ -27,6 +27,8 @@
 use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
+pub(crate) mod catalog;
+
 /// Current format version: every new segment is written with it.
 pub const FORMAT_VERSION: u32 = 8;
 /// The oldest version still read.

@@ -186,6 +186,68 @@ fn fifty_compactions_store_each_output_once() {
     assert_eq!(restored, history[history.len() - 20..]);
 }
 
+/// The payloads' bytes on disk: what one session's `payload_bytes` must say
+/// when it is the store's only session.
+fn payload_file_bytes(root: &Path) -> u64 {
+    payload_files(root)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+/// `payload_bytes` counts each payload once, however many records name it
+/// (compaction snapshots repeat references): for the writer, from a clean
+/// slot, from the log after a crash (the slot dirty), with and without the
+/// listing cache, and for a writer that reopened from a clean slot and
+/// compacts again (it reads the log once for what it counted before).
+#[test]
+fn payload_bytes_count_each_payload_once_wherever_they_are_read_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let listed = |store: &Store| store.list().unwrap()[0].payload_bytes;
+    let store = Store::open(root).unwrap();
+    let (id, mut head) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let mut history = Vec::new();
+    for n in 0..4 {
+        let t = turn(n);
+        store.save_delta(id, &mut head, &t).unwrap();
+        history.extend(t);
+        head = store.compact(id, head, &history).unwrap();
+    }
+    let want = payload_file_bytes(root);
+    assert!(want >= 4 * BIG as u64, "{want}");
+    assert_eq!(listed(&store), want);
+    assert_eq!(store.info(id).unwrap().unwrap().payload_bytes, want);
+    let crashed = tempfile::tempdir().unwrap();
+    copy_tree(root, crashed.path());
+    store.close().unwrap();
+    for root in [root, crashed.path()] {
+        for cache in [true, false] {
+            if !cache {
+                let _ = std::fs::remove_file(root.join("list.cache"));
+            }
+            let ro = Store::open_read_only(root).unwrap();
+            assert_eq!(listed(&ro), want, "{} cache {cache}", root.display());
+        }
+    }
+    for root in [root, crashed.path()] {
+        let store = Store::open(root).unwrap();
+        let mut head = store.head(id).unwrap().unwrap();
+        let t = turn(4);
+        store.save_delta(id, &mut head, &t).unwrap();
+        let mut all = history.clone();
+        all.extend(t);
+        store.compact(id, head, &all).unwrap();
+        let want = payload_file_bytes(root);
+        assert_eq!(listed(&store), want, "{}", root.display());
+        store.close().unwrap();
+        let ro = Store::open_read_only(root).unwrap();
+        assert_eq!(listed(&ro), want, "{}", root.display());
+    }
+}
+
 #[test]
 fn a_fork_refers_to_its_parents_payloads() {
     let dir = tempfile::tempdir().unwrap();

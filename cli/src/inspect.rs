@@ -106,7 +106,9 @@ pub fn ls(root: &Option<PathBuf>, a: LsArgs) -> Result<ExitCode> {
                 s.id.to_string(),
                 fmt_time(s.updated_ms),
                 s.entries,
-                human_bytes(s.bytes),
+                // What the session holds: its records and the large items
+                // they keep in the store's payload area.
+                human_bytes(s.bytes.saturating_add(s.payload_bytes)),
                 s.name.as_deref().unwrap_or("-"),
                 match (&s.error, s.forked_from) {
                     // A session that could not be read is listed, marked.
@@ -327,12 +329,14 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
     let report = log.recovery_report().clone();
     let last = Log::last_recovery(store.session_dir(id))?;
     let head = snap.head();
+    let payload_bytes = store.info(id)?.map_or(0, |i| i.payload_bytes);
     let value = serde_json::json!({
         "id": id,
         "segments": segments.len(),
         "records": snap.next_seq() - log_start(&snap),
         "evicted": snap.evicted(),
         "bytes": log.bytes(),
+        "payload_bytes": payload_bytes,
         "head_seq": head.map(|h| h.0),
         "head_hash": head.map(|h| h.1),
         "last_session_start": snap.last_session_start(),
@@ -352,6 +356,12 @@ pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {
             )?;
         }
         outln!("bytes        {}", human_bytes(log.bytes()))?;
+        if payload_bytes > 0 {
+            outln!(
+                "payloads     {} (large items in the store's payload area)",
+                human_bytes(payload_bytes)
+            )?;
+        }
         match head {
             Some((seq, h)) => outln!("head         seq {seq}, {h}")?,
             None => outln!("head         none")?,

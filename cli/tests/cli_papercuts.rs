@@ -372,3 +372,32 @@ fn ls_titles_a_cleared_session_by_its_next_question() {
     assert!(r.stdout.contains("after the clear"), "{}", r.stdout);
     assert!(!r.stdout.contains("session 0 turn 0"), "{}", r.stdout);
 }
+
+/// `ls` SIZE counts what a session holds: its records and the large items
+/// they keep in the store's payload area (a 1 MB message is 1 MB, not the
+/// record's reference to it), as `ls --json` and `stat` say.
+#[test]
+fn ls_size_includes_the_payloads_a_session_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let store = Store::open(root).unwrap();
+    let (id, head) = store
+        .create_session(None, RequestConfig::model("m"), &[])
+        .unwrap();
+    let big = [
+        Item::user_text("x".repeat(1 << 20)),
+        Item::assistant_text("ok"),
+    ];
+    store.append(id, head, &big).unwrap();
+    store.close().unwrap();
+    let r = run(root, &["ls"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("1.0 MiB"), "{}", r.stdout);
+    let r = run(root, &["ls", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    let payload = listed["payload_bytes"].as_u64().unwrap();
+    assert!((1 << 20..2 << 20).contains(&payload), "{listed}");
+    let r = run(root, &["stat", "--json", &id.to_string()]);
+    let stat: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(stat["payload_bytes"].as_u64(), Some(payload), "{stat}");
+}

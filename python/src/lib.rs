@@ -616,8 +616,9 @@ impl Store {
     }
 
     /// Every session: a list of dicts (`id`, `created_ms`, `updated_ms`,
-    /// `title`, `entries`, `bytes`, `head`, `forked_from`,
-    /// `compacted_from`, and `error` for one that could not be read).
+    /// `title`, `entries`, `bytes`, `payload_bytes`, `head`, `name`,
+    /// `forked_from`, `compacted_from`, and `error` for one that could not
+    /// be read).
     fn list(&self, py: Python<'_>) -> PyResult<PyObject> {
         let json = released(py, || {
             let sessions = self.inner.list()?;

@@ -294,3 +294,20 @@ def test_which_calls_go_to_a_worker_thread(
     assert items[0]["content"] == "hi"
     assert (writes == 1) == writes_offloaded
     assert (reads == 1) == reads_offloaded
+
+
+def test_clear_session_starts_the_title_over(tmp_path):
+    """After `clear_session`, the listing's title is the next question,
+    not the first one the session ever had."""
+
+    async def go():
+        s = StoreSession("user_1", tmp_path)
+        await s.add_items([{"role": "user", "content": "old question"}])
+        await s.clear_session()
+        await s.add_items([{"role": "user", "content": "new question"}])
+        return s
+
+    s = run(go())
+    [listed] = s.store.list()
+    assert listed["title"] == "new question"
+    assert listed["name"] == "user_1"

@@ -8,9 +8,12 @@ use std::path::Path;
 
 use parking_lot::Mutex;
 
-use super::{HeadSlot, Identity, HEAD_LEN};
+use super::{HeadSlot, Identity};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
+use crate::format::catalog::{
+    cache_layout_of, CACHE_LAYOUT, CACHE_MAGIC, CACHE_SLOT_LEN, HEAD_LEN,
+};
 use crate::fs::{Hook, HookedFile};
 use crate::schema::{SessionId, SessionOrigin};
 
@@ -23,16 +26,8 @@ pub(crate) struct CachedSession {
     pub(crate) identity: Identity,
 }
 
-/// The store's listing cache file: fixed slots, one per session.
-///
-/// ```text
-/// list.cache, 640 B a slot, 0600
-///   0 magic "SSLC"   4 crc u32 (of 8..640)   8 session id [16]
-///  24 head slot (the catalog's 80 B head encoding)
-/// 104 created_ms u64   112 has_forked u8   113 has_compacted u8   114 reserved [6]
-/// 120 forked_from id [16] + hash [32]      168 compacted_from id [16] + hash [32]
-/// 216 title len u16    218 title (UTF-8, at most 422 B)
-/// ```
+/// The store's listing cache file: fixed slots, one per session, laid out
+/// as `format::catalog` says.
 ///
 /// It is a copy, never the truth: a slot that is missing, damaged, names
 /// another session or is dirty sends `list` to the session's own catalog
@@ -53,22 +48,20 @@ struct SlotTable {
     learned_len: u64,
 }
 
-const CACHE_MAGIC: [u8; 4] = *b"SSLC";
-const CACHE_SLOT_LEN: usize = 640;
-const CACHE_TITLE_MAX: usize = CACHE_SLOT_LEN - 218;
 /// The listing cache's file name, in the store root.
 const LIST_CACHE_FILE: &str = "list.cache";
 
 impl CachedSession {
     fn encode(&self) -> [u8; CACHE_SLOT_LEN] {
+        let at = CACHE_LAYOUT;
         let mut b = [0u8; CACHE_SLOT_LEN];
         b[..4].copy_from_slice(&CACHE_MAGIC);
-        b[8..24].copy_from_slice(&self.id.0);
-        b[24..24 + HEAD_LEN].copy_from_slice(&self.head.encode());
-        b[104..112].copy_from_slice(&self.identity.created_ms.to_le_bytes());
+        b[at.id..at.id + 16].copy_from_slice(&self.id.0);
+        b[at.head..at.head + HEAD_LEN].copy_from_slice(&self.head.encode());
+        b[at.created..at.created + 8].copy_from_slice(&self.identity.created_ms.to_le_bytes());
         for (flag_at, at, origin) in [
-            (112, 120, &self.identity.forked_from),
-            (113, 168, &self.identity.compacted_from),
+            (at.flags, at.forked, &self.identity.forked_from),
+            (at.flags + 1, at.compacted, &self.identity.compacted_from),
         ] {
             if let Some(o) = origin {
                 b[flag_at] = 1;
@@ -77,20 +70,22 @@ impl CachedSession {
             }
         }
         if let Some(t) = &self.title {
-            let t = &t.as_bytes()[..t.len().min(CACHE_TITLE_MAX)];
-            b[216..218].copy_from_slice(&(t.len() as u16).to_le_bytes());
-            b[218..218 + t.len()].copy_from_slice(t);
+            let t = &t.as_bytes()[..t.len().min(at.title_max())];
+            b[at.title_len..at.title_len + 2].copy_from_slice(&(t.len() as u16).to_le_bytes());
+            b[at.title()..at.title() + t.len()].copy_from_slice(t);
         }
         let crc = crc32fast::hash(&b[8..]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
+    /// A slot of either version, if it reads.
     fn decode(b: &[u8]) -> Option<CachedSession> {
-        if b.len() < CACHE_SLOT_LEN || b[..4] != CACHE_MAGIC {
-            return None;
-        }
-        if crc32fast::hash(&b[8..CACHE_SLOT_LEN]) != u32::from_le_bytes(b[4..8].try_into().ok()?) {
+        let at = cache_layout_of(b.get(..4)?)?;
+        if b.len() < CACHE_SLOT_LEN
+            || crc32fast::hash(&b[8..CACHE_SLOT_LEN])
+                != u32::from_le_bytes(b[4..8].try_into().ok()?)
+        {
             return None;
         }
         let origin = |flag_at: usize, at: usize| -> Option<SessionOrigin> {
@@ -99,22 +94,26 @@ impl CachedSession {
                 at_hash: EntryHash(b[at + 16..at + 48].try_into().expect("32 bytes")),
             })
         };
-        let title_len = usize::from(u16::from_le_bytes(b[216..218].try_into().ok()?));
+        let title_len = usize::from(u16::from_le_bytes(
+            b[at.title_len..at.title_len + 2].try_into().ok()?,
+        ));
         let title = match title_len {
             0 => None,
-            n if n <= CACHE_TITLE_MAX => {
-                Some(std::str::from_utf8(&b[218..218 + n]).ok()?.to_owned())
-            }
+            n if n <= at.title_max() => Some(
+                std::str::from_utf8(&b[at.title()..at.title() + n])
+                    .ok()?
+                    .to_owned(),
+            ),
             _ => return None,
         };
         Some(CachedSession {
-            id: SessionId(b[8..24].try_into().ok()?),
-            head: HeadSlot::decode(&b[24..24 + HEAD_LEN])?,
+            id: SessionId(b[at.id..at.id + 16].try_into().ok()?),
+            head: HeadSlot::decode(&b[at.head..at.created])?,
             title,
             identity: Identity {
-                created_ms: u64::from_le_bytes(b[104..112].try_into().ok()?),
-                forked_from: origin(112, 120),
-                compacted_from: origin(113, 168),
+                created_ms: u64::from_le_bytes(b[at.created..at.created + 8].try_into().ok()?),
+                forked_from: origin(at.flags, at.forked),
+                compacted_from: origin(at.flags + 1, at.compacted),
                 durability: None,
             },
         })

@@ -59,6 +59,10 @@ impl Archivable for EntryRef<'_> {
         0
     }
 
+    fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
+        Vec::new()
+    }
+
     fn ts(&self) -> u64 {
         match self {
             EntryRef::UserInput { ts, .. }

@@ -111,7 +111,7 @@ impl LogEntry {
     }
 
     /// The references to the payload area among the entry's items.
-    fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
+    pub(crate) fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
         self.items()
             .iter()
             .filter_map(|i| match i {

@@ -419,6 +419,8 @@ pub(crate) trait Archivable:
     /// [`LogEntry::external_len`]: what its items in the payload area
     /// archive to, in all.
     fn external_len(&self) -> usize;
+    /// The references to the payload area among the entry's items.
+    fn payload_refs(&self) -> Vec<&LoggedPayloadRef>;
     /// The timestamp, ms.
     fn ts(&self) -> u64;
     /// See [`LogEntry::check`].
@@ -432,6 +434,10 @@ impl Archivable for LogEntry {
 
     fn external_len(&self) -> usize {
         LogEntry::external_len(self)
+    }
+
+    fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
+        LogEntry::payload_refs(self)
     }
 
     fn ts(&self) -> u64 {

@@ -121,6 +121,10 @@ impl Store {
     /// [`Error::HeadMismatch`](crate::Error::HeadMismatch) and nothing
     /// written.
     ///
+    /// An empty `summary` clears the session (the Agents SDK's
+    /// `clear_session`): its title goes too, and the next user text saved
+    /// is the new one.
+    ///
     /// [`ListFilter::compacted`]: crate::ListFilter::compacted
     pub fn compact(&self, id: SessionId, head: EntryHash, summary: &[Item]) -> Result<EntryHash> {
         let state = self.restore(id)?;
@@ -144,7 +148,13 @@ impl Store {
         };
         // The head check in the append makes this atomic with respect to
         // other writers: a save between the restore and here is refused.
-        self.append_entries(id, head, &[start], None)
+        let head = self.append_entries(id, head, &[start], None)?;
+        if summary.is_empty() {
+            // A clear: the conversation starts over, and its title with it;
+            // the next user text saved is the new one.
+            self.session_for_one_use(id)?.catalog.clear_title()?;
+        }
+        Ok(head)
     }
 
     /// Waits until everything this store appended to the session is durable

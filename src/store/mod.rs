@@ -165,6 +165,10 @@ pub struct SessionInfo {
     pub entries: u64,
     /// Bytes of record data.
     pub bytes: u64,
+    /// Bytes of the items kept in the store's payload area that its
+    /// records refer to, each payload counted once however many records
+    /// name it. `bytes + payload_bytes` is what the session holds.
+    pub payload_bytes: u64,
     /// Hash of the last entry.
     pub head: Option<EntryHash>,
     /// Fork origin.
@@ -576,7 +580,9 @@ impl Store {
     /// clean, or dirty exactly as this store left it when it let the
     /// session go (see `Inner::released`).
     fn is_exact(&self, id: SessionId, head: &HeadSlot) -> bool {
-        !head.dirty || self.inner.released.lock().get(&id).map(|r| &r.left) == Some(head)
+        // A version 1 slot has no payload count: the log has it.
+        head.payload_bytes.is_some()
+            && (!head.dirty || self.inner.released.lock().get(&id).map(|r| &r.left) == Some(head))
     }
 
     /// One session's listing entry; `None` if it does not exist. Reads
@@ -663,7 +669,9 @@ impl Store {
 /// count (a writer keeps its numbers in memory), as its last entry says.
 fn head_slot_read(log: &Log, recorded: Option<HeadSlot>) -> HeadSlot {
     // With no slot recorded (an empty catalog), the last entry's time.
-    let mut head = head_slot_of(log, Some(recorded.map_or(0, |h| h.updated_ms)));
+    let updated_ms = Some(recorded.map_or(0, |h| h.updated_ms));
+    let (payload_bytes, _) = payloads::payload_count(log, recorded.as_ref());
+    let mut head = head_slot_of(log, updated_ms, payload_bytes);
     if recorded.is_none_or(|r| r.next_seq < head.next_seq) {
         if let Some(ts) = last_entry_ms(log) {
             head.updated_ms = head.updated_ms.max(ts);
@@ -693,6 +701,7 @@ fn session_info(
         title,
         entries,
         bytes: head.bytes,
+        payload_bytes: head.payload_bytes.unwrap_or(0),
         head: (entries > 0).then_some(head.head),
         forked_from: identity.forked_from,
         compacted_from: identity.compacted_from,

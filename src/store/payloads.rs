@@ -4,11 +4,12 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 
 use super::forks::RETIRED_DIR;
 use super::Store;
+use crate::catalog::HeadSlot;
 use crate::error::{Error, Result};
 use crate::fs::io_err;
 use crate::log::Log;
@@ -276,4 +277,44 @@ fn mark_references(log: &Log, referenced: &mut HashSet<[u8; 32]>) -> Result<()> 
         referenced.extend(items.iter().filter_map(|i| i.payload_ref().map(|r| r.hash)));
     }
     Ok(())
+}
+
+/// What a session's records refer to in the payload area, counted once per
+/// payload however many records name it: the bytes, and the hashes when
+/// they were read. From `recorded`, a head slot whose count is of exactly
+/// this log (its head and next seq are the log's: the chain binds every
+/// record), without reading a record; else from every local record, whose
+/// hashes it returns for the writer's later saves to count against.
+pub(crate) fn payload_count(
+    log: &Log,
+    recorded: Option<&HeadSlot>,
+) -> (u64, Option<HashSet<[u8; 32]>>) {
+    let snap = log.snapshot();
+    let head = snap.head().map(|(_, h)| h).unwrap_or_default();
+    if let Some(slot) = recorded.filter(|h| {
+        h.first_seq == snap.log_start() && h.next_seq == snap.next_seq() && h.head == head
+    }) {
+        if let Some(bytes) = slot.payload_bytes {
+            return (bytes, None);
+        }
+    }
+    let refs = payload_refs_before(log, u64::MAX);
+    let bytes = refs.values().fold(0u64, |n, &len| n.saturating_add(len));
+    (bytes, Some(refs.into_keys().collect()))
+}
+
+/// The payloads the local records of `log` before seq `end` refer to, hash
+/// to length. A record that does not read ends the scan.
+pub(crate) fn payload_refs_before(log: &Log, end: u64) -> HashMap<[u8; 32], u64> {
+    let snap = log.snapshot();
+    let mut refs = HashMap::new();
+    for rec in snap.iter_from(snap.first_seq()).map_while(|r| r.ok()) {
+        if rec.seq >= end {
+            break;
+        }
+        for r in rec.entry.items().iter().filter_map(|i| i.payload_ref()) {
+            refs.insert(r.hash, r.len);
+        }
+    }
+    refs
 }

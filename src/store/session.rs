@@ -1,7 +1,7 @@
 //! The session API an agent runtime calls: saves that check the head,
 //! restore, forks and compaction, import of the wire form, and reads.
 
-use super::payloads::{plan, Planned};
+use super::payloads::{payload_refs_before, plan, Planned};
 use super::staging::{user_item_text, user_text};
 use super::{now_ms, SessionHandle, Store, VIEW_HINTS};
 use crate::catalog::{CATALOG_FILE, TITLE_SCAN_RECORDS};
@@ -75,35 +75,24 @@ impl Store {
     ) -> Result<()> {
         refuse_fork_links(entries)?;
         // A SessionStart in the middle of the log (a compaction in place)
-        // changes where the live history comes from; one with no history
-        // (a clear) starts the conversation over, and its title with it.
-        let last_start = entries
-            .iter()
-            .rposition(|e| matches!(e, LogEntry::SessionStart { .. }));
-        let (origins, cleared) = match last_start.map(|i| &entries[i]) {
-            Some(LogEntry::SessionStart {
+        // changes where the live history comes from.
+        let origins = entries.iter().rev().find_map(|e| match e {
+            LogEntry::SessionStart {
                 forked_from,
                 compacted_from,
-                history,
                 ..
-            }) => (Some((*forked_from, *compacted_from)), history.is_empty()),
-            _ => (None, false),
-        };
+            } => Some((*forked_from, *compacted_from)),
+            _ => None,
+        });
         let saved = Saved {
             durability,
             origins,
-            cleared,
-        };
-        // After a clear, the title is the first user text that follows it.
-        let titled = match cleared {
-            true => &entries[last_start.unwrap_or(0)..],
-            false => entries,
         };
         // Payloads first: written before any record that refers to them,
         // and durable before it (the records' group commit syncs them).
         let (stored, _payloads) = self.externalize(entries)?;
         self.save_archivable(id, head, &stored, saved, || {
-            titled.iter().flat_map(|e| e.items()).find_map(user_text)
+            entries.iter().flat_map(|e| e.items()).find_map(user_text)
         })
     }
 
@@ -160,6 +149,11 @@ impl Store {
         // and their numbers are taken from the log while they are dirty; a
         // failure to write the title must not make a retry append the
         // entries twice. The close writes them again.
+        let named: Vec<_> = entries.iter().flat_map(Archivable::payload_refs).collect();
+        let first_seq = written.first().map_or(last_seq, |w| w.0);
+        s.catalog.count_payloads(&named, || {
+            payload_refs_before(&s.log, first_seq).into_keys().collect()
+        });
         let last_ts = entries.last().map(Archivable::ts);
         let _ = update_catalog(&s, title, (last_seq, last_ts), saved);
         Ok(())
@@ -417,9 +411,6 @@ fn update_catalog(
         // to the log holds it (and the head) from now on.
         s.catalog.keep_title_in_file(false)?;
     }
-    if saved.cleared {
-        s.catalog.clear_title()?;
-    }
     if !s.catalog.has_title() {
         match title() {
             Some(t) => s.catalog.set_title(&t, last_seq)?,
@@ -460,7 +451,4 @@ struct Saved {
     durability: Option<Durability>,
     /// The origins of the last `SessionStart` among the entries, if any.
     origins: Option<Origins>,
-    /// Whether that `SessionStart` has no history (a clear): the session's
-    /// title goes, and the next user text is the new one.
-    cleared: bool,
 }

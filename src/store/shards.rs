@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
+use super::payloads::payload_count;
 use super::{now_ms, Released, Store};
 use crate::catalog::{self, HeadSlot, SessionCatalog, CATALOG_FILE};
 use crate::error::{Error, Result};
@@ -561,6 +562,7 @@ impl Store {
                 catalog.saved_at(ts);
             }
         }
+        catalog.set_payload_count(payload_count(&log, catalog.recorded_head().as_ref()));
         let handle = SessionHandle { id, log, catalog };
         if left.is_some_and(|left| handle.catalog.resume(left)) {
             return Ok(handle);
@@ -735,7 +737,7 @@ impl SessionHandle {
     pub(super) fn head_slot(&self, dirty: bool, updated_ms: Option<u64>) -> HeadSlot {
         HeadSlot {
             dirty,
-            ..head_slot_of(&self.log, updated_ms)
+            ..head_slot_of(&self.log, updated_ms, self.catalog.payload_bytes())
         }
     }
 
@@ -756,7 +758,7 @@ impl SessionHandle {
 
 /// The catalog's head slot for `log` as it is now (dirty: the numbers of a
 /// log a writer may still extend, or one not yet recovered).
-pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
+pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>, payload_bytes: u64) -> HeadSlot {
     let snap = log.snapshot();
     HeadSlot {
         dirty: true,
@@ -767,6 +769,7 @@ pub(super) fn head_slot_of(log: &Log, updated_ms: Option<u64>) -> HeadSlot {
         updated_ms: updated_ms.unwrap_or_else(now_ms),
         first_seq: snap.log_start(),
         head: snap.head().map(|(_, h)| h).unwrap_or_default(),
+        payload_bytes: Some(payload_bytes),
     }
 }
 

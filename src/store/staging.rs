@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::forks::{fork_is_registered, sync_registry, Deletion, FORK_FIRST_SEGMENT_BYTES};
+use super::payloads::payload_count;
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
@@ -355,6 +356,7 @@ impl Store {
             (!empty, parent_of(entries).is_none()),
             Some(cache),
         ));
+        catalog.set_payload_count(payload_count(&log, None));
         let handle = SessionHandle { id, log, catalog };
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
