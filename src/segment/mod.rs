@@ -65,7 +65,7 @@ pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
 /// later `fdatasync` that covers records in them must also commit the
 /// metadata that marks them written: a journal commit per group commit.
 /// Over blocks already written, an `fdatasync` is a data write and a cache
-/// flush, measured three times faster here (DESIGN.md, "fsync points"). The
+/// flush, several times faster (DESIGN.md, "Durability and fsync points"). The
 /// zeros go out when the file is prepared, which for every segment but a
 /// log's first happens on a background thread ahead of the roll. Only logs
 /// that sync pay for them: they double what a buffered writer sends to disk.
