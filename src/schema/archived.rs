@@ -2,9 +2,10 @@
 //! item, its message text, and the check of the JSON texts it holds.
 
 use super::item::{
-    ArchivedLoggedContentPart, ArchivedLoggedCoreItem, ArchivedLoggedItem, ArchivedLoggedItemOf,
-    ArchivedLoggedToolOutput, ItemExtension, LoggedCoreItem, LoggedItem, LoggedPayloadRef,
+    ArchivedLoggedCoreItem, ArchivedLoggedItem, ArchivedLoggedItemOf, ItemExtension,
+    LoggedCoreItem, LoggedItem, LoggedPayloadRef,
 };
+use super::parts::{ArchivedLoggedContentPart, ArchivedLoggedToolOutput};
 use crate::item::Item;
 
 impl std::fmt::Debug for ArchivedLoggedItem {

@@ -23,11 +23,11 @@ use rkyv::rancor::Source;
 use rkyv::ser::{Allocator, Writer};
 use rkyv::with::{AsBox, Inline};
 
-use super::item::{
+use super::item::{LoggedExtended, LoggedItem, LoggedPayloadRef};
+use super::parts::{
     ArchivedLoggedContentPart, ArchivedLoggedInputAudio, ArchivedLoggedInputFile,
     ArchivedLoggedInputImage, ArchivedLoggedOutputText, ArchivedLoggedToolOutput,
 };
-use super::item::{LoggedExtended, LoggedItem, LoggedPayloadRef};
 use super::{Archivable, ArchivedLogEntry, ArchivedLoggedItem, EntryKind, JsonText, LoggedRole};
 use crate::error::Result;
 use crate::item::{ContentPart, Item, ItemView, ToolOutput};

@@ -1,12 +1,13 @@
-//! Logged items: the persistent mirror of the runtime's `Item` and its
-//! content parts, with the converters both ways.
+//! Logged items: the persistent mirror of the runtime's `Item`, with the
+//! converters both ways (its content parts are in `parts.rs`).
 
 #![allow(missing_docs)]
 
 use serde::{Deserialize, Serialize};
 
-use crate::item::{ContentPart, Extra, Item, ItemStatus, Role, ToolOutput, WireForm};
+use crate::item::{Extra, Item, ItemStatus, Role, ToolOutput, WireForm};
 
+use super::parts::{logged_parts, runtime_parts, LoggedContentPart, LoggedToolOutput};
 use super::{some_json_text, JsonText};
 
 /// Author of a logged message.
@@ -36,182 +37,11 @@ pub enum LoggedRole {
     Developer,
 }
 
-// Schema 2 grows these enums only by variants added at the end whose archived
-// form is no larger than the largest schema 1 variant, so that a schema 1
-// archive is a schema 2 archive with the same meaning (see DESIGN.md, "Schema
-// versions"); larger payloads are boxed. `archived_layout_is_schema_1s` pins it.
-
-/// One content part of a logged message.
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-#[rkyv(derive(Debug))]
-pub enum LoggedContentPart {
-    /// Plain text.
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// A refusal.
-    Refusal {
-        /// The refusal text.
-        refusal: String,
-    },
-    /// Output text with annotations or logprobs (schema 2).
-    OutputText(Box<LoggedOutputText>),
-    /// A Responses `input_image` (schema 2).
-    InputImage(Box<LoggedInputImage>),
-    /// A Responses `input_file` (schema 2).
-    InputFile(Box<LoggedInputFile>),
-    /// A Responses `input_audio` (schema 2).
-    InputAudio(Box<LoggedInputAudio>),
-    /// A part kept as its JSON (schema 2).
-    Opaque {
-        /// The part's JSON object, byte for byte.
-        json: JsonText,
-    },
-}
-
-/// See [`ContentPart::OutputText`].
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(Debug))]
-pub struct LoggedOutputText {
-    /// The text.
-    pub text: String,
-    /// Annotations (or citations), as JSON.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "some_json_text"
-    )]
-    pub annotations: Option<JsonText>,
-    /// Logprobs, as JSON.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "some_json_text"
-    )]
-    pub logprobs: Option<JsonText>,
-}
-
-/// See [`ContentPart::InputImage`].
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(Debug))]
-pub struct LoggedInputImage {
-    /// A URL or a `data:` URL.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image_url: Option<String>,
-    /// An uploaded file's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file_id: Option<String>,
-    /// `low`, `high` or `auto`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-/// See [`ContentPart::InputFile`].
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(Debug))]
-pub struct LoggedInputFile {
-    /// An uploaded file's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file_id: Option<String>,
-    /// The content, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file_data: Option<String>,
-    /// The file name sent with `file_data`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filename: Option<String>,
-    /// A URL of the file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file_url: Option<String>,
-}
-
-/// See [`ContentPart::InputAudio`].
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[rkyv(derive(Debug))]
-pub struct LoggedInputAudio {
-    /// The audio, base64.
-    pub data: String,
-    /// Its format.
-    pub format: String,
-}
-
-/// What a tool returned (schema 2): text or a list of parts.
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    rkyv::Archive,
-    rkyv::Serialize,
-    rkyv::Deserialize,
-)]
-#[serde(untagged)]
-#[rkyv(derive(Debug))]
-pub enum LoggedToolOutput {
-    /// Text.
-    Text(String),
-    /// Content parts.
-    Parts(Vec<LoggedContentPart>),
-}
+// Schema 2 grows the enums here and in `parts.rs` only by variants added at
+// the end whose archived form is no larger than the largest schema 1
+// variant, so that a schema 1 archive is a schema 2 archive with the same
+// meaning (see DESIGN.md, "Schema versions"); larger payloads are boxed.
+// `archived_layout_is_schema_1s` pins it.
 
 /// One history item as the log keeps it: see [`LoggedItem`]. `X` is what
 /// its last variant holds: for an item of an entry, what a provider gave
@@ -604,90 +434,6 @@ impl From<LoggedRole> for Role {
             LoggedRole::Developer => Role::Developer,
         }
     }
-}
-
-impl From<ContentPart> for LoggedContentPart {
-    fn from(part: ContentPart) -> Self {
-        match part {
-            ContentPart::Text { text } => LoggedContentPart::Text { text },
-            ContentPart::Refusal { refusal } => LoggedContentPart::Refusal { refusal },
-            ContentPart::OutputText {
-                text,
-                annotations,
-                logprobs,
-            } => LoggedContentPart::OutputText(Box::new(LoggedOutputText {
-                text,
-                annotations,
-                logprobs,
-            })),
-            ContentPart::InputImage {
-                image_url,
-                file_id,
-                detail,
-            } => LoggedContentPart::InputImage(Box::new(LoggedInputImage {
-                image_url,
-                file_id,
-                detail,
-            })),
-            ContentPart::InputFile {
-                file_id,
-                file_data,
-                filename,
-                file_url,
-            } => LoggedContentPart::InputFile(Box::new(LoggedInputFile {
-                file_id,
-                file_data,
-                filename,
-                file_url,
-            })),
-            ContentPart::InputAudio { data, format } => {
-                LoggedContentPart::InputAudio(Box::new(LoggedInputAudio { data, format }))
-            }
-            ContentPart::Opaque { json } => LoggedContentPart::Opaque { json },
-        }
-    }
-}
-
-impl LoggedContentPart {
-    /// The runtime content part.
-    pub fn into_part(self) -> ContentPart {
-        match self {
-            LoggedContentPart::Text { text } => ContentPart::Text { text },
-            LoggedContentPart::Refusal { refusal } => ContentPart::Refusal { refusal },
-            LoggedContentPart::OutputText(p) => ContentPart::OutputText {
-                text: p.text,
-                annotations: p.annotations,
-                logprobs: p.logprobs,
-            },
-            LoggedContentPart::InputImage(p) => ContentPart::InputImage {
-                image_url: p.image_url,
-                file_id: p.file_id,
-                detail: p.detail,
-            },
-            LoggedContentPart::InputFile(p) => ContentPart::InputFile {
-                file_id: p.file_id,
-                file_data: p.file_data,
-                filename: p.filename,
-                file_url: p.file_url,
-            },
-            LoggedContentPart::InputAudio(p) => ContentPart::InputAudio {
-                data: p.data,
-                format: p.format,
-            },
-            LoggedContentPart::Opaque { json } => ContentPart::Opaque { json },
-        }
-    }
-}
-
-fn logged_parts(parts: Vec<ContentPart>) -> Vec<LoggedContentPart> {
-    parts.into_iter().map(Into::into).collect()
-}
-
-fn runtime_parts(parts: Vec<LoggedContentPart>) -> Vec<ContentPart> {
-    parts
-        .into_iter()
-        .map(LoggedContentPart::into_part)
-        .collect()
 }
 
 impl From<&Item> for LoggedItem {

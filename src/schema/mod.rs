@@ -20,6 +20,7 @@ mod borrowed;
 mod ids;
 mod item;
 mod line;
+mod parts;
 mod search;
 mod size;
 
@@ -30,17 +31,21 @@ pub use crate::json::{JsonText, MAX_JSON_DEPTH};
 pub(crate) use borrowed::EntryRef;
 use borrowed::ItemRef;
 pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
-pub(crate) use item::{ArchivedLoggedContentPart, ArchivedLoggedRole, ArchivedLoggedToolOutput};
+pub(crate) use item::ArchivedLoggedRole;
 pub use item::{
     ArchivedLoggedCoreItem, ArchivedLoggedExtended, ArchivedLoggedItem, ArchivedLoggedItemOf,
-    ItemExtension, LoggedContentPart, LoggedCoreItem, LoggedExtended, LoggedForm, LoggedInputAudio,
-    LoggedInputFile, LoggedInputImage, LoggedItem, LoggedItemOf, LoggedOutputText,
-    LoggedPayloadRef, LoggedRole, LoggedStatus, LoggedToolOutput,
+    ItemExtension, LoggedCoreItem, LoggedExtended, LoggedForm, LoggedItem, LoggedItemOf,
+    LoggedPayloadRef, LoggedRole, LoggedStatus,
 };
 #[cfg(feature = "whitebox")]
 pub use line::JSON_GROWTH;
 pub use line::MAX_LINE_BYTES;
 pub(crate) use line::{bounded_json_len, json_len, MeasureItem};
+pub(crate) use parts::{ArchivedLoggedContentPart, ArchivedLoggedToolOutput};
+pub use parts::{
+    LoggedContentPart, LoggedInputAudio, LoggedInputFile, LoggedInputImage, LoggedOutputText,
+    LoggedToolOutput,
+};
 pub(crate) use size::item_text_len_bound;
 
 /// One log entry. Every variant carries `ts`, milliseconds since the Unix epoch.
@@ -555,7 +560,8 @@ fn group_items<'a, T>(items: &'a [Item], convert: impl Fn(&'a Item) -> T) -> Vec
 
 #[cfg(test)]
 mod tests {
-    use super::item::{ArchivedLoggedContentPart, ArchivedLoggedRole};
+    use super::item::ArchivedLoggedRole;
+    use super::parts::ArchivedLoggedContentPart;
     use super::*;
 
     /// Schema 2 reads schema 1 archives as they are only while these sizes and

@@ -5,9 +5,8 @@
 //! signatures, redacted thinking) and binary data (images, files, audio) are
 //! left out: they are not text anyone searches.
 
-use super::item::{
-    ArchivedLoggedContentPart, ArchivedLoggedItemOf, ArchivedLoggedToolOutput, ItemExtension,
-};
+use super::item::{ArchivedLoggedItemOf, ItemExtension};
+use super::parts::{ArchivedLoggedContentPart, ArchivedLoggedToolOutput};
 use super::ArchivedLogEntry;
 
 impl ArchivedLoggedContentPart {

@@ -2,7 +2,8 @@
 //! it in its payload area (see DESIGN.md, "Payloads"), for the runtime
 //! [`Item`] on the save path and for the [`LoggedItem`] of an owned entry.
 
-use super::item::{ItemExtension, LoggedContentPart, LoggedItemOf, LoggedToolOutput};
+use super::item::{ItemExtension, LoggedItemOf};
+use super::parts::{LoggedContentPart, LoggedToolOutput};
 use super::JsonText;
 use crate::item::{ContentPart, Item, ToolOutput};
 

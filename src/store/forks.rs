@@ -738,7 +738,7 @@ fn logged_title(log: &Log) -> Result<Option<String>> {
         if seq >= catalog::TITLE_SCAN_RECORDS {
             break;
         }
-        if let Some(text) = entry.items().iter().find_map(super::staging::user_text) {
+        if let Some(text) = entry.items().iter().find_map(super::title::user_text) {
             return Ok(Some(catalog::excerpt(&text)));
         }
     }

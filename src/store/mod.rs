@@ -44,6 +44,7 @@ mod shards;
 mod staging;
 mod subscription;
 mod tail;
+mod title;
 mod transfer;
 
 pub use budget::{

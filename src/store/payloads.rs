@@ -7,12 +7,12 @@ use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 
-use super::forks::RETIRED_DIR;
 use super::Store;
 use crate::catalog::HeadSlot;
 use crate::error::{Error, Result};
 use crate::fs::io_err;
 use crate::log::Log;
+use crate::payload::RETIRED_DIR;
 use crate::payload::{PayloadCollection, PayloadDamage};
 use crate::schema::{LogEntry, LoggedItem, LoggedPayloadRef, SessionId};
 

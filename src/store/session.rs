@@ -2,7 +2,7 @@
 //! restore, forks and compaction, import of the wire form, and reads.
 
 use super::payloads::{payload_refs_before, plan, Planned};
-use super::staging::{user_item_text, user_text};
+use super::title::{user_item_text, user_text};
 use super::{now_ms, SessionHandle, Store, VIEW_HINTS};
 use crate::catalog::{CATALOG_FILE, TITLE_SCAN_RECORDS};
 use crate::chain::EntryHash;

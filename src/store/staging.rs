@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::forks::{fork_is_registered, sync_registry, Deletion, FORK_FIRST_SEGMENT_BYTES};
 use super::payloads::payload_count;
+use super::title::user_text;
 use super::{now_ms, SessionHandle, Store};
 use crate::catalog::{self, Identity, SessionCatalog, CATALOG_FILE};
 use crate::chain::EntryHash;
@@ -640,36 +641,6 @@ fn first_entry(system_prompt: Option<&str>, config: RequestConfig, history: &[It
         forked_from: None,
         compacted_from: None,
     }
-}
-
-/// [`user_item_text`] of a logged item.
-pub(super) fn user_text(item: &LoggedItem) -> Option<String> {
-    let user = |item: &crate::schema::LoggedCoreItem| {
-        matches!(
-            item,
-            crate::schema::LoggedItemOf::Message {
-                role: crate::schema::LoggedRole::User,
-                ..
-            }
-        )
-    };
-    match item {
-        LoggedItem::Message {
-            role: crate::schema::LoggedRole::User,
-            ..
-        } => user_item_text(&item.clone().into_item()),
-        LoggedItem::Extended(e) if user(&e.item) => user_item_text(&item.clone().into_item()),
-        _ => None,
-    }
-}
-
-/// The text of a user message that has some, as the title takes it.
-pub(super) fn user_item_text(item: &Item) -> Option<String> {
-    if !item.is_user_message() {
-        return None;
-    }
-    let t = item.text()?;
-    (!t.trim().is_empty()).then_some(t)
 }
 
 /// The parent a new session's entries fork by reference, if they do.
