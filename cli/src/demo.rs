@@ -84,19 +84,7 @@ impl Rng {
 /// the user's), else in a fresh temporary directory.
 pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     let temporary = root.is_none();
-    let root = match root {
-        Some(r) => {
-            crate::open_store(&Some(r.clone()))?.close()?;
-            r.clone()
-        }
-        None => tempfile::Builder::new()
-            .prefix("session-store-demo-")
-            // Private like every store: session logs hold credentials.
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()
-            .context("creating a temporary directory")?
-            .keep(),
-    };
+    let root = demo_root(root)?;
     let mut out = crate::out::Stdout;
     writeln!(out, "store: {}", root.display())?;
     let store = Store::open(&root)?;
@@ -108,27 +96,12 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
     // Restore and check everything, through a fresh store.
     let store = Store::open(&root)?;
     let started = Instant::now();
-    let mut restored_items = 0u64;
-    for &id in &w.ids {
-        let state = store.restore(id)?;
-        let problems = state.check();
-        ensure!(
-            problems.is_empty(),
-            "session {id} is not ready to send: {problems:?}"
-        );
-        restored_items += state.history.len() as u64;
-    }
+    let restored_items = restore_all(&store, &w.ids)?;
     let restore_secs = started.elapsed().as_secs_f64();
     store.close()?;
 
     let started = Instant::now();
-    let (mut verified, mut verified_bytes) = (0u64, 0u64);
-    for &id in &w.ids {
-        let report = Log::open_read_only(store.session_dir(id))?.verify();
-        ensure!(report.damage.is_none(), "session {id}: {:?}", report.damage);
-        verified += report.records;
-        verified_bytes += report.bytes;
-    }
+    let (verified, verified_bytes) = verify_all(&store, &w.ids)?;
     let verify_secs = started.elapsed().as_secs_f64();
 
     let listed = store.list()?;
@@ -194,6 +167,53 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The demo's store: `root`, opened once so that it exists, or a fresh
+/// temporary directory.
+fn demo_root(root: &Option<PathBuf>) -> Result<PathBuf> {
+    Ok(match root {
+        Some(r) => {
+            crate::open_store(&Some(r.clone()))?.close()?;
+            r.clone()
+        }
+        None => tempfile::Builder::new()
+            .prefix("session-store-demo-")
+            // Private like every store: session logs hold credentials.
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .tempdir()
+            .context("creating a temporary directory")?
+            .keep(),
+    })
+}
+
+/// Restores every session and checks that it is ready to send; returns the
+/// live items restored.
+fn restore_all(store: &Store, ids: &[SessionId]) -> Result<u64> {
+    let mut restored_items = 0u64;
+    for &id in ids {
+        let state = store.restore(id)?;
+        let problems = state.check();
+        ensure!(
+            problems.is_empty(),
+            "session {id} is not ready to send: {problems:?}"
+        );
+        restored_items += state.history.len() as u64;
+    }
+    Ok(restored_items)
+}
+
+/// Verifies every session's log read-only; returns the records and bytes
+/// checked.
+fn verify_all(store: &Store, ids: &[SessionId]) -> Result<(u64, u64)> {
+    let (mut verified, mut verified_bytes) = (0u64, 0u64);
+    for &id in ids {
+        let report = Log::open_read_only(store.session_dir(id))?.verify();
+        ensure!(report.damage.is_none(), "session {id}: {:?}", report.damage);
+        verified += report.records;
+        verified_bytes += report.bytes;
+    }
+    Ok((verified, verified_bytes))
 }
 
 /// What the demo's writing phase did.

@@ -92,26 +92,7 @@ fn env_root(var: &str) -> Option<PathBuf> {
 }
 
 pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
-    let mut service = HistoryService::with_default_readers();
-    let (name, a, agent) = match a.source {
-        Source::Agy(a) => ("agy", a, None),
-        Source::Claude(c) => {
-            if c.common.home.is_none() {
-                if let Some(dir) = env_root("CLAUDE_CONFIG_DIR") {
-                    service.register(Box::new(ClaudeReader::with_root(dir)));
-                }
-            }
-            ("claude", c.common, c.agent)
-        }
-        Source::Codex(a) => {
-            if a.home.is_none() {
-                if let Some(dir) = env_root("CODEX_HOME") {
-                    service.register(Box::new(CodexReader::with_root(dir)));
-                }
-            }
-            ("codex", a, None)
-        }
-    };
+    let (service, name, a, agent) = service_for(a.source);
     let home = a
         .home
         .clone()
@@ -142,32 +123,74 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
         (None, Discovery::NotFound(reason)) => return not_found(&reason),
     };
     let transcript = match name {
-        "claude" => {
-            let session = if agent.is_some() || a.verbose {
-                ClaudeSession::read_with_subagents(&path)?
-            } else {
-                ClaudeSession::read(&path)?
-            };
-            if a.verbose && !session.sidechains.is_empty() {
-                let agents: Vec<&str> = session.sidechains.keys().map(String::as_str).collect();
-                eprintln!("subagents (--agent): {}", agents.join(", "));
-            }
-            match agent {
-                None => Transcript::Claude(Box::new(session.main), None),
-                Some(agent) => match session.sidechains.get(&agent) {
-                    Some(t) => Transcript::Claude(Box::new(t.clone()), Some(agent)),
-                    None => {
-                        let reason = format!("no subagent {agent:?} in {}", path.display());
-                        return not_found(&reason);
-                    }
-                },
-            }
-        }
+        "claude" => match read_claude(&path, agent, a.verbose)? {
+            Ok(transcript) => transcript,
+            Err(reason) => return not_found(&reason),
+        },
         _ => Transcript::Service(&service, name, &path),
     };
     if a.verbose {
         print_stats(&path, &transcript.stats()?);
     }
+    write_transcript(root, &a, &transcript)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The history service, with the tool's reader rooted at the tool's own
+/// variable when there is no `--home`; the tool's name, its arguments and
+/// the subagent asked for.
+fn service_for(source: Source) -> (HistoryService, &'static str, CommonArgs, Option<String>) {
+    let mut service = HistoryService::with_default_readers();
+    let (name, a, agent) = match source {
+        Source::Agy(a) => ("agy", a, None),
+        Source::Claude(c) => {
+            if c.common.home.is_none() {
+                if let Some(dir) = env_root("CLAUDE_CONFIG_DIR") {
+                    service.register(Box::new(ClaudeReader::with_root(dir)));
+                }
+            }
+            ("claude", c.common, c.agent)
+        }
+        Source::Codex(a) => {
+            if a.home.is_none() {
+                if let Some(dir) = env_root("CODEX_HOME") {
+                    service.register(Box::new(CodexReader::with_root(dir)));
+                }
+            }
+            ("codex", a, None)
+        }
+    };
+    (service, name, a, agent)
+}
+
+/// Claude Code's main transcript at `path`, or its subagent `agent`'s;
+/// `Err` with the reason when there is no such subagent.
+fn read_claude(
+    path: &Path,
+    agent: Option<String>,
+    verbose: bool,
+) -> Result<std::result::Result<Transcript<'static>, String>> {
+    let session = if agent.is_some() || verbose {
+        ClaudeSession::read_with_subagents(path)?
+    } else {
+        ClaudeSession::read(path)?
+    };
+    if verbose && !session.sidechains.is_empty() {
+        let agents: Vec<&str> = session.sidechains.keys().map(String::as_str).collect();
+        eprintln!("subagents (--agent): {}", agents.join(", "));
+    }
+    Ok(match agent {
+        None => Ok(Transcript::Claude(Box::new(session.main), None)),
+        Some(agent) => match session.sidechains.get(&agent) {
+            Some(t) => Ok(Transcript::Claude(Box::new(t.clone()), Some(agent))),
+            None => Err(format!("no subagent {agent:?} in {}", path.display())),
+        },
+    })
+}
+
+/// Imports the transcript and prints the session to resume, or prints its
+/// compact summary, or its messages (as JSON lines or as text).
+fn write_transcript(root: &Option<PathBuf>, a: &CommonArgs, transcript: &Transcript) -> Result<()> {
     let mut out = crate::out::Stdout;
     if a.import {
         let import = transcript.import()?;
@@ -198,7 +221,7 @@ pub fn run(root: &Option<PathBuf>, a: Args) -> Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// A discovered transcript, read through the service or, for Claude Code's

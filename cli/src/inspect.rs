@@ -141,159 +141,16 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
     open_reader(&store, id)?;
     // Through the store: a fork's history starts in its parent's log.
     let state = store.restore(id)?;
-    let color = std::io::stdout().is_terminal();
-    let paint = |code: &str, s: &str| {
-        if color {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
+    let how = Show {
+        color: std::io::stdout().is_terminal(),
+        full: a.full,
     };
     let mut out = crate::out::Stdout;
     if let Some(p) = &state.system_prompt {
-        writeln!(out, "{} {}", paint("2", "system:"), cut(p, a.full))?;
+        writeln!(out, "{} {}", how.paint("2", "system:"), how.cut(p))?;
     }
     for item in &state.history {
-        match item {
-            Item::Message { role, content, .. } => {
-                let (label, code) = match role {
-                    session_store::Role::User => ("user:", "1;32"),
-                    session_store::Role::Assistant => ("assistant:", "1;34"),
-                    session_store::Role::System => ("system:", "2"),
-                    session_store::Role::Developer => ("developer:", "2"),
-                };
-                let text: Vec<String> = content
-                    .iter()
-                    .map(|p| match p {
-                        ContentPart::Text { text } | ContentPart::OutputText { text, .. } => {
-                            text.clone()
-                        }
-                        ContentPart::Refusal { refusal } => format!("[refusal] {refusal}"),
-                        ContentPart::InputImage { .. } => "[image]".into(),
-                        ContentPart::InputFile { filename, .. } => match filename {
-                            Some(name) => format!("[file {name}]"),
-                            None => "[file]".into(),
-                        },
-                        ContentPart::InputAudio { .. } => "[audio]".into(),
-                        ContentPart::Opaque { json } => format!("[{}]", json_type(json)),
-                    })
-                    .collect();
-                writeln!(
-                    out,
-                    "{} {}",
-                    paint(code, label),
-                    cut(&text.join(""), a.full)
-                )?;
-            }
-            Item::ToolCall {
-                call_id,
-                name,
-                arguments,
-                ..
-            } => {
-                writeln!(
-                    out,
-                    "{} {name}({}) [{call_id}]",
-                    paint("1;33", "tool call:"),
-                    cut(arguments, a.full)
-                )?;
-            }
-            Item::ToolResult {
-                call_id,
-                summary,
-                content,
-                ..
-            } => {
-                writeln!(
-                    out,
-                    "{} [{call_id}] {}",
-                    paint("33", "tool result:"),
-                    cut(summary, a.full)
-                )?;
-                if let Some(c) = content {
-                    writeln!(out, "  {}", cut(c, a.full).replace('\n', "\n  "))?;
-                }
-            }
-            Item::CustomToolCall {
-                call_id,
-                name,
-                input,
-                ..
-            } => {
-                writeln!(
-                    out,
-                    "{} {name}({}) [{call_id}]",
-                    paint("1;33", "tool call:"),
-                    cut(input, a.full)
-                )?;
-            }
-            Item::ToolOutput {
-                call_id,
-                output,
-                is_error,
-                ..
-            } => {
-                let text = match output {
-                    Some(ToolOutput::Text(text)) => text.clone(),
-                    Some(ToolOutput::Parts(parts)) => format!("[{} parts]", parts.len()),
-                    None => String::new(),
-                };
-                let error = if *is_error == Some(true) {
-                    " [error]"
-                } else {
-                    ""
-                };
-                writeln!(
-                    out,
-                    "{} [{call_id}]{error} {}",
-                    paint("33", "tool result:"),
-                    cut(&text, a.full)
-                )?;
-            }
-            Item::ReasoningParts { summary, .. } => {
-                writeln!(
-                    out,
-                    "{} {}",
-                    paint("35", "reasoning:"),
-                    cut(&summary.join(" / "), a.full)
-                )?;
-            }
-            Item::Thinking { thinking, .. } => {
-                writeln!(
-                    out,
-                    "{} {}",
-                    paint("35", "thinking:"),
-                    cut(thinking, a.full)
-                )?;
-            }
-            Item::RedactedThinking { extra: _, data } => {
-                writeln!(
-                    out,
-                    "{} [redacted {} B]",
-                    paint("35", "thinking:"),
-                    data.len()
-                )?;
-            }
-            Item::Opaque { json, .. } => {
-                writeln!(out, "{} {}", paint("2", "item:"), json_type(json))?;
-            }
-            Item::Reasoning {
-                summary,
-                encrypted_content,
-                ..
-            } => {
-                let enc = encrypted_content
-                    .as_ref()
-                    .map(|e| format!(" [encrypted {} B]", e.len()))
-                    .unwrap_or_default();
-                writeln!(
-                    out,
-                    "{} {}{enc}",
-                    paint("35", "reasoning:"),
-                    cut(&summary.join(" / "), a.full)
-                )?;
-            }
-        }
+        show_item(&mut out, item, &how)?;
     }
     // Turns as the transcript holds them: a fork or a compaction starts
     // with turns of its origin, which its own turn ends do not count.
@@ -313,11 +170,158 @@ pub fn show(root: &Option<PathBuf>, a: ShowArgs) -> Result<ExitCode> {
     writeln!(
         out,
         "{} {}, interrupted: {}",
-        paint("2", "--"),
+        how.paint("2", "--"),
         count(turns.max(state.turn_count), "turn"),
         state.last_run_interrupted
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How `show` writes: in color on a terminal, long texts cut unless `full`.
+struct Show {
+    color: bool,
+    full: bool,
+}
+
+impl Show {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+
+    fn cut(&self, text: &str) -> String {
+        cut(text, self.full)
+    }
+}
+
+/// One item of `show`, as a line (a tool result's content indented below).
+fn show_item(out: &mut dyn Write, item: &Item, how: &Show) -> std::io::Result<()> {
+    match item {
+        Item::Message { role, content, .. } => {
+            let (label, code) = match role {
+                session_store::Role::User => ("user:", "1;32"),
+                session_store::Role::Assistant => ("assistant:", "1;34"),
+                session_store::Role::System => ("system:", "2"),
+                session_store::Role::Developer => ("developer:", "2"),
+            };
+            let text: Vec<String> = content.iter().map(part_summary).collect();
+            writeln!(
+                out,
+                "{} {}",
+                how.paint(code, label),
+                how.cut(&text.join(""))
+            )
+        }
+        Item::ToolCall { .. }
+        | Item::CustomToolCall { .. }
+        | Item::ToolResult { .. }
+        | Item::ToolOutput { .. } => show_tool_item(out, item, how),
+        Item::Reasoning { .. }
+        | Item::ReasoningParts { .. }
+        | Item::Thinking { .. }
+        | Item::RedactedThinking { .. } => show_reasoning(out, item, how),
+        Item::Opaque { json, .. } => {
+            writeln!(out, "{} {}", how.paint("2", "item:"), json_type(json))
+        }
+    }
+}
+
+/// A content part of a message as `show` gives it: its text, or what it is.
+fn part_summary(part: &ContentPart) -> String {
+    match part {
+        ContentPart::Text { text } | ContentPart::OutputText { text, .. } => text.clone(),
+        ContentPart::Refusal { refusal } => format!("[refusal] {refusal}"),
+        ContentPart::InputImage { .. } => "[image]".into(),
+        ContentPart::InputFile { filename, .. } => match filename {
+            Some(name) => format!("[file {name}]"),
+            None => "[file]".into(),
+        },
+        ContentPart::InputAudio { .. } => "[audio]".into(),
+        ContentPart::Opaque { json } => format!("[{}]", json_type(json)),
+    }
+}
+
+/// [`show_item`] of a tool call or a tool's result.
+fn show_tool_item(out: &mut dyn Write, item: &Item, how: &Show) -> std::io::Result<()> {
+    let call = how.paint("1;33", "tool call:");
+    let result = how.paint("33", "tool result:");
+    match item {
+        Item::ToolCall {
+            call_id,
+            name,
+            arguments: input,
+            ..
+        }
+        | Item::CustomToolCall {
+            call_id,
+            name,
+            input,
+            ..
+        } => writeln!(out, "{call} {name}({}) [{call_id}]", how.cut(input)),
+        Item::ToolResult {
+            call_id,
+            summary,
+            content,
+            ..
+        } => {
+            writeln!(out, "{result} [{call_id}] {}", how.cut(summary))?;
+            if let Some(c) = content {
+                writeln!(out, "  {}", how.cut(c).replace('\n', "\n  "))?;
+            }
+            Ok(())
+        }
+        Item::ToolOutput {
+            call_id,
+            output,
+            is_error,
+            ..
+        } => {
+            let text = match output {
+                Some(ToolOutput::Text(text)) => text.clone(),
+                Some(ToolOutput::Parts(parts)) => format!("[{} parts]", parts.len()),
+                None => String::new(),
+            };
+            let error = if *is_error == Some(true) {
+                " [error]"
+            } else {
+                ""
+            };
+            writeln!(out, "{result} [{call_id}]{error} {}", how.cut(&text))
+        }
+        _ => unreachable!("show_item gives show_tool_item only tool calls and results"),
+    }
+}
+
+/// [`show_item`] of reasoning or thinking.
+fn show_reasoning(out: &mut dyn Write, item: &Item, how: &Show) -> std::io::Result<()> {
+    let reasoning = how.paint("35", "reasoning:");
+    let thinking = how.paint("35", "thinking:");
+    match item {
+        Item::ReasoningParts { summary, .. } => {
+            writeln!(out, "{reasoning} {}", how.cut(&summary.join(" / ")))
+        }
+        Item::Reasoning {
+            summary,
+            encrypted_content,
+            ..
+        } => {
+            let enc = encrypted_content
+                .as_ref()
+                .map(|e| format!(" [encrypted {} B]", e.len()))
+                .unwrap_or_default();
+            writeln!(out, "{reasoning} {}{enc}", how.cut(&summary.join(" / ")))
+        }
+        Item::Thinking { thinking: text, .. } => {
+            writeln!(out, "{thinking} {}", how.cut(text))
+        }
+        Item::RedactedThinking { extra: _, data } => {
+            writeln!(out, "{thinking} [redacted {} B]", data.len())
+        }
+        _ => unreachable!("show_item gives show_reasoning only reasoning and thinking"),
+    }
 }
 
 pub fn stat(root: &Option<PathBuf>, a: StatArgs) -> Result<ExitCode> {

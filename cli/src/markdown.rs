@@ -54,142 +54,155 @@ fn write_entry(
     seq: u64,
     entry: &LogEntry,
 ) -> std::io::Result<()> {
-    let Place { turn, starts } = place;
-    {
-        match entry {
-            LogEntry::SessionStart {
-                system_prompt,
-                config,
-                history,
-                forked_from,
-                compacted_from,
-                ..
-            } => {
-                *starts += 1;
+    match entry {
+        LogEntry::SessionStart { .. } => {
+            place.starts += 1;
+            write_start(out, place.starts, id, seq, entry)
+        }
+        LogEntry::UserInput { item, .. } => {
+            place.turn += 1;
+            writeln!(out)?;
+            writeln!(out, "## Turn {}", place.turn)?;
+            write_item(out, &item.clone().into_item())
+        }
+        LogEntry::AssistantItems { items, .. }
+        | LogEntry::ToolResults { items, .. }
+        | LogEntry::HookInjectedItems { items, .. } => {
+            if matches!(entry, LogEntry::HookInjectedItems { .. }) {
                 writeln!(out)?;
-                if let Some(origin) = compacted_from {
-                    writeln!(out, "---")?;
-                    writeln!(out)?;
-                    writeln!(out, "## Compacted (entry {seq})")?;
-                    writeln!(out)?;
-                    writeln!(
-                        out,
-                        "> The history restarts here with a summary{}. The entries above stay in the log.",
-                        origin_note(origin, id)
-                    )?;
-                } else if *starts > 1 {
-                    writeln!(out, "---")?;
-                    writeln!(out)?;
-                    writeln!(out, "## History restarted (entry {seq})")?;
-                }
-                if let (Some(origin), true) = (forked_from, *starts == 1) {
-                    writeln!(
-                        out,
-                        "> Forked from session `{}` at entry `{}`.",
-                        origin.session_id,
-                        short(&origin.at_hash)
-                    )?;
-                }
-                if *starts == 1 || compacted_from.is_none() {
-                    if let Some(model) = &config.model {
-                        writeln!(out)?;
-                        writeln!(out, "Model: `{model}`.")?;
-                    }
-                    if let Some(prompt) = system_prompt {
-                        writeln!(out)?;
-                        writeln!(out, "**System prompt**")?;
-                        writeln!(out)?;
-                        write_fenced(out, prompt, "text")?;
-                    }
-                }
-                if !history.is_empty() {
-                    writeln!(out)?;
-                    let label = match (compacted_from.is_some(), forked_from.is_some()) {
-                        (true, _) => "### Summary",
-                        (false, true) => "### History of the parent",
-                        _ => "### Starting history",
-                    };
-                    writeln!(out, "{label}")?;
-                    for item in history {
-                        write_item(out, &item.clone().into_item())?;
-                    }
-                }
+                writeln!(out, "_Injected by a hook:_")?;
             }
-            LogEntry::UserInput { item, .. } => {
-                *turn += 1;
-                writeln!(out)?;
-                writeln!(out, "## Turn {turn}")?;
+            for item in items {
                 write_item(out, &item.clone().into_item())?;
             }
-            LogEntry::AssistantItems { items, .. }
-            | LogEntry::ToolResults { items, .. }
-            | LogEntry::HookInjectedItems { items, .. } => {
-                if matches!(entry, LogEntry::HookInjectedItems { .. }) {
-                    writeln!(out)?;
-                    writeln!(out, "_Injected by a hook:_")?;
-                }
-                for item in items {
-                    write_item(out, &item.clone().into_item())?;
-                }
-            }
-            LogEntry::TurnEnd { .. } => {}
-            LogEntry::LlmUsage {
-                input_total_tokens,
-                cache_read_tokens,
-                output_tokens,
-                ..
-            } => {
-                writeln!(out)?;
-                writeln!(
-                    out,
-                    "<sub>tokens: {input_total_tokens} in ({cache_read_tokens} cached), {output_tokens} out</sub>"
-                )?;
-            }
-            LogEntry::RunCompleted { interrupted, .. } => {
-                writeln!(out)?;
-                let how = if *interrupted { " (interrupted)" } else { "" };
-                writeln!(out, "_Run completed{how}._")?;
-            }
-            LogEntry::RunErrored { message, .. } => {
-                writeln!(out)?;
-                writeln!(out, "**Run failed:** {}", one_line(message))?;
-            }
-            LogEntry::ConfigChanged { config, .. } => {
-                writeln!(out)?;
-                match &config.model {
-                    Some(model) => writeln!(out, "_Settings changed: model `{model}`._")?,
-                    None => writeln!(out, "_Settings changed._")?,
-                }
-            }
-            LogEntry::Extension { domain, .. } => {
-                writeln!(out)?;
-                writeln!(out, "_Extension data: `{domain}`._")?;
-            }
-            LogEntry::ItemsRemoved { count, .. } => {
-                writeln!(out)?;
-                writeln!(
-                    out,
-                    "_The last {count} item(s) were removed from the history._"
-                )?;
-            }
-            // Exports carry a fork's inherited history in its first
-            // `session_start` instead; a log that still shows the link says so.
-            LogEntry::ForkedFrom {
-                parent,
-                parent_seq: seq,
-                parent_hash: hash,
-                ..
-            } => {
-                writeln!(out)?;
-                writeln!(
-                    out,
-                    "> Forked from session `{parent}` at entry {seq} (`{}`).",
-                    short(hash)
-                )?;
-            }
+            Ok(())
+        }
+        LogEntry::TurnEnd { .. } => Ok(()),
+        LogEntry::LlmUsage { .. }
+        | LogEntry::RunCompleted { .. }
+        | LogEntry::RunErrored { .. }
+        | LogEntry::ConfigChanged { .. }
+        | LogEntry::Extension { .. }
+        | LogEntry::ItemsRemoved { .. }
+        | LogEntry::ForkedFrom { .. } => write_note(out, entry),
+    }
+}
+
+/// Renders a `SessionStart`, the `starts`-th of the log: where the history
+/// starts or restarts, why, and what it starts with.
+fn write_start(
+    out: &mut dyn Write,
+    starts: u64,
+    id: SessionId,
+    seq: u64,
+    entry: &LogEntry,
+) -> std::io::Result<()> {
+    let LogEntry::SessionStart {
+        system_prompt,
+        config,
+        history,
+        forked_from,
+        compacted_from,
+        ..
+    } = entry
+    else {
+        unreachable!("write_entry gives write_start only a session_start");
+    };
+    writeln!(out)?;
+    if let Some(origin) = compacted_from {
+        writeln!(out, "---")?;
+        writeln!(out)?;
+        writeln!(out, "## Compacted (entry {seq})")?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "> The history restarts here with a summary{}. The entries above stay in the log.",
+            origin_note(origin, id)
+        )?;
+    } else if starts > 1 {
+        writeln!(out, "---")?;
+        writeln!(out)?;
+        writeln!(out, "## History restarted (entry {seq})")?;
+    }
+    if let (Some(origin), true) = (forked_from, starts == 1) {
+        writeln!(
+            out,
+            "> Forked from session `{}` at entry `{}`.",
+            origin.session_id,
+            short(&origin.at_hash)
+        )?;
+    }
+    if starts == 1 || compacted_from.is_none() {
+        if let Some(model) = &config.model {
+            writeln!(out)?;
+            writeln!(out, "Model: `{model}`.")?;
+        }
+        if let Some(prompt) = system_prompt {
+            writeln!(out)?;
+            writeln!(out, "**System prompt**")?;
+            writeln!(out)?;
+            write_fenced(out, prompt, "text")?;
+        }
+    }
+    if !history.is_empty() {
+        writeln!(out)?;
+        let label = match (compacted_from.is_some(), forked_from.is_some()) {
+            (true, _) => "### Summary",
+            (false, true) => "### History of the parent",
+            _ => "### Starting history",
+        };
+        writeln!(out, "{label}")?;
+        for item in history {
+            write_item(out, &item.clone().into_item())?;
         }
     }
     Ok(())
+}
+
+/// Renders an entry that is a note between the items: usage, a run's
+/// end, a change of settings, extension data, a removal, a fork's link.
+fn write_note(out: &mut dyn Write, entry: &LogEntry) -> std::io::Result<()> {
+    writeln!(out)?;
+    match entry {
+        LogEntry::LlmUsage {
+            input_total_tokens,
+            cache_read_tokens,
+            output_tokens,
+            ..
+        } => writeln!(
+            out,
+            "<sub>tokens: {input_total_tokens} in ({cache_read_tokens} cached), {output_tokens} out</sub>"
+        ),
+        LogEntry::RunCompleted { interrupted, .. } => {
+            let how = if *interrupted { " (interrupted)" } else { "" };
+            writeln!(out, "_Run completed{how}._")
+        }
+        LogEntry::RunErrored { message, .. } => {
+            writeln!(out, "**Run failed:** {}", one_line(message))
+        }
+        LogEntry::ConfigChanged { config, .. } => match &config.model {
+            Some(model) => writeln!(out, "_Settings changed: model `{model}`._"),
+            None => writeln!(out, "_Settings changed._"),
+        },
+        LogEntry::Extension { domain, .. } => writeln!(out, "_Extension data: `{domain}`._"),
+        LogEntry::ItemsRemoved { count, .. } => writeln!(
+            out,
+            "_The last {count} item(s) were removed from the history._"
+        ),
+        // Exports carry a fork's inherited history in its first
+        // `session_start` instead; a log that still shows the link says so.
+        LogEntry::ForkedFrom {
+            parent,
+            parent_seq: seq,
+            parent_hash: hash,
+            ..
+        } => writeln!(
+            out,
+            "> Forked from session `{parent}` at entry {seq} (`{}`).",
+            short(hash)
+        ),
+        _ => unreachable!("write_entry gives write_note only notes"),
+    }
 }
 
 fn origin_note(origin: &SessionOrigin, id: SessionId) -> String {
@@ -292,6 +305,7 @@ fn part_text(part: &ContentPart) -> String {
     }
 }
 
+/// Renders one item.
 fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
     match item {
         Item::Message { role, content, .. } => {
@@ -307,6 +321,27 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
             writeln!(out)?;
             writeln!(out, "{}", text.join("\n\n").trim_end())
         }
+        Item::ToolCall { .. }
+        | Item::CustomToolCall { .. }
+        | Item::ToolResult { .. }
+        | Item::ToolOutput { .. } => write_tool_item(out, item),
+        Item::Reasoning { .. }
+        | Item::ReasoningParts { .. }
+        | Item::Thinking { .. }
+        | Item::RedactedThinking { .. } => write_reasoning(out, item),
+        Item::Opaque { json, .. } => {
+            writeln!(out)?;
+            writeln!(out, "_Provider item `{}`:_", json_type(json))?;
+            writeln!(out)?;
+            let (pretty, lang) = pretty_json(json.as_str());
+            write_fenced(out, &pretty, lang)
+        }
+    }
+}
+
+/// [`write_item`] of a tool call, with its arguments, or a tool's result.
+fn write_tool_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
+    match item {
         Item::ToolCall {
             call_id,
             name,
@@ -359,6 +394,14 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
             };
             write_result(out, result_labels(what, call_id), &text)
         }
+        _ => unreachable!("write_item gives write_tool_item only tool calls and results"),
+    }
+}
+
+/// [`write_item`] of reasoning (its summary) or thinking (folded).
+fn write_reasoning(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
+    writeln!(out)?;
+    match item {
         Item::Reasoning {
             summary,
             encrypted_content,
@@ -369,7 +412,6 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
             encrypted_content,
             ..
         } => {
-            writeln!(out)?;
             let encrypted = encrypted_content
                 .as_ref()
                 .map(|e| format!(" (encrypted reasoning kept, {} bytes)", e.len()))
@@ -388,7 +430,6 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
             }
         }
         Item::Thinking { thinking, .. } => {
-            writeln!(out)?;
             writeln!(out, "<details><summary>Thinking</summary>")?;
             writeln!(out)?;
             write_fenced(out, thinking, "text")?;
@@ -396,15 +437,8 @@ fn write_item(out: &mut dyn Write, item: &Item) -> std::io::Result<()> {
             writeln!(out, "</details>")
         }
         Item::RedactedThinking { extra: _, data } => {
-            writeln!(out)?;
             writeln!(out, "_Redacted thinking ({} bytes, kept)._", data.len())
         }
-        Item::Opaque { json, .. } => {
-            writeln!(out)?;
-            writeln!(out, "_Provider item `{}`:_", json_type(json))?;
-            writeln!(out)?;
-            let (pretty, lang) = pretty_json(json.as_str());
-            write_fenced(out, &pretty, lang)
-        }
+        _ => unreachable!("write_item gives write_reasoning only reasoning and thinking"),
     }
 }

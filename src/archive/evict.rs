@@ -3,7 +3,7 @@
 //! record of what was removed (`evicted.json`); and the fetch-back that
 //! places them again, checked, before a read that reaches them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -11,11 +11,13 @@ use futures_util::{StreamExt, TryStreamExt};
 use super::check::check_object;
 use super::payloads::{refs_in_ranges, refs_of_images};
 use super::segment_bytes::{content_hash, read_prefix};
-use super::{archive_err, hex, Archive, ArchivedSegment, ObjectKind, CONCURRENT_TRANSFERS};
+use super::{
+    archive_err, hex, Archive, ArchivedSegment, Manifest, ObjectKind, CONCURRENT_TRANSFERS,
+};
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, HookedFile};
 use crate::log::evicted::{self, EvictedRecord, EvictedSegment};
-use crate::log::SealedSegment;
+use crate::log::{Archivable, SealedSegment};
 use crate::schema::{LoggedPayloadRef, SessionId};
 use crate::segment::segment_name;
 use crate::store::{FetchBack, Store};
@@ -95,43 +97,18 @@ impl Archive {
         })?;
         let active = log.segment_paths().pop();
         let local = snap.archivable();
-        let mut picks: Vec<(SealedSegment, ArchivedSegment)> = Vec::new();
-        let mut next = snap.first_seq();
-        for s in &local.sealed {
-            let name = segment_name(s.first_seq);
-            if s.first_seq != next || Some(&s.path) == active.as_ref() {
-                break;
-            }
-            if s.last_seq >= restore_from {
-                report.kept = Some(format!(
-                    "{name} and after: restore reads from the last SessionStart (seq {restore_from})"
-                ));
-                break;
-            }
-            let Some(a) = manifest
-                .segments
-                .iter()
-                .find(|a| a.first_seq == s.first_seq)
-            else {
-                report.kept = Some(format!("{name} and after: not archived yet"));
-                break;
-            };
-            let same = (a.last_seq, a.start_hash, a.last_hash, a.len_bytes)
-                == (s.last_seq, s.start_hash, s.last_hash, s.len_bytes);
-            if !same {
-                return Err(Error::Archive {
-                    object: a.object.clone(),
-                    reason: format!(
-                        "the manifest's entry differs from the local {name}: not evicted"
-                    ),
-                });
-            }
-            picks.push((s.clone(), a.clone()));
-            next = s.last_seq + 1;
-        }
+        let (picks, kept) = pick_segments(
+            &local,
+            snap.first_seq(),
+            active.as_ref(),
+            restore_from,
+            &manifest,
+        )?;
+        report.kept = kept;
         let Some((last, _)) = picks.last() else {
             return Ok(report);
         };
+        let next = last.last_seq + 1;
         // The log's first records may be where the catalog leaves the
         // title: the file holds it, durably, before they go.
         handle.keep_title_in_file()?;
@@ -149,21 +126,7 @@ impl Archive {
         // that a crash leaves the local segments a contiguous suffix.
         let dir = store.session_dir(id);
         let log_id = snap.log_id().expect("a log with sealed segments has an id");
-        let mut record = evicted::read(&dir)?.unwrap_or_else(|| EvictedRecord::new(&log_id));
-        let first_pick = picks[0].0.first_seq;
-        record.segments.retain(|s| s.first_seq < first_pick);
-        for ((s, a), content_hash) in picks.iter().zip(hashes) {
-            record.segments.push(EvictedSegment {
-                name: segment_name(s.first_seq),
-                first_seq: s.first_seq,
-                last_seq: s.last_seq,
-                start_hash: s.start_hash,
-                last_hash: s.last_hash,
-                len_bytes: s.len_bytes,
-                content_hash,
-                object: a.object.clone(),
-            });
-        }
+        let record = record_with(&dir, &log_id, &picks, hashes)?;
         let hook = store.hook();
         evicted::write(&dir, &record, hook)?;
         for (s, _) in &picks {
@@ -412,4 +375,81 @@ impl Store {
     pub fn evicted_segments(&self, id: SessionId) -> Result<Vec<EvictedSegment>> {
         Ok(evicted::read(&self.session_dir(id))?.map_or_else(Vec::new, |r| r.segments))
     }
+}
+
+/// A segment an eviction takes, with the manifest's entry for it.
+type Pick = (SealedSegment, ArchivedSegment);
+
+/// The sealed segments an eviction takes, oldest first, each with the
+/// manifest's entry for it: the contiguous run from the log's first local
+/// segment (`first_seq`) that the manifest names as they are here, below
+/// the segment of `restore_from` and never the `active` one. With the
+/// report's reason for keeping the next segment, when it is that restore
+/// reads it or that it is not archived yet.
+fn pick_segments(
+    local: &Archivable,
+    first_seq: u64,
+    active: Option<&PathBuf>,
+    restore_from: u64,
+    manifest: &Manifest,
+) -> Result<(Vec<Pick>, Option<String>)> {
+    let mut picks = Vec::new();
+    let mut next = first_seq;
+    for s in &local.sealed {
+        let name = segment_name(s.first_seq);
+        if s.first_seq != next || Some(&s.path) == active {
+            break;
+        }
+        if s.last_seq >= restore_from {
+            let why = format!(
+                "{name} and after: restore reads from the last SessionStart (seq {restore_from})"
+            );
+            return Ok((picks, Some(why)));
+        }
+        let Some(a) = manifest
+            .segments
+            .iter()
+            .find(|a| a.first_seq == s.first_seq)
+        else {
+            return Ok((picks, Some(format!("{name} and after: not archived yet"))));
+        };
+        let same = (a.last_seq, a.start_hash, a.last_hash, a.len_bytes)
+            == (s.last_seq, s.start_hash, s.last_hash, s.len_bytes);
+        if !same {
+            return Err(Error::Archive {
+                object: a.object.clone(),
+                reason: format!("the manifest's entry differs from the local {name}: not evicted"),
+            });
+        }
+        picks.push((s.clone(), a.clone()));
+        next = s.last_seq + 1;
+    }
+    Ok((picks, None))
+}
+
+/// The session's record of evicted segments (`evicted.json` in `dir`, or a
+/// new one) with `picks` in place of what it held from their first seq on;
+/// `hashes` are their content hashes, in order.
+fn record_with(
+    dir: &Path,
+    log_id: &[u8; 16],
+    picks: &[Pick],
+    hashes: Vec<String>,
+) -> Result<EvictedRecord> {
+    let mut record = evicted::read(dir)?.unwrap_or_else(|| EvictedRecord::new(log_id));
+    let first_pick = picks[0].0.first_seq;
+    record.segments.retain(|s| s.first_seq < first_pick);
+    for ((s, a), content_hash) in picks.iter().zip(hashes) {
+        record.segments.push(EvictedSegment {
+            name: segment_name(s.first_seq),
+            first_seq: s.first_seq,
+            last_seq: s.last_seq,
+            start_hash: s.start_hash,
+            last_hash: s.last_hash,
+            len_bytes: s.len_bytes,
+            content_hash,
+            object: a.object.clone(),
+        });
+    }
+    Ok(record)
 }

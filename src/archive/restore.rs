@@ -321,6 +321,30 @@ impl Archive {
         log_id: &str,
         progress: &(dyn Fn(Transfer) + Send + Sync),
     ) -> Result<Fetched> {
+        let (mut staged, downloaded) = self.stage_objects(plan, staging, progress)?;
+        check_continuity(&staged, log_id)?;
+        let objects = staged.len();
+        let head = cut_staged(&mut staged, point)?;
+        // Only what the records up to the cut name.
+        let refs = refs_of_images(staged.iter().map(|s| s.checked.payloads.as_slice()), head.0);
+        Ok(Fetched {
+            head,
+            downloaded,
+            objects,
+            refs,
+        })
+    }
+
+    /// Downloads every object of `plan`, `CONCURRENT_TRANSFERS` at a time,
+    /// checks each alone (off the runtime's workers) and writes it into
+    /// `staging`, telling `progress` as bytes come down. Returns the staged
+    /// objects in plan order, and the bytes downloaded.
+    fn stage_objects(
+        &self,
+        plan: &[(ObjectPath, ObjectKind, u64)],
+        staging: &Path,
+        progress: &(dyn Fn(Transfer) + Send + Sync),
+    ) -> Result<(Vec<Staged>, u64)> {
         let total_bytes = plan.iter().map(|(_, _, n)| n).sum();
         let done = AtomicU64::new(0);
         progress(Transfer {
@@ -340,24 +364,14 @@ impl Archive {
                         let bytes = self.get_bytes(&object).await?;
                         let len = bytes.len() as u64;
                         let dir = staging.to_path_buf();
-                        let name = object.clone();
                         let busy = Writing::enter(writing);
                         // The scan is CPU work: off the runtime's workers.
-                        let staged = tokio::task::spawn_blocking(move || {
-                            let _busy = busy;
-                            let checked =
-                                check_object(&bytes, kind).map_err(|(offset, seq, k)| {
-                                    let at = seq.map_or(String::new(), |s| format!(", seq {s}"));
-                                    archive_err(&name, format!("{k} at offset {offset}{at}"))
-                                })?;
-                            let file = dir.join(segment_name(kind.first_seq()));
-                            write_file(&file, &bytes, None)?;
-                            Ok::<_, Error>(Staged {
-                                object: name,
-                                kind,
-                                checked,
-                                file,
-                            })
+                        let staged = tokio::task::spawn_blocking({
+                            let object = object.clone();
+                            move || {
+                                let _busy = busy;
+                                stage_object(&bytes, object, kind, &dir)
+                            }
                         })
                         .await
                         .map_err(|e| archive_err(&object, format!("check failed: {e}")))??;
@@ -375,69 +389,86 @@ impl Archive {
         if staged.is_err() {
             writing.wait_until_idle();
         }
-        let mut staged = staged?;
-        // In order: each object continues the one before.
-        let first_log_id = staged[0].checked.header.log_id;
-        if hex(&first_log_id) != log_id {
-            return Err(archive_err(
-                &staged[0].object,
-                format!(
-                    "belongs to log {}, the manifest names {log_id}",
-                    hex(&first_log_id)
-                ),
-            ));
+        Ok((staged?, done.load(Ordering::Relaxed)))
+    }
+}
+
+/// Checks one downloaded object alone and writes it into `dir` under its
+/// segment name.
+fn stage_object(bytes: &[u8], object: ObjectPath, kind: ObjectKind, dir: &Path) -> Result<Staged> {
+    let checked = check_object(bytes, kind).map_err(|(offset, seq, k)| {
+        let at = seq.map_or(String::new(), |s| format!(", seq {s}"));
+        archive_err(&object, format!("{k} at offset {offset}{at}"))
+    })?;
+    let file = dir.join(segment_name(kind.first_seq()));
+    write_file(&file, bytes, None)?;
+    Ok(Staged {
+        object,
+        kind,
+        checked,
+        file,
+    })
+}
+
+/// Checks that the staged objects, in order, are of the log the manifest
+/// names and each continues the one before.
+fn check_continuity(staged: &[Staged], log_id: &str) -> Result<()> {
+    let first_log_id = staged[0].checked.header.log_id;
+    if hex(&first_log_id) != log_id {
+        return Err(archive_err(
+            &staged[0].object,
+            format!(
+                "belongs to log {}, the manifest names {log_id}",
+                hex(&first_log_id)
+            ),
+        ));
+    }
+    let mut expect = None;
+    for s in staged {
+        continues(&s.checked.header, &first_log_id, expect)
+            .map_err(|k| archive_err(&s.object, format!("{k} at its header")))?;
+        expect = Some((s.checked.next_seq, s.checked.last_hash));
+    }
+    Ok(())
+}
+
+/// The cut: finds the object and record `point` names, removes the staged
+/// objects past it, and leaves the last one ending there. Returns the seq
+/// and hash of the restored log's last record.
+fn cut_staged(staged: &mut Vec<Staged>, point: RestorePoint) -> Result<(u64, EntryHash)> {
+    match point {
+        RestorePoint::Latest => {
+            let last = staged.last().expect("a plan is never empty");
+            if last.kind.is_tail() {
+                rewrite_unsealed(last, last.checked.data_end)?;
+            }
+            Ok((last.checked.next_seq - 1, last.checked.last_hash))
         }
-        let mut expect = None;
-        for s in &staged {
-            continues(&s.checked.header, &first_log_id, expect)
-                .map_err(|k| archive_err(&s.object, format!("{k} at its header")))?;
-            expect = Some((s.checked.next_seq, s.checked.last_hash));
+        RestorePoint::Seq(seq) => {
+            let last = staged.last().expect("a plan is never empty");
+            cut_at(last, |s, _| s == seq)
         }
-        let downloaded = done.load(Ordering::Relaxed);
-        let objects = staged.len();
-        // The cut: find the object and record the point names.
-        let head = match point {
-            RestorePoint::Latest => {
-                let last = staged.last().expect("a plan is never empty");
-                if last.kind.is_tail() {
-                    rewrite_unsealed(last, last.checked.data_end)?;
+        RestorePoint::Hash(hash) => {
+            let mut found = None;
+            for (i, s) in staged.iter().enumerate() {
+                let bytes = read_prefix(&s.file, s.checked.data_end)?;
+                if find_cut(&bytes, &s.checked.header, s.checked.data_end, |_, h| {
+                    *h == hash
+                })
+                .is_some()
+                {
+                    found = Some(i);
+                    break;
                 }
-                (last.checked.next_seq - 1, last.checked.last_hash)
             }
-            RestorePoint::Seq(seq) => {
-                let last = staged.last().expect("a plan is never empty");
-                cut_at(last, |s, _| s == seq)?
+            let Some(i) = found else {
+                return Err(Error::not_found(format!("entry {hash} in the archive")));
+            };
+            for s in staged.drain(i + 1..) {
+                hooked_fs::remove_file(&s.file, &None)?;
             }
-            RestorePoint::Hash(hash) => {
-                let mut found = None;
-                for (i, s) in staged.iter().enumerate() {
-                    let bytes = read_prefix(&s.file, s.checked.data_end)?;
-                    if find_cut(&bytes, &s.checked.header, s.checked.data_end, |_, h| {
-                        *h == hash
-                    })
-                    .is_some()
-                    {
-                        found = Some(i);
-                        break;
-                    }
-                }
-                let Some(i) = found else {
-                    return Err(Error::not_found(format!("entry {hash} in the archive")));
-                };
-                for s in staged.drain(i + 1..) {
-                    hooked_fs::remove_file(&s.file, &None)?;
-                }
-                cut_at(&staged[i], |_, h| *h == hash)?
-            }
-        };
-        // Only what the records up to the cut name.
-        let refs = refs_of_images(staged.iter().map(|s| s.checked.payloads.as_slice()), head.0);
-        Ok(Fetched {
-            head,
-            downloaded,
-            objects,
-            refs,
-        })
+            cut_at(&staged[i], |_, h| *h == hash)
+        }
     }
 }
 

@@ -465,23 +465,8 @@ fn write_typed<'a, S: JsonSink<'a>>(
     state: ProviderState<'a>,
     sink: &mut S,
 ) -> Result<S::Value, S::Error> {
-    let flags = state.extra.flags_for(WireForm::Responses);
     match item.shape() {
-        Shape::Message { role, content } => {
-            let role_name = match role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-                Role::System => "system",
-                Role::Developer => "developer",
-            };
-            let obj =
-                head(sink, "message", flags & UNTYPED != 0, form, state).tag("role", role_name);
-            let obj = match content.only_text() {
-                Some(text) if flags & TEXT_CONTENT != 0 => obj.str("content", text),
-                _ => obj.with("content", |s| write_parts(s, content, Some(role))),
-            };
-            tail(obj, form, state)
-        }
+        Shape::Message { role, content } => write_message(sink, role, content, form, state),
         Shape::ToolCall {
             call_id,
             name,
@@ -558,6 +543,30 @@ fn write_typed<'a, S: JsonSink<'a>>(
             .error("type", "an Anthropic block has no Responses form")
             .into()),
     }
+}
+
+/// A message in its canonical Responses form, with the shorthands it was
+/// given in: no `type`, or its one text part as the `content` string.
+fn write_message<'a, S: JsonSink<'a>>(
+    sink: &mut S,
+    role: Role,
+    content: Parts<'a>,
+    form: Form,
+    state: ProviderState<'a>,
+) -> Result<S::Value, S::Error> {
+    let flags = state.extra.flags_for(WireForm::Responses);
+    let role_name = match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::System => "system",
+        Role::Developer => "developer",
+    };
+    let obj = head(sink, "message", flags & UNTYPED != 0, form, state).tag("role", role_name);
+    let obj = match content.only_text() {
+        Some(text) if flags & TEXT_CONTENT != 0 => obj.str("content", text),
+        _ => obj.with("content", |s| write_parts(s, content, Some(role))),
+    };
+    tail(obj, form, state)
 }
 
 fn write_reasoning<'a, S: JsonSink<'a>>(

@@ -29,6 +29,8 @@ pub use crate::fs::{IoHook, IoOp};
 pub use evicted::{EvictedRecord, EvictedSegment, EVICTED_FILE};
 #[cfg(feature = "archive")]
 pub(crate) use opening::continues;
+#[cfg(feature = "archive")]
+pub(crate) use reader::Archivable;
 pub use reader::{Iter, RecordView, Snapshot};
 pub use verify::{Damage, VerifyReport};
 pub(crate) use writer::entry_hash;

@@ -148,82 +148,12 @@ impl Log {
             hooked_fs::remove_file(&p, &hook)?;
             removed.push(p);
         }
-        // The listing stands until a salvage cut removes files (removing a
-        // preparation changes no segment).
-        let mut listed = Some(listed);
-        let mut salvaged: Option<TornTail> = None;
-        let mut opened = loop {
-            let mut paths = match listed.take() {
-                Some(paths) => paths,
-                None => list_segments(&dir)?.segments,
-            };
-            if paths.is_empty() {
-                break create_first_segment(&dir, &opts, &hook, true)?;
-            }
-            let successor = match last_roll(&paths, &hook, past_mark.map(|p| p.check))? {
-                LastRoll::Settled => None,
-                LastRoll::Holds(prev) => {
-                    // Intact, perhaps only in the page cache: make it durable
-                    // before anything is written after it, the payloads its
-                    // records name first.
-                    past_mark.map_or(Ok(()), |p| (p.sync)())?;
-                    prev.sync()?;
-                    sync_dir(&dir, &hook)?;
-                    None
-                }
-                LastRoll::Torn => paths.pop(),
-            };
-            let result = open_segments(
-                &paths,
-                true,
-                keeps_lagging_mark,
-                opts.recovery,
-                &hook,
-                PastMark {
-                    hint,
-                    payloads: past_mark,
-                },
-            );
-            if let (Ok(_), Some((_, p))) = (&result, &successor) {
-                // Nothing in it was durable: a record there is durable only
-                // once the segment before it is.
-                hooked_fs::remove_file(p, &hook)?;
-                sync_dir(&dir, &hook)?;
-                removed.push(p.clone());
-            }
-            let damage = match result {
-                Ok(o) if opts.recovery == RecoveryMode::Salvage => match verify_opened(&o) {
-                    None => break o,
-                    Some(d) => d,
-                },
-                Ok(o) => break o,
-                Err(Error::Corrupt {
-                    segment,
-                    offset,
-                    seq,
-                    kind,
-                }) if opts.recovery == RecoveryMode::Salvage => Damage {
-                    segment,
-                    offset,
-                    seq,
-                    kind,
-                },
-                Err(e) => return Err(e),
-            };
-            // Salvage: cut the log at the first bad record and try again.
-            // Every cut removes bytes, so this ends.
-            removed.extend(cut_at(&dir, &paths, &damage, &hook)?);
-            salvaged.get_or_insert(TornTail {
-                segment: damage.segment.clone(),
-                offset: damage.offset,
-                seq: damage.seq,
-                reason: damage.kind.to_string(),
-                salvaged: true,
-            });
+        let past = PastMark {
+            hint,
+            payloads: past_mark,
         };
-        if salvaged.is_some() {
-            opened.report.torn_tail = salvaged;
-        }
+        let mut opened =
+            open_recovering(&dir, &opts, listed, keeps_lagging_mark, past, &mut removed)?;
         opened.report.removed.splice(0..0, removed);
         if opened.report.changed_the_log() {
             // Best effort: the log is consistent without it, and a full
@@ -520,6 +450,88 @@ fn create_first_segment(
         log_id: Some(log_id),
         evicted: None,
     })
+}
+
+/// Opens the `listed` segments of the log in `dir` (or creates its first),
+/// recovering the last roll; in [`RecoveryMode::Salvage`], cuts the log at
+/// the first bad record and tries again, until it opens whole. The files
+/// it removes are added to `removed`.
+fn open_recovering(
+    dir: &Path,
+    opts: &LogOptions,
+    listed: Vec<(u64, PathBuf)>,
+    keeps_lagging_mark: bool,
+    past: PastMark<'_>,
+    removed: &mut Vec<PathBuf>,
+) -> Result<Opened> {
+    let hook = &opts.hook;
+    // The listing stands until a salvage cut removes files (removing a
+    // preparation changes no segment).
+    let mut listed = Some(listed);
+    let mut salvaged: Option<TornTail> = None;
+    let mut opened = loop {
+        let mut paths = match listed.take() {
+            Some(paths) => paths,
+            None => list_segments(dir)?.segments,
+        };
+        if paths.is_empty() {
+            break create_first_segment(dir, opts, hook, true)?;
+        }
+        let successor = match last_roll(&paths, hook, past.payloads.map(|p| p.check))? {
+            LastRoll::Settled => None,
+            LastRoll::Holds(prev) => {
+                // Intact, perhaps only in the page cache: make it durable
+                // before anything is written after it, the payloads its
+                // records name first.
+                past.payloads.map_or(Ok(()), |p| (p.sync)())?;
+                prev.sync()?;
+                sync_dir(dir, hook)?;
+                None
+            }
+            LastRoll::Torn => paths.pop(),
+        };
+        let result = open_segments(&paths, true, keeps_lagging_mark, opts.recovery, hook, past);
+        if let (Ok(_), Some((_, p))) = (&result, &successor) {
+            // Nothing in it was durable: a record there is durable only
+            // once the segment before it is.
+            hooked_fs::remove_file(p, hook)?;
+            sync_dir(dir, hook)?;
+            removed.push(p.clone());
+        }
+        let damage = match result {
+            Ok(o) if opts.recovery == RecoveryMode::Salvage => match verify_opened(&o) {
+                None => break o,
+                Some(d) => d,
+            },
+            Ok(o) => break o,
+            Err(Error::Corrupt {
+                segment,
+                offset,
+                seq,
+                kind,
+            }) if opts.recovery == RecoveryMode::Salvage => Damage {
+                segment,
+                offset,
+                seq,
+                kind,
+            },
+            Err(e) => return Err(e),
+        };
+        // Salvage: cut the log at the first bad record and try again.
+        // Every cut removes bytes, so this ends.
+        removed.extend(cut_at(dir, &paths, &damage, hook)?);
+        salvaged.get_or_insert(TornTail {
+            segment: damage.segment.clone(),
+            offset: damage.offset,
+            seq: damage.seq,
+            reason: damage.kind.to_string(),
+            salvaged: true,
+        });
+    };
+    if salvaged.is_some() {
+        opened.report.torn_tail = salvaged;
+    }
+    Ok(opened)
 }
 
 /// Whether the roll into the last segment may not have settled, and if so,

@@ -579,6 +579,35 @@ impl<X: ItemExtension> LoggedItemOf<X> {
                 content: runtime_parts(content),
                 status: None,
             },
+            call @ (LoggedItem::ToolCall { .. }
+            | LoggedItem::ToolResult { .. }
+            | LoggedItem::CustomToolCall { .. }
+            | LoggedItem::ToolOutput { .. }) => call.into_call_item(),
+            reasoning @ (LoggedItem::Reasoning { .. }
+            | LoggedItem::ReasoningParts { .. }
+            | LoggedItem::Thinking { .. }
+            | LoggedItem::RedactedThinking { .. }) => reasoning.into_reasoning_item(),
+            LoggedItem::Opaque { role, json } => Item::Opaque {
+                role: role.map(Into::into),
+                json,
+            },
+            // Only a reader without the store's payload area sees one: the
+            // store resolves every reference before it converts an item.
+            LoggedItem::External(r) => Item::Opaque {
+                role: None,
+                json: JsonText(format!(
+                    r#"{{"type":"session_store_payload","blake3":"{}","len":{}}}"#,
+                    crate::chain::EntryHash(r.hash),
+                    r.len
+                )),
+            },
+        }
+    }
+
+    /// [`LoggedItemOf::into_item`] of a tool call or a tool's output.
+    fn into_call_item(self) -> Item {
+        use LoggedItemOf as LoggedItem;
+        match self {
             LoggedItem::ToolCall {
                 call_id,
                 name,
@@ -601,18 +630,6 @@ impl<X: ItemExtension> LoggedItemOf<X> {
                 call_id,
                 summary,
                 content,
-            },
-            LoggedItem::Reasoning {
-                text,
-                summary,
-                encrypted_content,
-            } => Item::Reasoning {
-                extra: Default::default(),
-                id: None,
-                text,
-                summary,
-                encrypted_content,
-                status: None,
             },
             LoggedItem::CustomToolCall {
                 call_id,
@@ -643,6 +660,26 @@ impl<X: ItemExtension> LoggedItemOf<X> {
                 custom,
                 status: None,
             },
+            _ => unreachable!("into_item gives into_call_item only calls and outputs"),
+        }
+    }
+
+    /// [`LoggedItemOf::into_item`] of reasoning or thinking.
+    fn into_reasoning_item(self) -> Item {
+        use LoggedItemOf as LoggedItem;
+        match self {
+            LoggedItem::Reasoning {
+                text,
+                summary,
+                encrypted_content,
+            } => Item::Reasoning {
+                extra: Default::default(),
+                id: None,
+                text,
+                summary,
+                encrypted_content,
+                status: None,
+            },
             LoggedItem::ReasoningParts {
                 summary,
                 content,
@@ -667,20 +704,7 @@ impl<X: ItemExtension> LoggedItemOf<X> {
                 extra: Default::default(),
                 data,
             },
-            LoggedItem::Opaque { role, json } => Item::Opaque {
-                role: role.map(Into::into),
-                json,
-            },
-            // Only a reader without the store's payload area sees one: the
-            // store resolves every reference before it converts an item.
-            LoggedItem::External(r) => Item::Opaque {
-                role: None,
-                json: JsonText(format!(
-                    r#"{{"type":"session_store_payload","blake3":"{}","len":{}}}"#,
-                    crate::chain::EntryHash(r.hash),
-                    r.len
-                )),
-            },
+            _ => unreachable!("into_item gives into_reasoning_item only reasoning and thinking"),
         }
     }
 }

@@ -106,17 +106,7 @@ pub(crate) fn scan_bytes(
     mut hash: EntryHash,
     mode: ScanMode<'_>,
 ) -> Scan {
-    let mut scan = Scan {
-        end: from,
-        next_seq,
-        last_hash: hash,
-        count: 0,
-        index: Vec::new(),
-        last_session_start: None,
-        stop: None,
-        checkpoint: None,
-        trusted_reached: false,
-    };
+    let mut scan = Scan::empty(from, next_seq, hash);
     let trusted = mode
         .trusted
         .filter(|m| m.end >= from && (m.end as usize) <= bytes.len());
@@ -176,53 +166,20 @@ pub(crate) fn scan_bytes(
             #[cfg(feature = "whitebox")]
             LINKS_HASHED.with(|n| n.set(n.get() + 1));
         }
-        if h.continues && batch_open.is_none() {
-            batch_open = Some(BatchStart {
-                off,
-                next_seq,
-                count: scan.count,
-                index_len: scan.index.len(),
-                last_session_start: scan.last_session_start,
-                hash: expected_hash,
-                last_start,
-            });
-        } else if !h.continues {
+        if !h.continues {
             batch_open = None;
+        } else if batch_open.is_none() {
+            batch_open = Some(BatchStart::before(&scan, off, expected_hash, last_start));
         }
         last_start = Some((off, body_end));
-        if h.kind == EntryKind::SessionStart as u8 {
-            scan.last_session_start = Some((h.seq, off as u64));
-        }
-        if last_indexed.is_none_or(|at| off as u64 - at >= INDEX_STRIDE_BYTES) {
-            scan.index.push(IndexEntry {
-                seq: h.seq,
-                offset: off as u64,
-            });
-            last_indexed = Some(off as u64);
-        }
+        scan.count_record(&h, off, &mut last_indexed);
         next_seq += 1;
-        scan.count += 1;
         off = rec_end;
         scan.end = off as u64;
         scan.next_seq = next_seq;
     }
     if let Some(b) = batch_open {
-        // A crash cut the batch short: the scan ends before it, as a torn
-        // tail starting at its first record (whatever stopped it after).
-        scan.end = b.off as u64;
-        scan.next_seq = b.next_seq;
-        scan.count = b.count;
-        scan.index.truncate(b.index_len);
-        scan.last_session_start = b.last_session_start;
-        // The reason is the damage that stopped the scan inside the batch,
-        // if any (a record past the mark whose payload was lost, say), else
-        // that the batch ends before its last record.
-        let why = scan
-            .stop
-            .take()
-            .map_or(CorruptKind::IncompleteBatch, |(_, _, k)| k);
-        scan.stop = Some((b.off as u64, Some(b.next_seq), why));
-        scan.checkpoint = scan.checkpoint.filter(|p| p.end <= b.off as u64);
+        scan.cut_before(&b);
         last_start = b.last_start;
         match b.hash {
             Some(h) => {
@@ -239,6 +196,85 @@ pub(crate) fn scan_bytes(
         (false, Some((at, body_end))) => format::record_link(&bytes[at..body_end]),
     };
     scan
+}
+
+impl Scan {
+    /// A scan from `from` that has met no record yet.
+    fn empty(from: u64, next_seq: u64, hash: EntryHash) -> Scan {
+        Scan {
+            end: from,
+            next_seq,
+            last_hash: hash,
+            count: 0,
+            index: Vec::new(),
+            last_session_start: None,
+            stop: None,
+            checkpoint: None,
+            trusted_reached: false,
+        }
+    }
+
+    /// Counts a good record at `off`: its index entry when the last one is
+    /// `INDEX_STRIDE_BYTES` behind (`last_indexed`), and whether it is a
+    /// SessionStart.
+    fn count_record(
+        &mut self,
+        h: &format::RecordHeader,
+        off: usize,
+        last_indexed: &mut Option<u64>,
+    ) {
+        if h.kind == EntryKind::SessionStart as u8 {
+            self.last_session_start = Some((h.seq, off as u64));
+        }
+        if last_indexed.is_none_or(|at| off as u64 - at >= INDEX_STRIDE_BYTES) {
+            self.index.push(IndexEntry {
+                seq: h.seq,
+                offset: off as u64,
+            });
+            *last_indexed = Some(off as u64);
+        }
+        self.count += 1;
+    }
+
+    /// Ends the scan before a batch a crash cut short: as a torn tail
+    /// starting at its first record (whatever stopped it after).
+    fn cut_before(&mut self, b: &BatchStart) {
+        self.end = b.off as u64;
+        self.next_seq = b.next_seq;
+        self.count = b.count;
+        self.index.truncate(b.index_len);
+        self.last_session_start = b.last_session_start;
+        // The reason is the damage that stopped the scan inside the batch,
+        // if any (a record past the mark whose payload was lost, say), else
+        // that the batch ends before its last record.
+        let why = self
+            .stop
+            .take()
+            .map_or(CorruptKind::IncompleteBatch, |(_, _, k)| k);
+        self.stop = Some((b.off as u64, Some(b.next_seq), why));
+        self.checkpoint = self.checkpoint.filter(|p| p.end <= b.off as u64);
+    }
+}
+
+impl BatchStart {
+    /// The state of `scan` before the record at `off`, the first of a
+    /// batch, which chains from `hash` when that is known.
+    fn before(
+        scan: &Scan,
+        off: usize,
+        hash: Option<EntryHash>,
+        last_start: Option<(usize, usize)>,
+    ) -> BatchStart {
+        BatchStart {
+            off,
+            next_seq: scan.next_seq,
+            count: scan.count,
+            index_len: scan.index.len(),
+            last_session_start: scan.last_session_start,
+            hash,
+            last_start,
+        }
+    }
 }
 
 /// The checks of one record of a scan that expects `next_seq`, chained from

@@ -127,33 +127,7 @@ impl Store {
         exact: bool,
     ) -> Result<EntryHash> {
         self.writable()?;
-        let (history, forked_from, compacted_from) = match entries.first() {
-            Some(LogEntry::SessionStart {
-                history,
-                forked_from,
-                compacted_from,
-                ..
-            }) => (history.as_slice(), *forked_from, *compacted_from),
-            // A fork by reference (`Store::fork_at`): its history is its
-            // parent's, and so is its title.
-            Some(LogEntry::ForkedFrom {
-                parent,
-                parent_hash: hash,
-                ..
-            }) => (
-                &[][..],
-                Some(SessionOrigin {
-                    session_id: *parent,
-                    at_hash: *hash,
-                }),
-                None,
-            ),
-            _ => {
-                return Err(Error::invalid(
-                    "a session must start with a session_start entry",
-                ))
-            }
-        };
+        let (history, forked_from, compacted_from) = origin_of(entries)?;
         let dir = self.session_dir(id);
         // The refusals that need no look into `sessions/`, before anything
         // is made or locked. A retired session's id stays taken until it
@@ -199,23 +173,7 @@ impl Store {
                     Ok(head)
                 }
                 Err(e) => {
-                    // `held` keeps the lock only while `LOCK` names its
-                    // file: past the lock's move into the first segment,
-                    // the log let it go when it dropped. Cleared away
-                    // under the lock only, taken again where it is now,
-                    // so that no other creator of the id has claimed the
-                    // directory meanwhile (one that has clears what is
-                    // left at its claim).
-                    let lock_path = dir.join(LOCK_FILE);
-                    let still_held = hooked_fs::names(&lock_path, &held).unwrap_or(false);
-                    let relocked = match still_held {
-                        true => None,
-                        false => hooked_fs::lock_writer(&lock_path, self.hook()).ok(),
-                    };
-                    if still_held || relocked.is_some() {
-                        self.discard_creation(&dir);
-                    }
-                    drop(relocked);
+                    self.clear_failed_creation(&dir, &held);
                     Err(e)
                 }
             };
@@ -223,6 +181,25 @@ impl Store {
             result
         };
         self.making_room(attempt)
+    }
+
+    /// Clears away what a failed creation left in `dir`, under the lock
+    /// only. `held` keeps the lock only while `LOCK` names its file: past
+    /// the lock's move into the first segment, the log let it go when it
+    /// dropped. It is taken again where it is now, so that no other creator
+    /// of the id has claimed the directory meanwhile (one that has clears
+    /// what is left at its claim).
+    fn clear_failed_creation(&self, dir: &Path, held: &std::fs::File) {
+        let lock_path = dir.join(LOCK_FILE);
+        let still_held = hooked_fs::names(&lock_path, held).unwrap_or(false);
+        let relocked = match still_held {
+            true => None,
+            false => hooked_fs::lock_writer(&lock_path, self.hook()).ok(),
+        };
+        if still_held || relocked.is_some() {
+            self.discard_creation(dir);
+        }
+        drop(relocked);
     }
 
     /// Makes `id`'s directory (or finds it) and takes its writer lock, for
@@ -648,5 +625,37 @@ fn parent_of(entries: &[LogEntry]) -> Option<SessionId> {
     match entries.first() {
         Some(LogEntry::ForkedFrom { parent, .. }) => Some(*parent),
         _ => None,
+    }
+}
+
+/// The history, fork origin and compaction origin a session's first entry
+/// gives it. A fork by reference (`Store::fork_at`) has none of its own:
+/// its history is its parent's, and so is its title. A first entry that is
+/// neither a `SessionStart` nor a `ForkedFrom` is refused.
+fn origin_of(
+    entries: &[LogEntry],
+) -> Result<(&[LoggedItem], Option<SessionOrigin>, Option<SessionOrigin>)> {
+    match entries.first() {
+        Some(LogEntry::SessionStart {
+            history,
+            forked_from,
+            compacted_from,
+            ..
+        }) => Ok((history.as_slice(), *forked_from, *compacted_from)),
+        Some(LogEntry::ForkedFrom {
+            parent,
+            parent_hash: hash,
+            ..
+        }) => Ok((
+            &[][..],
+            Some(SessionOrigin {
+                session_id: *parent,
+                at_hash: *hash,
+            }),
+            None,
+        )),
+        _ => Err(Error::invalid(
+            "a session must start with a session_start entry",
+        )),
     }
 }

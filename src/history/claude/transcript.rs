@@ -520,6 +520,19 @@ fn build(
         stats.left_out(&l.body.kind(), l.line);
     }
     let title = title(&path, summaries);
+    let units = units_of(path);
+    let mut t = ItemTranscript::new(source.to_owned());
+    t.stats = stats;
+    t.title = title;
+    for unit in units {
+        add_unit(&mut t, unit);
+    }
+    t
+}
+
+/// The units of a path's lines, in order: a user message each, an API
+/// response's lines joined into one, and the compactions.
+fn units_of(path: Vec<&ChainLine>) -> Vec<Unit<'_>> {
     let mut units: Vec<Unit<'_>> = Vec::new();
     // Responses seen since the last compaction, by message id.
     let mut responses: HashMap<&str, usize> = HashMap::new();
@@ -598,65 +611,66 @@ fn build(
             Body::Link(_) => {}
         }
     }
-    let mut t = ItemTranscript::new(source.to_owned());
-    t.stats = stats;
-    t.title = title;
-    for unit in units {
-        let (line, items, shown, model, usage) = match unit {
-            Unit::Compaction { line, timestamp } => {
-                let timestamp = timestamp.map(str::to_owned);
-                match t.segments.as_mut_slice() {
-                    // Nothing before it survives: the transcript starts
-                    // with the compaction, and there is nothing to chain.
-                    [only] if only.items.is_empty() => {
-                        only.compaction_line = Some(line);
-                        only.compaction_timestamp = timestamp;
-                    }
-                    _ => t.compaction(line, timestamp, Vec::new()),
+    units
+}
+
+/// Converts a unit into items at the end of the transcript, or starts a
+/// segment at a compaction. A message that does not convert is counted as
+/// malformed.
+fn add_unit(t: &mut ItemTranscript, unit: Unit<'_>) {
+    let (line, items, shown, model, usage) = match unit {
+        Unit::Compaction { line, timestamp } => {
+            let timestamp = timestamp.map(str::to_owned);
+            match t.segments.as_mut_slice() {
+                // Nothing before it survives: the transcript starts
+                // with the compaction, and there is nothing to chain.
+                [only] if only.items.is_empty() => {
+                    only.compaction_line = Some(line);
+                    only.compaction_timestamp = timestamp;
                 }
-                continue;
+                _ => t.compaction(line, timestamp, Vec::new()),
             }
-            Unit::User {
-                line,
-                content,
-                meta,
-            } => (
-                line,
-                convert(Role::User, content_blocks(content)),
-                !meta,
-                None,
-                None,
-            ),
-            Unit::Assistant {
-                line,
-                blocks,
-                model,
-                usage,
-            } => (
-                line,
-                convert(Role::Assistant, ContentRef::Blocks(blocks)),
-                true,
-                model,
-                usage,
-            ),
-        };
-        let Some(items) = items else {
-            t.stats.malformed(line.line);
-            continue;
-        };
-        let segment = t.current();
-        let first = segment.items.len();
-        segment.items.extend(
-            items
-                .into_iter()
-                .map(|item| TranscriptItem::new(item, line.line, line.timestamp.clone(), shown)),
-        );
-        if let Some(item) = segment.items.get_mut(first) {
-            item.model = model.map(str::to_owned);
-            item.usage = usage.map(RawUsage::tokens);
+            return;
         }
+        Unit::User {
+            line,
+            content,
+            meta,
+        } => (
+            line,
+            convert(Role::User, content_blocks(content)),
+            !meta,
+            None,
+            None,
+        ),
+        Unit::Assistant {
+            line,
+            blocks,
+            model,
+            usage,
+        } => (
+            line,
+            convert(Role::Assistant, ContentRef::Blocks(blocks)),
+            true,
+            model,
+            usage,
+        ),
+    };
+    let Some(items) = items else {
+        t.stats.malformed(line.line);
+        return;
+    };
+    let segment = t.current();
+    let first = segment.items.len();
+    segment.items.extend(
+        items
+            .into_iter()
+            .map(|item| TranscriptItem::new(item, line.line, line.timestamp.clone(), shown)),
+    );
+    if let Some(item) = segment.items.get_mut(first) {
+        item.model = model.map(str::to_owned);
+        item.usage = usage.map(RawUsage::tokens);
     }
-    t
 }
 
 /// A message's content: one string, or blocks.
