@@ -1,19 +1,27 @@
 //! Guards against readers seeing a torn or inconsistent log while the writer
 //! appends and rolls, against `Sync` appends that return before they are
-//! durable or go missing under contention, and against waiters never woken.
+//! durable or go missing under contention, and against waiters never woken;
+//! and, through the store, against threads whose sessions mix up or lose
+//! entries, and a slow open that holds up its shard or a second caller.
 
+mod common;
 mod engine;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::store::{answer, as_given, call, open, options, result, tempdir};
 use engine::{entry, opts, read_all};
-use session_store::{log::IoHook, log::IoOp, Durability, EntryHash, Log};
+use session_store::{
+    log::IoHook, log::IoOp, Durability, EntryHash, Item, Log, LogOptions, RequestConfig, SessionId,
+    Store, StoreOptions,
+};
 
 /// Text size of entry `i`: mostly small, now and then larger than a segment.
 fn size(i: u64) -> usize {
@@ -252,4 +260,177 @@ fn wait_for_wakes_when_the_record_arrives() {
     let ro = Log::open_read_only(dir.path()).unwrap();
     assert!(ro.wait_for(5, None));
     assert!(!ro.wait_for(20, None));
+}
+
+const THREADS: usize = 8;
+
+const PER_THREAD: usize = 100;
+
+const ROUNDS: usize = 3;
+
+/// Each thread creates its own sessions, then appends to all of them, round
+/// by round, so that sessions of every shard interleave.
+fn concurrent_sessions(max_open: usize) {
+    // This is about interleaving, not durability: on tmpfs the ~10 fsyncs of
+    // each create cost nothing, which keeps 800 creates quick and the threads
+    // racing rather than queueing on the disk.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempdir()
+    };
+    let store = Store::open_with(dir.path(), options().max_open_sessions(max_open)).unwrap();
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let store = store.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                barrier.wait();
+                let mut sessions = Vec::new();
+                for s in 0..PER_THREAD {
+                    let initial = vec![Item::user_text(format!("t{t} s{s}"))];
+                    let (id, head) = store
+                        .create_session(None, RequestConfig::default(), &initial)
+                        .unwrap();
+                    sessions.push((id, head, as_given(&initial)));
+                }
+                for round in 0..ROUNDS {
+                    for (s, (id, head, expected)) in sessions.iter_mut().enumerate() {
+                        let call_id = format!("t{t}s{s}r{round}");
+                        let delta = vec![
+                            answer(&format!("{call_id} says")),
+                            call(&call_id, "{}"),
+                            result(&call_id, &"r".repeat(s * 7 % 500)),
+                        ];
+                        store.save_delta(*id, head, &delta).unwrap();
+                        expected.extend(as_given(&delta));
+                    }
+                }
+                sessions
+            })
+        })
+        .collect();
+    let sessions: Vec<_> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert_eq!(sessions.len(), THREADS * PER_THREAD);
+
+    for (id, head, expected) in &sessions {
+        let state = store.restore(*id).unwrap();
+        assert_eq!(&state.history, expected, "session {id}");
+        assert_eq!(state.head, Some(*head));
+        assert!(state.is_ready_to_send());
+    }
+    // Every session was just reopened by one thread: the open-log budget
+    // holds exactly (a log whose LOCK is held is open).
+    let locked = sessions
+        .iter()
+        .filter(|(id, _, _)| {
+            let lock = File::open(store.session_dir(*id).join("LOCK")).unwrap();
+            matches!(lock.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
+        })
+        .count();
+    assert!(locked <= max_open, "{locked} logs open, budget {max_open}");
+    store.close().unwrap();
+    drop(store);
+    let store = open(dir.path());
+    let list = store.list().unwrap();
+    assert_eq!(list.len(), THREADS * PER_THREAD);
+    let by_id: BTreeMap<SessionId, _> = list.iter().map(|i| (i.id, i)).collect();
+    for (id, head, expected) in &sessions {
+        let info = by_id[id];
+        assert_eq!(info.entries, 1 + 2 * ROUNDS as u64);
+        assert_eq!(info.head, Some(*head));
+        assert_eq!(&store.restore(*id).unwrap().history, expected);
+    }
+}
+
+#[test]
+fn eight_threads_append_to_their_own_sessions_and_all_restore_exactly() {
+    concurrent_sessions(256);
+}
+
+#[test]
+fn concurrent_sessions_restore_exactly_under_a_small_open_log_budget() {
+    concurrent_sessions(32);
+}
+
+/// Holds up the removal of a stale `.prep` file (an early step of a writer's
+/// open) until released, and reports that it did.
+struct HoldOpen {
+    entered: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: Barrier,
+}
+
+impl IoHook for HoldOpen {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if let IoOp::Remove { path } = op {
+            if path.extension().is_some_and(|e| e == "prep") {
+                if let Some(tx) = self.entered.lock().unwrap().take() {
+                    tx.send(()).unwrap();
+                    self.release.wait();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_slow_open_holds_up_neither_its_shard_nor_a_second_caller_for_it() {
+    let dir = tempdir();
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let hook = Arc::new(HoldOpen {
+        entered: std::sync::Mutex::new(None),
+        release: Barrier::new(2),
+    });
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default().log(LogOptions::default().hook(hook.clone())),
+    )
+    .unwrap();
+    let create = |text: &str| {
+        store
+            .create_session(None, RequestConfig::default(), &[Item::user_text(text)])
+            .unwrap()
+            .0
+    };
+    // Two sessions in one shard (the store shards by the id's last byte).
+    let slow = create("slow");
+    let other = loop {
+        let id = create("other");
+        if id.0[15] % 16 == slow.0[15] % 16 {
+            break id;
+        }
+    };
+    store.close().unwrap();
+    File::create(store.session_dir(slow).join("next-9-9.prep")).unwrap();
+    *hook.entered.lock().unwrap() = Some(entered_tx);
+
+    let store = &store;
+    thread::scope(|s| {
+        let first = s.spawn(|| store.session(slow).map(|h| h.log().head()));
+        entered.recv_timeout(Duration::from_secs(30)).unwrap();
+        let second = s.spawn(|| store.session(slow).map(|h| h.log().head()));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let restored = store.restore(other).map(|r| r.history);
+            done_tx.send(restored).unwrap();
+        });
+        let neighbour = done.recv_timeout(Duration::from_secs(10));
+        let second_early = second.is_finished();
+        hook.release.wait();
+        let neighbour = neighbour.expect("the shard's other session waited for the slow open");
+        assert_eq!(neighbour.unwrap(), vec![Item::user_text("other")]);
+        assert!(!second_early, "a second caller did not wait for the open");
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        assert_eq!(a.unwrap(), b.unwrap());
+    });
+    assert_eq!(
+        store.restore(slow).unwrap().history,
+        vec![Item::user_text("slow")]
+    );
 }

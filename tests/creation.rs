@@ -1,10 +1,10 @@
 //! Guards against session creation that syncs on a `Buffered` caller's path,
 //! that makes creations of different ids wait for each other, that lets two
-//! creators of one id both succeed, or whose torn remains after a crash pass
-//! for a session or block its id.
+//! creators of one id both succeed, whose torn remains after a crash pass
+//! for a session or block its id, or whose leftovers in `staging/` outlive it.
 
 use std::collections::BTreeSet;
-use std::fs;
+use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,7 +14,10 @@ use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::thread;
 use std::time::Duration;
 
+mod common;
 mod engine;
+
+use common::store::{open, tempdir};
 use engine::copy_tree;
 
 use session_store::{
@@ -908,4 +911,65 @@ fn asked(store: &Store, question: Item) -> (SessionId, session_store::EntryHash)
         .unwrap();
     store.save_delta(id, &mut head, &[question]).unwrap();
     (id, head)
+}
+
+/// The first write after an open sweeps what dead creations of older
+/// versions left in `staging/` (an open alone only looks).
+#[test]
+fn the_first_write_sweeps_the_staged_leftovers_of_creations_that_died() {
+    let dir = tempdir();
+    let store = open(dir.path());
+    let (id, _) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("kept")])
+        .unwrap();
+    store.close().unwrap();
+    drop(store);
+    let staging = dir.path().join("staging");
+    let stage = |name: &str, lock_file: bool| {
+        let d = staging.join(name);
+        fs::create_dir(&d).unwrap();
+        fs::write(d.join("00000000000000000000.seg"), b"half a session").unwrap();
+        if lock_file {
+            File::create(d.join("CREATING")).unwrap();
+        }
+        d
+    };
+    let dead = stage("dead", true);
+    let live = stage("live", true);
+    let young = stage("young-without-lock", false);
+    // A creation still running holds its lock (here, this test does).
+    let held = File::open(live.join("CREATING")).unwrap();
+    held.lock().unwrap();
+    let store = open(dir.path());
+    assert!(dead.exists(), "an open alone wrote");
+    let (other, _) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    assert!(!dead.exists(), "a dead creation's leftover stayed");
+    assert!(live.exists(), "a running creation's directory was swept");
+    assert!(
+        young.exists(),
+        "a fresh directory without its lock yet was swept"
+    );
+    assert_eq!(
+        store.restore(id).unwrap().history,
+        vec![Item::user_text("kept")]
+    );
+    // New creations build in place: they leave nothing in staging/.
+    store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let names: BTreeSet<String> = fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["live", "young-without-lock"]
+            .map(String::from)
+            .into_iter()
+            .collect()
+    );
+    assert!(!store.session_dir(id).join("CREATING").exists());
+    assert_eq!(store.restore(other).unwrap().history, Vec::<Item>::new());
 }

@@ -2,26 +2,22 @@
 //! than it was forked from, a parent deleted under its forks, an export that
 //! needs the store it came from, and a chain of forks that loops: restore
 //! through the parent's log, the hash check of the link, forks of forks,
-//! deleting parents (retired, then collected), export and import, verify.
+//! deleting parents (retired, then collected), export and import, verify;
+//! and a fork at a hash or seq that keeps other than the history up to it.
+
+mod common;
 
 use std::fs;
 use std::path::Path;
 
+use common::store::{as_given, ids, kinds, open, options, tempdir, turn, turn_end};
 use session_store::{
     Deletion, EntryHash, EntryKind, Error, Item, ListFilter, Log, LogOptions, RequestConfig,
     RestoredState, SessionId, SessionOrigin, Store, StoreOptions,
 };
 
-/// Small segments, so that a few turns already roll.
-fn options() -> StoreOptions {
-    StoreOptions::default().log(LogOptions::default().segment_size(16 << 10))
-}
-
-fn open(root: &Path) -> Store {
-    Store::open_with(root, options()).unwrap()
-}
-
-fn turn(n: usize, pad: usize) -> Vec<Item> {
+/// A question and its answer (`pad` bytes more): a turn of two entries.
+fn chat(n: usize, pad: usize) -> Vec<Item> {
     vec![
         Item::user_text(format!("question {n}")),
         Item::assistant_text(format!("answer {n} {}", "o".repeat(pad))),
@@ -45,7 +41,7 @@ fn session_about(store: &Store, task: &str, turns: usize) -> (SessionId, EntryHa
         )
         .unwrap();
     for n in 0..turns {
-        store.save_delta(id, &mut head, &turn(n, 2000)).unwrap();
+        store.save_delta(id, &mut head, &chat(n, 2000)).unwrap();
     }
     (id, head)
 }
@@ -53,12 +49,6 @@ fn session_about(store: &Store, task: &str, turns: usize) -> (SessionId, EntryHa
 /// What a runtime resumes from, without the log position.
 fn resumed(s: &RestoredState) -> (Option<String>, RequestConfig, Vec<Item>) {
     (s.system_prompt.clone(), s.config.clone(), s.history.clone())
-}
-
-fn kinds(store: &Store, id: SessionId) -> Vec<EntryKind> {
-    let snap = store.snapshot(id).unwrap();
-    let kinds = snap.iter().map(|r| r.unwrap().kind).collect();
-    kinds
 }
 
 /// Replaces a session's directory with another's (a different log under
@@ -152,7 +142,7 @@ fn a_fork_reads_its_parent_from_the_last_session_start_at_or_before_the_fork_poi
     head = store
         .compact(parent, head, &[Item::user_text("summary")])
         .unwrap();
-    store.save_delta(parent, &mut head, &turn(99, 10)).unwrap();
+    store.save_delta(parent, &mut head, &chat(99, 10)).unwrap();
     assert_eq!(resumed(&store.restore(early).unwrap()), resumed(&before));
     // A fork after the compaction starts at it.
     let (late, _) = store.fork_at(parent, head).unwrap();
@@ -196,7 +186,7 @@ fn forks_of_forks_follow_the_chain_and_hashes_in_inherited_history_fork_the_ance
     let mut chain = vec![root_id];
     for level in 0..3 {
         (id, head) = store.fork_at(id, head).unwrap();
-        let items = turn(100 + level, 10);
+        let items = chat(100 + level, 10);
         store.save_delta(id, &mut head, &items).unwrap();
         expected.extend(items);
         chain.push(id);
@@ -360,9 +350,9 @@ fn export_of_a_fork_imports_as_a_standalone_session() {
     let store = open(dir.path());
     let (root_id, head) = session(&store, 3);
     let (mid, mut mh) = store.fork_at(root_id, head).unwrap();
-    store.save_delta(mid, &mut mh, &turn(7, 10)).unwrap();
+    store.save_delta(mid, &mut mh, &chat(7, 10)).unwrap();
     let (leaf, mut lh) = store.fork_at(mid, mh).unwrap();
-    store.save_delta(leaf, &mut lh, &turn(8, 10)).unwrap();
+    store.save_delta(leaf, &mut lh, &chat(8, 10)).unwrap();
     let expected = store.restore(leaf).unwrap();
     let mut wire = Vec::new();
     let lines = store.export(leaf, &mut wire).unwrap();
@@ -513,7 +503,7 @@ fn a_fork_on_a_sync_store_reserves_the_smallest_first_segment() {
     assert_eq!(len(fork), 8 << 10);
     // And grows like any log.
     for n in 0..10 {
-        store.save_delta(fork, &mut fh, &turn(n, 2000)).unwrap();
+        store.save_delta(fork, &mut fh, &chat(n, 2000)).unwrap();
     }
     assert!(store.log(fork).unwrap().segment_paths().len() > 1);
     assert_eq!(store.restore(fork).unwrap().head, Some(fh));
@@ -709,7 +699,7 @@ fn a_reopened_fork_keeps_its_parents_title_and_a_compaction_fills_its_catalog() 
     let store = open(root);
     // Its own first question does not become its title: it has one.
     let mut head = store.snapshot(fork).unwrap().head().unwrap().1;
-    store.save_delta(fork, &mut head, &turn(7, 10)).unwrap();
+    store.save_delta(fork, &mut head, &chat(7, 10)).unwrap();
     store.close().unwrap();
     assert_eq!(catalog_len(root, fork), 0);
     let info = store.info(fork).unwrap().unwrap();
@@ -743,7 +733,7 @@ fn a_fork_of_an_untitled_parent_keeps_a_catalog_and_takes_its_own_title() {
     let (fork, mut fork_head) = store.fork_at(parent, head).unwrap();
     assert_eq!(catalog_len(root, fork), 1024);
     store
-        .save_delta(fork, &mut fork_head, &turn(1, 10))
+        .save_delta(fork, &mut fork_head, &chat(1, 10))
         .unwrap();
     store.close().unwrap();
     fs::remove_file(root.join("list.cache")).unwrap();
@@ -751,4 +741,171 @@ fn a_fork_of_an_untitled_parent_keeps_a_catalog_and_takes_its_own_title() {
     let info = store.info(fork).unwrap().unwrap();
     assert_eq!(info.title.as_deref(), Some("question 1"));
     assert_eq!(store.info(parent).unwrap().unwrap().title, None);
+}
+
+#[test]
+fn a_fork_keeps_state_and_then_goes_its_own_way() {
+    let dir = tempdir();
+    let store = open(dir.path());
+    let config = RequestConfig {
+        temperature: Some(0.5),
+        ..RequestConfig::model("m-fork")
+    };
+    let initial = vec![Item::user_text("Refactor the parser")];
+    let (src, mut src_head) = store
+        .create_session(Some("be careful"), config.clone(), &initial)
+        .unwrap();
+    let mut history = initial.clone();
+    for n in 0..5 {
+        let items = turn(n, 4000);
+        store.save_delta(src, &mut src_head, &items).unwrap();
+        history.extend(items);
+    }
+    let (fork, mut fork_head) = store.fork_at(src, src_head).unwrap();
+    assert_ne!(fork, src);
+    let state = store.restore(fork).unwrap();
+    assert_eq!(state.history, as_given(&history));
+    assert_eq!(state.system_prompt.as_deref(), Some("be careful"));
+    assert_eq!(state.config, config);
+    let origin = SessionOrigin {
+        session_id: src,
+        at_hash: src_head,
+    };
+    assert_eq!(state.forked_from, Some(origin));
+    assert_eq!(state.head, Some(fork_head));
+    // A fork by reference: one small entry naming the parent, no copy.
+    assert_eq!(kinds(&store, fork), vec![EntryKind::ForkedFrom]);
+
+    // The two go separate ways.
+    store
+        .save_delta(fork, &mut fork_head, &[Item::user_text("fork only")])
+        .unwrap();
+    store
+        .save_delta(src, &mut src_head, &[Item::user_text("source only")])
+        .unwrap();
+    let fork_state = store.restore(fork).unwrap();
+    let src_state = store.restore(src).unwrap();
+    assert_eq!(
+        fork_state.history.last(),
+        Some(&Item::user_text("fork only"))
+    );
+    assert_eq!(
+        src_state.history.last(),
+        Some(&Item::user_text("source only"))
+    );
+    assert_eq!(fork_state.history.len(), history.len() + 1);
+    assert_eq!(src_state.history.len(), history.len() + 1);
+    let info = store.info(fork).unwrap().unwrap();
+    assert_eq!(info.forked_from, Some(origin));
+    assert_eq!(info.title.as_deref(), Some("Refactor the parser"));
+}
+
+#[test]
+fn fork_at_truncates_by_hash_and_by_seq() {
+    let dir = tempdir();
+    // Every item in its record, so that the turns span segments.
+    let store = Store::open_with(dir.path(), options().payload_threshold(usize::MAX)).unwrap();
+    let initial = vec![Item::user_text("zero")];
+    let (src, h0) = store
+        .create_session(None, RequestConfig::model("m"), &initial)
+        .unwrap();
+    let mut head = h0;
+    let first = turn(1, 9000);
+    store.save_delta(src, &mut head, &first).unwrap();
+    let h1 = head;
+    let second = turn(2, 9000);
+    store.save_delta(src, &mut head, &second).unwrap();
+    turn_end(&store, src, &mut head, 2);
+    assert!(store.log(src).unwrap().segment_paths().len() > 1);
+
+    let upto_first: Vec<Item> = initial.iter().chain(&first).cloned().collect();
+    // seq 4 is the last entry of the first turn (1 start + 4 entries).
+    let (by_hash, _) = store.fork_at(src, h1).unwrap();
+    let (by_seq, _) = store.fork_at_seq(src, 4).unwrap();
+    for fork in [by_hash, by_seq] {
+        let state = store.restore(fork).unwrap();
+        assert_eq!(state.history, as_given(&upto_first));
+        assert_eq!(
+            state.forked_from,
+            Some(SessionOrigin {
+                session_id: src,
+                at_hash: h1
+            })
+        );
+    }
+    // Mid-turn: after the reasoning and call, before the result.
+    let (mid, _) = store.fork_at_seq(src, 2).unwrap();
+    assert_eq!(
+        store.restore(mid).unwrap().history,
+        as_given(&upto_first[..4])
+    );
+    let (start, _) = store.fork_at_seq(src, 0).unwrap();
+    let state = store.restore(start).unwrap();
+    assert_eq!(state.history, as_given(&initial));
+    assert_eq!(state.forked_from.unwrap().at_hash, h0);
+
+    let listed = store.list().unwrap().len();
+    let err = store.fork_at(src, EntryHash([7; 32])).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let next = store.log(src).unwrap().next_seq();
+    let err = store.fork_at_seq(src, next).unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert_eq!(
+        store.list().unwrap().len(),
+        listed,
+        "a failed fork creates nothing"
+    );
+    // The source is untouched.
+    assert_eq!(store.head(src).unwrap(), Some(head));
+}
+
+#[test]
+fn delete_is_durable_and_forks_of_the_deleted_session_still_restore() {
+    let dir = tempdir();
+    let (parent, fork, fork_history) = {
+        let store = open(dir.path());
+        let initial = vec![Item::user_text("parent")];
+        let (parent, mut ph) = store
+            .create_session(Some("sys"), RequestConfig::model("m"), &initial)
+            .unwrap();
+        store.save_delta(parent, &mut ph, &turn(0, 9000)).unwrap();
+        store.save_delta(parent, &mut ph, &turn(1, 9000)).unwrap();
+        let (fork, mut fh) = store.fork_at(parent, ph).unwrap();
+        store.save_delta(fork, &mut fh, &turn(2, 10)).unwrap();
+        let fork_history = store.restore(fork).unwrap().history;
+
+        assert!(store.exists(parent));
+        store.delete(parent).unwrap();
+        assert!(!store.exists(parent));
+        assert!(!store.session_dir(parent).exists());
+        assert_eq!(fs::read_dir(dir.path().join("trash")).unwrap().count(), 0);
+        assert_eq!(ids(&store.list().unwrap()), vec![fork]);
+        for err in [
+            store.restore(parent).unwrap_err(),
+            store.delete(parent).unwrap_err(),
+            store.save_delta(parent, &mut ph, &turn(3, 1)).unwrap_err(),
+        ] {
+            assert!(matches!(err, Error::NotFound { .. }), "{err}");
+        }
+        assert_eq!(store.restore(fork).unwrap().history, fork_history);
+        (parent, fork, fork_history)
+    };
+    let store = open(dir.path());
+    assert!(!store.exists(parent));
+    assert!(store.exists(fork));
+    assert_eq!(ids(&store.list().unwrap()), vec![fork]);
+    let state = store.restore(fork).unwrap();
+    assert_eq!(state.history, fork_history);
+    assert_eq!(state.forked_from.unwrap().session_id, parent);
+    drop(store);
+    // A session this store has not opened deletes as well.
+    let store = open(dir.path());
+    store.delete(fork).unwrap();
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(store.list().unwrap(), vec![]);
+    assert_eq!(
+        fs::read_dir(dir.path().join("sessions")).unwrap().count(),
+        0
+    );
 }

@@ -2,18 +2,22 @@
 //! process gets `Locked`, and the lock goes away with its holder, even one
 //! killed mid-session. The lock is held through the active segment, which
 //! `LOCK` names too, and moves with each roll without a moment unlocked.
+//! Through the store, a session another writer holds can still be read and
+//! forked, and writing to it is refused with `Locked`.
 //!
 //! The other process is this test binary again, running only [`child`] with
 //! the role in an environment variable.
 
+mod common;
 mod engine;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use common::store::{open, tempdir, turn};
 use engine::{entry, opts, Countdown, OpKind};
-use session_store::{Error, Log};
+use session_store::{Error, Log, RequestConfig};
 
 const ROLE: &str = "SESSION_STORE_LOCK_TEST_ROLE";
 const SEG: u64 = 16 << 10;
@@ -299,4 +303,26 @@ fn a_lock_file_removed_under_a_writer_lets_no_second_writer_in() {
     drop(log);
     let log = Log::open(dir.path(), opts(SEG)).unwrap();
     assert_eq!(log.next_seq(), 2);
+}
+
+/// A session that another writer holds can still be read, restored and
+/// forked (read-only), while writing to it is refused with `Locked`.
+#[test]
+fn a_held_session_can_be_read_and_forked_but_not_written() {
+    let dir = tempdir();
+    let holder = open(dir.path());
+    let (id, mut head) = holder
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    holder.save_delta(id, &mut head, &turn(0, 100)).unwrap();
+    let other = open(dir.path());
+    let state = other.restore(id).unwrap();
+    assert_eq!(state.head, Some(head));
+    let (fork, _) = other.fork_at(id, head).unwrap();
+    assert_eq!(other.restore(fork).unwrap().history, state.history);
+    let mut stale = head;
+    match other.save_delta(id, &mut stale, &turn(1, 10)) {
+        Err(session_store::Error::Locked { .. }) => {}
+        other => panic!("expected Locked, got {other:?}"),
+    }
 }

@@ -5,14 +5,26 @@
 //! catalog and sealed segments' files closed; its active segment's
 //! descriptor, which holds its lock, its maps and state kept), and its next
 //! save writes through that descriptor without reopening the log; what it
-//! writes then is the same log, chained and durable as before.
+//! writes then is the same log, chained and durable as before. The budget
+//! holds exactly whatever the shards, keeps sessions within it open, follows
+//! the process's open-file limit by default, and running out of file
+//! descriptors closes idle sessions rather than failing a save or creation.
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::fs::{self, File};
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use session_store::{EntryHash, Item, RequestConfig, SessionId, Store, StoreOptions};
+use common::store::{answer, as_given, numbered_sessions, open, options, tempdir};
+use session_store::{
+    log::IoHook, log::IoOp, EntryHash, Error, Item, LogOptions, RequestConfig, SessionId, Store,
+    StoreOptions,
+};
 
 /// Whether a writer has the session open (its `LOCK` is held).
 fn is_open(store: &Store, id: SessionId) -> bool {
@@ -410,4 +422,299 @@ fn a_parked_session_keeps_no_segment_prepared_ahead() {
     }
     let report = s.store.verify(s.ids[0]).unwrap();
     assert!(report.damage.is_none() && report.segments > 1);
+}
+
+#[test]
+fn the_open_log_budget_holds_exactly_when_it_is_not_a_multiple_of_the_shards() {
+    for max_open in [1, 3, 5, 17] {
+        let dir = tempdir();
+        let store = Store::open_with(dir.path(), options().max_open_sessions(max_open)).unwrap();
+        let ids: Vec<SessionId> = (0..40)
+            .map(|i| {
+                let text = format!("session {i}");
+                store
+                    .create_session(None, RequestConfig::default(), &[Item::user_text(text)])
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            let history = store.restore(*id).unwrap().history;
+            assert_eq!(history, vec![Item::user_text(format!("session {i}"))]);
+        }
+        let locked = ids
+            .iter()
+            .filter(|id| {
+                let lock = File::open(store.session_dir(**id).join("LOCK")).unwrap();
+                matches!(lock.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
+            })
+            .count();
+        assert!(
+            (1..=max_open).contains(&locked),
+            "{locked} logs open, budget {max_open}"
+        );
+    }
+}
+
+/// Counts the writer opens of session logs (each creates its directory if
+/// missing, which the hook sees even when it exists).
+#[derive(Default)]
+struct CountOpens(std::sync::atomic::AtomicUsize);
+
+impl IoHook for CountOpens {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        if let IoOp::CreateDir { path } = op {
+            if path.parent().is_some_and(|p| p.ends_with("sessions")) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn sessions_within_the_open_budget_stay_open_however_they_spread_over_shards() {
+    let dir = tempdir();
+    let hook = Arc::new(CountOpens::default());
+    let store = Store::open_with(
+        dir.path(),
+        options()
+            .log(LogOptions::default().hook(hook.clone()))
+            .max_open_sessions(20),
+    )
+    .unwrap();
+    // Twenty sessions in one shard (the store shards by the id's last byte).
+    let mut sessions: Vec<(SessionId, EntryHash)> = (0..20u8)
+        .map(|i| {
+            let mut id = SessionId::new_v7();
+            id.0[15] = 7;
+            id.0[14] = i;
+            let head = store
+                .create_session_with_id(id, None, RequestConfig::default(), &[])
+                .unwrap();
+            (id, head)
+        })
+        .collect();
+    let opened = hook.0.load(Ordering::SeqCst);
+    for round in 0..3 {
+        for (id, head) in &mut sessions {
+            store
+                .save_delta(*id, head, &[Item::user_text(format!("round {round}"))])
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        hook.0.load(Ordering::SeqCst),
+        opened,
+        "sessions were closed and reopened within the budget"
+    );
+    // One more session than the budget: the least recently used one goes.
+    let (extra, _) = store
+        .create_session(None, RequestConfig::default(), &[])
+        .unwrap();
+    let locked = |id: SessionId| {
+        let lock = File::open(store.session_dir(id).join("LOCK")).unwrap();
+        matches!(lock.try_lock_shared(), Err(fs::TryLockError::WouldBlock))
+    };
+    assert!(locked(extra));
+    assert!(
+        !locked(sessions[0].0),
+        "the least recently used session stayed open"
+    );
+    let open = sessions.iter().filter(|(id, _)| locked(*id)).count();
+    assert_eq!(open, 19);
+}
+
+/// The default open-log budget follows the process's open-file limit, so
+/// that a store with default options never runs the process out of file
+/// descriptors: under a soft limit of 200, 300 sessions saved round-robin
+/// all restore (a fixed budget of 256 sessions, three descriptors each,
+/// fails with "too many open files"), and a higher limit gives a budget
+/// that holds more sessions than the old 256.
+#[test]
+fn the_default_open_budget_keeps_the_process_under_its_file_limit() {
+    if let Ok(root) = std::env::var("OPEN_BUDGET_CHILD") {
+        assert_eq!(session_store::store::default_max_open_sessions(), 100);
+        assert_eq!(session_store::store::default_max_active_sessions(), 25);
+        many_sessions_round_robin(Path::new(&root), StoreOptions::default(), 300);
+        return;
+    }
+    use session_store::{store::active_budget_for, store::open_budget_for};
+    // Three quarters of the limit: half for the active sessions (three
+    // descriptors each), half for the parked ones' locks.
+    assert_eq!(open_budget_for(Some(1024)), 512);
+    assert_eq!(active_budget_for(Some(1024)), 128);
+    assert_eq!(open_budget_for(Some(20_000)), 10_000);
+    assert_eq!(active_budget_for(Some(20_000)), 2_500);
+    assert_eq!(open_budget_for(Some(200)), 100);
+    assert_eq!(active_budget_for(Some(200)), 25);
+    assert_eq!(open_budget_for(Some(20)), 16);
+    assert_eq!(active_budget_for(Some(20)), 16);
+    assert_eq!(open_budget_for(Some(u64::MAX)), 16_384);
+    assert_eq!(active_budget_for(Some(u64::MAX)), 16_384);
+    assert_eq!(open_budget_for(None), 256);
+    assert_eq!(active_budget_for(None), 64);
+
+    run_under_file_limit(
+        "the_default_open_budget_keeps_the_process_under_its_file_limit",
+        "OPEN_BUDGET_CHILD",
+        200,
+    );
+}
+
+/// Creates, saves to round-robin and restores `sessions` sessions of a
+/// store at `root` opened with `options`.
+fn many_sessions_round_robin(root: &Path, options: StoreOptions, sessions: usize) {
+    let store = Store::open_with(root, options).unwrap();
+    let mut all = Vec::new();
+    for s in 0..sessions {
+        let initial = vec![Item::user_text(format!("session {s}"))];
+        let (id, head) = store
+            .create_session(None, RequestConfig::default(), &initial)
+            .unwrap();
+        all.push((id, head, initial));
+    }
+    for round in 0..3 {
+        for (id, head, expected) in all.iter_mut() {
+            let delta = vec![answer(&format!("round {round}"))];
+            store.save_delta(*id, head, &delta).unwrap();
+            expected.extend(as_given(&delta));
+        }
+    }
+    for (id, head, expected) in &all {
+        let state = store.restore(*id).unwrap();
+        assert_eq!(&state.history, expected, "session {id}");
+        assert_eq!(state.head, Some(*head));
+    }
+    store.close().unwrap();
+}
+
+/// Runs this binary's test `test` in a child under `ulimit -n <limit>`,
+/// with `env` naming a fresh directory; asserts that it passed.
+fn run_under_file_limit(test: &str, env: &str, limit: u32) {
+    let dir = tempdir();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n {limit} && exec \"$0\" --exact \"$1\" --nocapture --test-threads=1"
+        ))
+        .arg(std::env::current_exe().unwrap())
+        .arg(test)
+        .env(env, dir.path())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "{test} under `ulimit -n {limit}`: {status}"
+    );
+}
+
+/// A budget set above what the process may open does not fail the store:
+/// an open that runs out of file descriptors closes the idle sessions and
+/// tries again (under `ulimit -n 64`, 100 sessions with a budget of 10,000
+/// fail with "too many open files" without it). Where the process runs out
+/// moves with the limit, so the test runs under limits from 30 to 72: a
+/// read-only open or a session's reopen that takes the out-of-descriptors
+/// error of a pending creation's log for its torn remains ("its creation
+/// never finished") fails under a third of them.
+#[test]
+fn running_out_of_file_descriptors_closes_idle_sessions_and_goes_on() {
+    if let Ok(root) = std::env::var("SHED_CHILD") {
+        many_sessions_round_robin(Path::new(&root), options().max_open_sessions(10_000), 100);
+        return;
+    }
+    for limit in (30..=72).step_by(3) {
+        run_under_file_limit(
+            "running_out_of_file_descriptors_closes_idle_sessions_and_goes_on",
+            "SHED_CHILD",
+            limit,
+        );
+    }
+}
+
+/// Running out of file descriptors with parked sessions open: the shed
+/// parks idle active sessions first (two descriptors each, no open), so
+/// that the parked sessions it then closes can open their files again for
+/// their last writes. Closing parked sessions first, with no descriptor
+/// left, failed their catalogs' writes, and `Store::close` reported it.
+#[test]
+fn running_out_of_file_descriptors_with_parked_sessions_fails_nothing() {
+    if let Ok(root) = std::env::var("PARKED_SHED_CHILD") {
+        let opts = options().max_open_sessions(1_000).max_active_sessions(2);
+        let store = Store::open_with(Path::new(&root), opts).unwrap();
+        let mut sessions = numbered_sessions(&store, 8);
+        for (i, (id, head)) in sessions.iter_mut().enumerate() {
+            let item = [Item::assistant_text(format!("turn of {i}"))];
+            store.save_delta(*id, head, &item).unwrap();
+        }
+        // Every descriptor left taken: the creation meets `EMFILE`.
+        let mut hog = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            hog.push(f);
+        }
+        let (new, _) = store
+            .create_session(None, RequestConfig::default(), &[])
+            .unwrap();
+        drop(hog);
+        store.close().unwrap();
+        let again = Store::open(Path::new(&root)).unwrap();
+        for (id, head) in sessions.iter().chain([(new, EntryHash::default())].iter()) {
+            let report = again.verify(*id).unwrap();
+            assert!(report.damage.is_none(), "{id}");
+            if *id != new {
+                assert_eq!(again.head(*id).unwrap(), Some(*head));
+            }
+        }
+        return;
+    }
+    run_under_file_limit(
+        "running_out_of_file_descriptors_with_parked_sessions_fails_nothing",
+        "PARKED_SHED_CHILD",
+        64,
+    );
+}
+
+/// A session whose creation is not durable yet (a `Buffered` store has
+/// not synced it) is no torn creation because the process could not open
+/// its log: a creation of its id that runs out of file descriptors there
+/// refuses, and the session keeps its history (the store once took it for
+/// a creation's leftover, cleared it and created the id anew).
+#[test]
+fn a_creation_out_of_file_descriptors_leaves_a_pending_session_alone() {
+    if let Ok(root) = std::env::var("PENDING_CHILD") {
+        let store = Store::open_with(Path::new(&root), options().max_open_sessions(1)).unwrap();
+        let history = vec![Item::user_text("keep me")];
+        let (id, _) = store
+            .create_session(None, RequestConfig::default(), &history)
+            .unwrap();
+        // The second session evicts the first, unsynced: still pending.
+        let (other, _) = store
+            .create_session(None, RequestConfig::default(), &[])
+            .unwrap();
+        assert!(store.session_dir(id).join("CREATING").exists());
+        // Every descriptor but one taken: the claim's lock gets it, the
+        // look at what the directory holds runs out.
+        let mut held = Vec::new();
+        while let Ok(f) = File::open("/dev/null") {
+            held.push(f);
+        }
+        held.pop();
+        let refused = store.create_session_with_id(id, None, RequestConfig::default(), &[]);
+        drop(held);
+        let err = refused.expect_err("the id is a session's");
+        assert!(
+            matches!(err, Error::InvalidInput { .. }) || err.is_out_of_descriptors(),
+            "{err}"
+        );
+        assert_eq!(store.restore(id).unwrap().history, history);
+        assert!(store.restore(other).unwrap().history.is_empty());
+        store.close().unwrap();
+        assert_eq!(open(Path::new(&root)).restore(id).unwrap().history, history);
+        return;
+    }
+    run_under_file_limit(
+        "a_creation_out_of_file_descriptors_leaves_a_pending_session_alone",
+        "PENDING_CHILD",
+        256,
+    );
 }

@@ -1,16 +1,23 @@
 //! Guards against a writer that carries on (or retries an fsync) after an I/O
 //! error: the Nth write, sync, allocation, rename or directory sync fails, the
 //! error reaches the caller, the writer refuses everything after, and a
-//! reopen recovers a prefix that verifies and takes appends.
+//! reopen recovers a prefix that verifies and takes appends. A store reopens
+//! a poisoned session at its next call once the cause is gone.
 
+mod common;
 mod engine;
 
 use std::fs;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
+use common::store::{tempdir, turn, FailSyncs};
 use engine::{entries, entry, opts, segment_files, spans, sweep_tempdir, Countdown, OpKind};
-use session_store::{Durability, Error, Log, LogEntry, LogOptions};
+use session_store::{
+    Durability, Error, Item, Log, LogEntry, LogOptions, RequestConfig, Store, StoreOptions,
+};
 
 const SEG: u64 = 8 << 10;
 const APPENDS: u64 = 60;
@@ -224,4 +231,44 @@ fn a_failure_during_recovery_leaves_the_log_recoverable() {
         drop(log);
         assert_recovers(dir.path(), &acked, None, &format!("{kind:?} in recovery"));
     }
+}
+
+/// A failed sync poisons a session's writer; once the cause is gone, the
+/// next call reopens the session through recovery instead of returning
+/// `Poisoned` for as long as the store lives, and the head the store
+/// reports tells the caller what was kept.
+#[test]
+fn a_poisoned_session_is_reopened_by_the_next_call() {
+    let dir = tempdir();
+    let hook = Arc::new(FailSyncs(AtomicBool::new(false)));
+    let store = Store::open_with(
+        dir.path(),
+        StoreOptions::default().log(LogOptions::default().hook(hook.clone())),
+    )
+    .unwrap();
+    let (id, head) = store
+        .create_session(None, RequestConfig::default(), &[Item::user_text("a")])
+        .unwrap();
+    let head = store.append(id, head, &turn(0, 100)).unwrap();
+    store.sync(id).unwrap();
+    hook.0.store(true, Ordering::SeqCst);
+    let turn1 =
+        session_store::Turn::new(turn(1, 100), 1).durability(session_store::Durability::Sync);
+    assert!(matches!(
+        store.commit_turn(id, head, &turn1),
+        Err(Error::Io { .. })
+    ));
+    // While the cause lasts, calls fail (the reopen meets it again).
+    let again = store.append(id, head, &turn(2, 10));
+    assert!(
+        matches!(again, Err(Error::Io { .. } | Error::Poisoned)),
+        "{again:?}"
+    );
+    hook.0.store(false, Ordering::SeqCst);
+    // The cause is gone: the session reopens, and goes on from its head.
+    let kept = store.head(id).unwrap().unwrap();
+    let head = store.append(id, kept, &turn(3, 10)).unwrap();
+    store.sync(id).unwrap();
+    assert_eq!(store.restore(id).unwrap().head, Some(head));
+    store.close().unwrap();
 }

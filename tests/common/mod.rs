@@ -1,6 +1,9 @@
 //! Fixtures shared by the integration tests: items of every variant, entries of
-//! every kind, with every optional field both set and unset somewhere.
+//! every kind, with every optional field both set and unset somewhere; and, in
+//! [`store`], the helpers of the tests of the session API.
 #![allow(dead_code)]
+
+pub mod store;
 
 use session_store::{
     schema::LoggedItem, ContentPart, EntryHash, Item, ItemStatus, JsonText, LogEntry,
