@@ -21,6 +21,11 @@
 //! unique content, with the payload area and without, and checks issue 18's
 //! target.
 //!
+//! The durable table (`compare/durable.rs`) runs 1, 8, 64 and 256 writer
+//! threads, a session each, every turn durable: the store's `Sync` against
+//! JSONL with `fdatasync` per turn, SQLite `synchronous=FULL`, and the bound
+//! of one shared file with group commit; it checks issue 49's targets.
+//!
 //! The last table is the more favourable path: one log written through
 //! `Log::append_batch`, with the raw limit (memcpy into a prefaulted map plus
 //! BLAKE3 and CRC32), durable appends, replay and verify.
@@ -34,6 +39,7 @@
 //! cargo bench --bench compare -- --forks    # the forks table only (with --quick too)
 //! cargo bench --bench compare -- --sessions # the headline table only (with --quick too)
 //! cargo bench --bench compare -- --payloads # the payload table only (with --quick too)
+//! cargo bench --bench compare -- --durable  # the durable table only (with --quick too)
 //! cargo bench --bench compare -- --single   # the single-log table only (with --quick, --large too)
 //! cargo bench --bench compare -- --reps 3   # repetitions (default: 5, quick 3)
 //! cargo bench --bench compare -- --large    # also: peak RSS while replaying 1 GB,
@@ -71,6 +77,8 @@ mod common;
 // A file of its own, next to this one (a bench target is a crate root).
 #[path = "compare/creation.rs"]
 mod creation;
+#[path = "compare/durable.rs"]
+mod durable;
 #[path = "compare/forks.rs"]
 mod forks;
 #[path = "compare/payloads.rs"]
@@ -667,6 +675,7 @@ fn main() {
     let forks_only = args.iter().any(|a| a == "--forks");
     let sessions_only = args.iter().any(|a| a == "--sessions");
     let payloads_only = args.iter().any(|a| a == "--payloads");
+    let durable_only = args.iter().any(|a| a == "--durable");
     let single_only = args.iter().any(|a| a == "--single");
     let reps = args.iter().position(|a| a == "--reps").map(|i| {
         args.get(i + 1)
@@ -692,6 +701,11 @@ fn main() {
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
         return;
     }
+    if durable_only {
+        durable::run(quick, cfg.reps);
+        eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     if payloads_only {
         payloads::run(quick, cfg.reps);
         eprintln!("compare: done in {:.1} s", started.elapsed().as_secs_f64());
@@ -710,6 +724,7 @@ fn main() {
             return;
         }
         payloads::run(quick, cfg.reps);
+        durable::run(quick, cfg.reps);
     }
     eprintln!(
         "compare: single log, {} mode, {} turns, {} repetitions",
@@ -769,6 +784,8 @@ type DurableRun<'a> = Box<dyn Fn(usize, usize) -> f64 + 'a>;
 /// are once a log syncs).
 struct BareGroupCommit {
     file: File,
+    /// `fdatasync`s done.
+    syncs: AtomicU64,
     end: Mutex<u64>,
     /// (durable end, a sync is running)
     synced: Mutex<(u64, bool)>,
@@ -793,6 +810,7 @@ impl BareGroupCommit {
         file.sync_all().expect("sync");
         BareGroupCommit {
             file,
+            syncs: AtomicU64::new(0),
             end: Mutex::new(0),
             synced: Mutex::new((0, false)),
             done: Condvar::new(),
@@ -816,6 +834,7 @@ impl BareGroupCommit {
             drop(s);
             let upto = *self.end.lock().expect("lock");
             self.file.sync_data().expect("fdatasync");
+            self.syncs.fetch_add(1, Ordering::Relaxed);
             s = self.synced.lock().expect("lock");
             *s = (s.0.max(upto), false);
             self.done.notify_all();

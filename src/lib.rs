@@ -133,6 +133,13 @@ pub fn check_payload_bytes(bytes: &[u8]) -> std::result::Result<Item, payload::P
     aligned.extend_from_slice(bytes);
     payload::check_archive(&aligned).map(|item| item.to_item())
 }
+/// Drops a file's clean pages from the page cache, for the benchmarks'
+/// cold reads (feature `whitebox`).
+#[cfg(feature = "whitebox")]
+#[doc(hidden)]
+pub fn drop_from_page_cache(file: &std::fs::File) -> std::io::Result<()> {
+    mmap::drop_cached(file)
+}
 #[cfg(feature = "whitebox")]
 #[doc(hidden)]
 pub use log::seal_delta;

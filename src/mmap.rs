@@ -220,6 +220,19 @@ impl Map {
         .as_ref()
     }
 
+    /// Tells the kernel that `start..end` of a mapped segment is about to be
+    /// read in order (a replay), so that it reads the range in now, in large
+    /// requests, rather than a page fault at a time
+    /// (`madvise(MADV_WILLNEED)`). Only a hint; nothing for a copy.
+    pub(crate) fn will_read(&self, start: usize, end: usize) {
+        if let Backing::Mapped(map) = &self.backing {
+            let end = end.min(self.len);
+            if start < end {
+                let _ = map.advise_range(memmap2::Advice::WillNeed, start, end - start);
+            }
+        }
+    }
+
     /// Runs `f` on a view of `start..end`, which may lie beyond the committed
     /// offset. Called only while no writer of this process runs, or on
     /// committed bytes (module rules).
@@ -442,6 +455,18 @@ fn offset_and_len(from: u64, to: u64) -> Option<(libc::off64_t, libc::off64_t)> 
     let offset = libc::off64_t::try_from(from).ok()?;
     let len = libc::off64_t::try_from(to - from).ok()?;
     Some((offset, len))
+}
+
+/// Asks the kernel to drop `file`'s clean pages from the page cache
+/// (`posix_fadvise(POSIX_FADV_DONTNEED)`): the benchmarks' cold reads.
+/// Dirty pages stay; sync the file first.
+#[cfg(feature = "whitebox")]
+pub(crate) fn drop_cached(file: &File) -> io::Result<()> {
+    // SAFETY: plain syscall wrapper on a valid open descriptor; no memory is passed.
+    match unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
 }
 
 /// Asks the kernel to bring `from..to` of `file` into the page cache now

@@ -489,6 +489,7 @@ impl Snapshot {
     /// fork point.
     pub(crate) fn restore_onto(&self, mut state: RestoredState) -> Result<RestoredState> {
         let from = self.last_session_start().unwrap_or(self.first_seq());
+        self.will_read_from(from);
         for rec in self.iter_from(from) {
             let rec = rec?;
             state.apply_record(&rec)?;

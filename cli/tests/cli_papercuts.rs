@@ -67,17 +67,19 @@ fn store(root: &Path, n: usize) -> Vec<SessionId> {
 }
 
 /// Runs with stdout into a pipe whose reader has left before the command
-/// prints anything (`… | head -0`): every write meets a closed pipe.
+/// starts (`… | head -0`): every write meets a closed pipe, however fast
+/// the command prints.
 fn closed_pipe(root: &Path, args: &[&str]) -> (i32, String) {
-    let mut child = bare()
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = bare()
         .arg("--root")
         .arg(root)
         .args(args)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");

@@ -136,6 +136,21 @@ impl Snapshot {
             .sum()
     }
 
+    /// Asks the kernel to read in, ahead, the mapped bytes of every segment
+    /// from the one that holds `seq` on: a replay from `seq` is about to read
+    /// them all, and a cold one then waits on a few large reads, not a page
+    /// fault at a time.
+    pub(crate) fn will_read_from(&self, seq: u64) {
+        let first = self
+            .segs
+            .partition_point(|(s, _)| s.header.first_seq <= seq)
+            .saturating_sub(1);
+        for (seg, end) in &self.segs[first.min(self.segs.len())..] {
+            seg.map
+                .will_read(FIRST_RECORD_OFFSET as usize, *end as usize);
+        }
+    }
+
     /// Records, in order, from the first (seq 0): a log whose prefix is
     /// evicted yields [`Error::Evicted`] first.
     pub fn iter(&self) -> Iter<'_> {
