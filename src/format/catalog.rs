@@ -154,10 +154,15 @@ pub(crate) struct HeadSlot {
 }
 
 impl HeadSlot {
-    /// The slot's bytes (version 2; a `None` count is written as 0).
+    /// The slot's bytes: version 2, or version 1 (its 80 bytes, then zeros)
+    /// for a slot with no payload count, which no reader then believes.
     pub(crate) fn encode(&self) -> [u8; HEAD_LEN] {
         let mut b = [0u8; HEAD_LEN];
-        b[..4].copy_from_slice(&HEAD_MAGIC);
+        let (magic, len) = match self.payload_bytes {
+            Some(_) => (HEAD_MAGIC, HEAD_LEN),
+            None => (HEAD_MAGIC_V1, HEAD_LEN_V1),
+        };
+        b[..4].copy_from_slice(&magic);
         b[HEAD_DIRTY] = u8::from(self.dirty);
         b[HEAD_WRITER..HEAD_WRITER + 4].copy_from_slice(&self.writer.to_le_bytes());
         for (at, n) in [
@@ -165,12 +170,14 @@ impl HeadSlot {
             (HEAD_BYTES, self.bytes),
             (HEAD_UPDATED, self.updated_ms),
             (HEAD_FIRST_SEQ, self.first_seq),
-            (HEAD_PAYLOAD_BYTES, self.payload_bytes.unwrap_or(0)),
         ] {
             b[at..at + 8].copy_from_slice(&n.to_le_bytes());
         }
+        if let Some(n) = self.payload_bytes {
+            b[HEAD_PAYLOAD_BYTES..HEAD_LEN].copy_from_slice(&n.to_le_bytes());
+        }
         b[HEAD_HASH..HEAD_HASH + 32].copy_from_slice(self.head.as_bytes());
-        let crc = crc32fast::hash(&b[8..]);
+        let crc = crc32fast::hash(&b[8..len]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -256,15 +263,14 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_head_slot_reads_without_a_payload_count() {
-        let mut b = slot().encode();
-        b[..4].copy_from_slice(&HEAD_MAGIC_V1);
-        let crc = crc32fast::hash(&b[8..HEAD_LEN_V1]);
-        b[4..8].copy_from_slice(&crc.to_le_bytes());
+    fn a_head_slot_without_a_count_is_written_and_read_as_version_1() {
         let want = HeadSlot {
             payload_bytes: None,
             ..slot()
         };
+        let b = want.encode();
+        assert_eq!(b[..4], HEAD_MAGIC_V1);
+        assert_eq!(b[HEAD_LEN_V1..], [0; 8]);
         assert_eq!(HeadSlot::decode(&b[..HEAD_LEN_V1]), Some(want));
         assert_eq!(HeadSlot::decode(&b), Some(want));
     }
