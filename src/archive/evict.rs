@@ -331,7 +331,7 @@ fn place(dir: &Path, s: &EvictedSegment, bytes: &[u8], hook: &crate::fs::Hook) -
         file.sync()
     });
     if let Err(e) = written.and_then(|()| hooked_fs::rename(&tmp, &dir.join(&name), hook)) {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = hooked_fs::remove_file(&tmp, hook);
         return Err(e);
     }
     sync_dir(dir, hook)

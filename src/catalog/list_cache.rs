@@ -12,7 +12,8 @@ use super::{HeadSlot, Identity};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::format::catalog::{
-    cache_layout_of, CACHE_LAYOUT, CACHE_MAGIC, CACHE_SLOT_LEN, HEAD_LEN,
+    cache_layout_of, cache_slot_crc_ok, seal_cache_slot, CACHE_LAYOUT, CACHE_MAGIC, CACHE_SLOT_LEN,
+    HEAD_LEN,
 };
 use crate::fs::{Hook, HookedFile};
 use crate::schema::{SessionId, SessionOrigin};
@@ -74,18 +75,14 @@ impl CachedSession {
             b[at.title_len..at.title_len + 2].copy_from_slice(&(t.len() as u16).to_le_bytes());
             b[at.title()..at.title() + t.len()].copy_from_slice(t);
         }
-        let crc = crc32fast::hash(&b[8..]);
-        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        seal_cache_slot(&mut b);
         b
     }
 
     /// A slot of either version, if it reads.
     fn decode(b: &[u8]) -> Option<CachedSession> {
         let at = cache_layout_of(b.get(..4)?)?;
-        if b.len() < CACHE_SLOT_LEN
-            || crc32fast::hash(&b[8..CACHE_SLOT_LEN])
-                != u32::from_le_bytes(b[4..8].try_into().ok()?)
-        {
+        if !cache_slot_crc_ok(b) {
             return None;
         }
         let origin = |flag_at: usize, at: usize| -> Option<SessionOrigin> {

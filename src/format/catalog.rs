@@ -126,6 +126,17 @@ const fn cache_layout(head_len: usize) -> CacheLayout {
     }
 }
 
+/// Sets a cache slot's CRC (of its bytes from 8 on).
+pub(crate) fn seal_cache_slot(b: &mut [u8; CACHE_SLOT_LEN]) {
+    let crc = crc32fast::hash(&b[8..]);
+    b[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Whether a cache slot's CRC holds.
+pub(crate) fn cache_slot_crc_ok(b: &[u8]) -> bool {
+    b.len() >= CACHE_SLOT_LEN && b[4..8] == crc32fast::hash(&b[8..CACHE_SLOT_LEN]).to_le_bytes()
+}
+
 /// A cache slot's layout, by its magic; `None` for an unknown magic.
 pub(crate) fn cache_layout_of(magic: &[u8]) -> Option<CacheLayout> {
     match magic {
