@@ -247,7 +247,30 @@ pub(crate) fn unframe(magic: [u8; 4], b: &[u8], max: usize) -> Option<&[u8]> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// Catalog and cache bytes come from disk: any of them, with any of
+        /// the magics, decode to a slot or to nothing, never a panic.
+        #[test]
+        fn arbitrary_slot_bytes_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..700),
+            magic in 0usize..4,
+        ) {
+            let mut bytes = bytes;
+            let magics = [HEAD_MAGIC, HEAD_MAGIC_V1, CACHE_MAGIC, CACHE_MAGIC_V1];
+            if bytes.len() >= 4 {
+                bytes[..4].copy_from_slice(&magics[magic]);
+            }
+            let _ = HeadSlot::decode(&bytes);
+            let _ = cache_layout_of(&bytes);
+            let _ = cache_slot_crc_ok(&bytes);
+            let _ = unframe(TITLE_MAGIC, &bytes, TITLE_MAX);
+            let _ = unframe(IDENT_MAGIC, &bytes, IDENT_MAX);
+        }
+    }
 
     fn slot() -> HeadSlot {
         HeadSlot {
