@@ -33,15 +33,19 @@ const STREAM_CHECK: Duration = Duration::from_millis(200);
 /// Must be used inside a tokio runtime (multi-threaded or current-thread).
 ///
 /// ```
-/// # async fn run() -> session_store::Result<()> {
 /// use session_store::{AsyncStore, Item, RequestConfig, Store, Turn};
-/// let dir = tempfile::tempdir().unwrap();
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let runtime = tokio::runtime::Builder::new_multi_thread().build().unwrap();
 /// let store = AsyncStore::new(Store::open(dir.path())?);
-/// let (id, head) = store.create_session(None, RequestConfig::model("m"), vec![]).await?;
-/// let turn = Turn::new(vec![Item::user_text("hi"), Item::assistant_text("hello")], 1);
-/// let head = store.commit_turn(id, head, turn).await?;
-/// assert_eq!(store.restore(id).await?.head, Some(head));
-/// # Ok(()) }
+/// runtime.block_on(async {
+///     let (id, head) = store.create_session(None, RequestConfig::model("gpt-5"), vec![]).await?;
+///     let items = vec![Item::user_text("Ping staging."), Item::assistant_text("It answers in 38 ms.")];
+///     let head = store.commit_turn(id, head, Turn::new(items, 1)).await?;
+///     assert_eq!(store.restore(id).await?.head, Some(head));
+///     store.close().await
+/// })
+/// # }
 /// ```
 #[derive(Clone, Debug)]
 pub struct AsyncStore {
@@ -66,11 +70,15 @@ impl Drop for AsyncStore {
 
 impl AsyncStore {
     /// Wraps a store.
+    ///
+    /// Example: [`AsyncStore`].
     pub fn new(store: Store) -> AsyncStore {
         AsyncStore { store: Some(store) }
     }
 
     /// The store, for the calls that need no disk (or a blocking context).
+    ///
+    /// Example: [`AsyncStore`].
     pub fn store(&self) -> &Store {
         self.store
             .as_ref()
@@ -92,6 +100,8 @@ impl AsyncStore {
     }
 
     /// [`Store::create_session`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn create_session(
         &self,
         system_prompt: Option<String>,
@@ -103,6 +113,8 @@ impl AsyncStore {
     }
 
     /// [`Store::create_session_with_durability`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn create_session_with_durability(
         &self,
         system_prompt: Option<String>,
@@ -118,6 +130,8 @@ impl AsyncStore {
 
     /// [`Store::append`]: new history items if the head is `head`; the new
     /// head.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn append(
         &self,
         id: SessionId,
@@ -128,6 +142,8 @@ impl AsyncStore {
     }
 
     /// [`Store::commit_turn`]: a whole turn in one commit; the new head.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn commit_turn(
         &self,
         id: SessionId,
@@ -139,16 +155,22 @@ impl AsyncStore {
 
     /// [`Store::sync`]: waits until what this store appended to the session
     /// is durable.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn sync(&self, id: SessionId) -> Result<()> {
         self.blocking(move |s| s.sync(id)).await
     }
 
     /// [`Store::restore`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn restore(&self, id: SessionId) -> Result<RestoredState> {
         self.blocking(move |s| s.restore(id)).await
     }
 
     /// [`Store::compact`]: compaction in place; the new head.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn compact(
         &self,
         id: SessionId,
@@ -159,16 +181,22 @@ impl AsyncStore {
     }
 
     /// [`Store::fork_at`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn fork_at(&self, id: SessionId, at: EntryHash) -> Result<(SessionId, EntryHash)> {
         self.blocking(move |s| s.fork_at(id, at)).await
     }
 
     /// [`Store::fork_at_seq`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn fork_at_seq(&self, id: SessionId, seq: u64) -> Result<(SessionId, EntryHash)> {
         self.blocking(move |s| s.fork_at_seq(id, seq)).await
     }
 
     /// [`Store::verify_fork_link`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn verify_fork_link(&self, id: SessionId) -> Result<Option<ForkLink>> {
         self.blocking(move |s| s.verify_fork_link(id)).await
     }
@@ -176,6 +204,8 @@ impl AsyncStore {
     /// [`Store::export`] into `out` (written from the blocking pool, so a
     /// file or a `Vec<u8>`, not an async writer); returns the lines written
     /// and `out`.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn export<W>(&self, id: SessionId, out: W) -> Result<(u64, W)>
     where
         W: Write + Send + 'static,
@@ -189,27 +219,37 @@ impl AsyncStore {
     }
 
     /// [`Store::import_from`] of wire lines held in memory.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn import(&self, wire: Vec<u8>) -> Result<SessionId> {
         self.blocking(move |s| s.import_from(wire.as_slice())).await
     }
 
     /// [`Store::list`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn list(&self) -> Result<Vec<SessionInfo>> {
         self.blocking(|s| s.list()).await
     }
 
     /// [`Store::list_filtered`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn list_filtered(&self, filter: ListFilter) -> Result<Vec<SessionInfo>> {
         self.blocking(move |s| s.list_filtered(&filter)).await
     }
 
     /// [`Store::delete`]: whether the session was removed, or retired
     /// because forks still read it.
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn delete(&self, id: SessionId) -> Result<Deletion> {
         self.blocking(move |s| s.delete(id)).await
     }
 
     /// [`Store::close`].
+    ///
+    /// Example: [`AsyncStore`].
     pub async fn close(&self) -> Result<()> {
         self.blocking(|s| s.close()).await
     }
@@ -219,6 +259,24 @@ impl AsyncStore {
     /// taken, so it follows a writer in another process too). A thread of
     /// its own reads ahead up to 64 entries; it ends soon after the stream is
     /// dropped. An error ends the stream after it is yielded.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use session_store::{AsyncStore, Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let runtime = tokio::runtime::Builder::new_multi_thread().build().unwrap();
+    /// let store = AsyncStore::new(Store::open(dir.path())?);
+    /// runtime.block_on(async {
+    ///     let (id, head) = store.create_session(None, RequestConfig::model("gpt-5"), vec![]).await?;
+    ///     let mut entries = store.subscribe(id, 1).await?; // a UI following the session
+    ///     store.append(id, head, vec![Item::user_text("Watch the queue.")]).await?;
+    ///     let entry = entries.next().await.expect("the stream goes on")?;
+    ///     assert_eq!(entry.seq, 1);
+    ///     Ok(())
+    /// })
+    /// # }
+    /// ```
     pub async fn subscribe(&self, id: SessionId, from_seq: u64) -> Result<EntryStream> {
         let subscription = self.blocking(move |s| s.subscribe(id, from_seq)).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -242,6 +300,8 @@ impl AsyncStore {
 }
 
 /// The entries of a session, as [`AsyncStore::subscribe`] yields them.
+///
+/// Example: [`AsyncStore::subscribe`].
 #[derive(Debug)]
 pub struct EntryStream {
     rx: mpsc::Receiver<Result<SubscribedEntry>>,

@@ -11,6 +11,22 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A 32-byte BLAKE3 chain hash. Shown as 64 lowercase hex digits.
+///
+/// ```
+/// use session_store::{EntryHash, RequestConfig, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let (_id, head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// // A head travels as text: in a URL, a database row, a queue message.
+/// let text = head.to_string();
+/// assert_eq!(text, head.to_hex());
+/// assert_eq!(text.parse::<EntryHash>(), Ok(head));
+/// assert!(text.starts_with(&head.short()));
+/// assert!("HEAD~1".parse::<EntryHash>().is_err());
+/// assert_ne!(head, EntryHash::genesis());
+/// # Ok(()) }
+/// ```
 #[derive(
     Clone,
     Copy,
@@ -35,26 +51,36 @@ impl EntryHash {
     ///
     /// It is the same everywhere, so identical entries hash identically in any
     /// log, and an exported session re-imports to the same hashes.
+    ///
+    /// Example: [`EntryHash`].
     pub fn genesis() -> EntryHash {
         EntryHash(blake3::derive_key(GENESIS_CONTEXT_V1, b""))
     }
 
     /// The link: the hash of a record whose linked bytes are `linked`, following `self`.
+    ///
+    /// Example: [`EntryHash`].
     pub fn link(&self, linked: &[u8]) -> EntryHash {
         EntryHash(*blake3::keyed_hash(&self.0, linked).as_bytes())
     }
 
     /// The raw bytes.
+    ///
+    /// Example: [`EntryHash`].
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
 
     /// Lowercase hex.
+    ///
+    /// Example: [`EntryHash`].
     pub fn to_hex(&self) -> String {
         to_hex(&self.0)
     }
 
     /// A short prefix for display.
+    ///
+    /// Example: [`EntryHash`].
     pub fn short(&self) -> String {
         self.to_hex()[..12].to_string()
     }
@@ -62,6 +88,8 @@ impl EntryHash {
 
 impl ArchivedEntryHash {
     /// The owned hash.
+    ///
+    /// Example: [`EntryHash`].
     pub fn get(&self) -> EntryHash {
         EntryHash(self.0)
     }
@@ -95,6 +123,8 @@ fn hex_digit(n: u8) -> char {
 }
 
 /// Why a hex string is not a hash.
+///
+/// Example: [`EntryHash`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a 64-digit hex hash: {0:?}")]
 pub struct ParseHashError(pub String);

@@ -7,9 +7,30 @@ use std::path::PathBuf;
 use crate::chain::EntryHash;
 
 /// Shorthand for results in this crate.
+///
+/// Example: [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong, with what a user needs to act on it.
+///
+/// ```
+/// use session_store::{Error, Item, RequestConfig, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let (id, start) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// store.append(id, start, &[Item::user_text("From the first tab.")])?;
+///
+/// // The second tab still holds `start`: nothing was written; retry on
+/// // the stored head.
+/// let items = [Item::user_text("From the second tab.")];
+/// match store.append(id, start, &items) {
+///     Err(Error::HeadMismatch { actual: Some(stored), .. }) => store.append(id, stored, &items)?,
+///     other => other?,
+/// };
+/// assert_eq!(store.history_len(id)?, 2);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -206,6 +227,8 @@ fn fmt_hash(hash: &Option<EntryHash>) -> String {
 }
 
 /// Which check failed on a damaged record or segment.
+///
+/// Example: [`RecoveryMode`](crate::RecoveryMode).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CorruptKind {
@@ -312,6 +335,8 @@ impl Error {
     /// process's limit (`EMFILE`) or the system's (`ENFILE`). A store that
     /// meets it in its own opens closes its idle sessions and tries once
     /// more before returning it.
+    ///
+    /// Example: [`Error`].
     pub fn is_out_of_descriptors(&self) -> bool {
         match self {
             Error::Io { source, .. } => {
@@ -323,6 +348,8 @@ impl Error {
 
     /// Whether this is an I/O error for a full disk (`ENOSPC`) or an
     /// exceeded quota (`EDQUOT`): freeing space and reopening goes on.
+    ///
+    /// Example: [`IoHook`](crate::log::IoHook).
     pub fn is_storage_full(&self) -> bool {
         match self {
             Error::Io { source, .. } => matches!(

@@ -24,6 +24,8 @@ use crate::schema::{
 pub use crate::schema::MAX_LINE_BYTES;
 
 /// One parsed wire line.
+///
+/// Example: [`entry_line`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct WireLine {
     /// The seq, if the line carries one.
@@ -37,6 +39,23 @@ pub struct WireLine {
 }
 
 /// Writes one entry as a wire line, without the trailing newline.
+///
+/// ```
+/// use session_store::schema::LogEntry;
+/// use session_store::wire::{entry_line, parse_line};
+/// use session_store::{Log, LogOptions};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let log = Log::open(dir.path(), LogOptions::default())?;
+/// let entry = LogEntry::TurnEnd { ts: 1767225600000, turn_count: 3 };
+/// let (seq, hash) = log.append(&entry)?;
+/// let line = entry_line(seq, &hash, None, &entry);
+/// assert!(line.ends_with(r#""prev_hash":null,"kind":"turn_end","ts":1767225600000,"turn_count":3}"#));
+///
+/// let back = parse_line(&line, 1)?;
+/// assert_eq!((back.seq, back.hash, back.entry), (Some(0), Some(hash), entry));
+/// # Ok(()) }
+/// ```
 pub fn entry_line(
     seq: u64,
     hash: &EntryHash,
@@ -60,6 +79,8 @@ impl RecordView<'_> {
     /// `null` at seq 0). Items kept in the store's payload area are written
     /// in full, so the line stands without the store; a payload that cannot
     /// be read is [`Error::Payload`](crate::Error::Payload).
+    ///
+    /// Example: [`Snapshot::iter`](crate::Snapshot::iter).
     pub fn wire_line(&self) -> Result<String> {
         let prev = (self.seq > 0).then_some(&self.prev_hash);
         Ok(entry_line(self.seq, &self.hash, prev, &self.to_entry()?))
@@ -67,6 +88,8 @@ impl RecordView<'_> {
 }
 
 /// Parses one wire line. `line_no` is 1-based and goes into every error.
+///
+/// Example: [`entry_line`].
 pub fn parse_line(line: &str, line_no: u64) -> Result<WireLine> {
     let wire = |column: u64, message: String| Error::Wire {
         line: line_no,
@@ -289,6 +312,8 @@ fn is_empty(v: &Value) -> bool {
 }
 
 /// Reads lines of at most [`MAX_LINE_BYTES`], as UTF-8, naming the line in errors.
+///
+/// Example: [the `wire` module](crate::wire#example).
 pub struct LineReader<R> {
     inner: R,
     line_no: u64,
@@ -297,6 +322,8 @@ pub struct LineReader<R> {
 
 impl<R: BufRead> LineReader<R> {
     /// Wraps a reader.
+    ///
+    /// Example: [the `wire` module](crate::wire#example).
     pub fn new(inner: R) -> Self {
         LineReader {
             inner,
@@ -306,6 +333,8 @@ impl<R: BufRead> LineReader<R> {
     }
 
     /// The next non-empty line and its 1-based number, or `None` at the end.
+    ///
+    /// Example: [the `wire` module](crate::wire#example).
     pub fn next_line(&mut self) -> Result<Option<(u64, &str)>> {
         loop {
             self.buf.clear();

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 
 /// An I/O operation about to happen, shown to an [`IoHook`].
+///
+/// Example: [`IoHook`].
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum IoOp<'a> {
@@ -83,6 +85,26 @@ pub enum IoOp<'a> {
 ///
 /// Tests use it to count, record and fail operations; production code leaves
 /// it unset.
+///
+/// ```
+/// use std::{io, sync::Arc};
+/// use session_store::log::{IoHook, IoOp};
+/// use session_store::{Durability, LogOptions, RequestConfig, Store, StoreOptions};
+///
+/// struct FullDisk; // full by the first `fdatasync`
+/// impl IoHook for FullDisk {
+///     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+///         if matches!(op, IoOp::Sync { .. }) { Err(io::ErrorKind::StorageFull.into()) } else { Ok(()) }
+///     }
+/// }
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let log = LogOptions::default().durability(Durability::Sync).hook(Arc::new(FullDisk));
+/// let store = Store::open_with(dir.path(), StoreOptions::default().log(log))?;
+/// let created = store.create_session(None, RequestConfig::model("gpt-5"), &[]);
+/// assert!(created.is_err_and(|e| e.is_storage_full()));
+/// # Ok(()) }
+/// ```
 pub trait IoHook: Send + Sync {
     /// Called before `op` runs; for writes, after the bytes are prepared and
     /// before they are published.

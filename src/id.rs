@@ -7,6 +7,20 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A session id: a UUID (v7 for ids this crate makes, so they sort by creation time).
+///
+/// ```
+/// use session_store::SessionId;
+/// # fn main() -> session_store::Result<()> {
+/// let id = SessionId::new_v7();
+/// let text = id.to_string(); // "0199…-…": 36 characters, lowercase
+/// assert_eq!(text.parse::<SessionId>()?, id);
+/// assert_eq!(id.uuid().get_version_num(), 7);
+/// assert!(id.created_ms().is_some());
+/// // Only the canonical form: an id is a directory name.
+/// assert!("../../etc".parse::<SessionId>().is_err());
+/// assert!(text.to_uppercase().parse::<SessionId>().is_err());
+/// # Ok(()) }
+/// ```
 #[derive(
     Clone,
     Copy,
@@ -24,16 +38,22 @@ pub struct SessionId(pub [u8; 16]);
 
 impl SessionId {
     /// A fresh UUID v7.
+    ///
+    /// Example: [`SessionId`].
     pub fn new_v7() -> SessionId {
         SessionId(*uuid::Uuid::now_v7().as_bytes())
     }
 
     /// The UUID.
+    ///
+    /// Example: [`SessionId`].
     pub fn uuid(&self) -> uuid::Uuid {
         uuid::Uuid::from_bytes(self.0)
     }
 
     /// Milliseconds since the Unix epoch encoded in a v7 id.
+    ///
+    /// Example: [`SessionId`].
     pub fn created_ms(&self) -> Option<u64> {
         let ts = self.uuid().get_timestamp()?;
         let (secs, nanos) = ts.to_unix();
@@ -43,6 +63,8 @@ impl SessionId {
 
 impl ArchivedSessionId {
     /// The owned id.
+    ///
+    /// Example: [`SessionId`].
     pub fn get(&self) -> SessionId {
         SessionId(self.0)
     }
@@ -72,6 +94,8 @@ impl FromStr for SessionId {
 }
 
 /// Text that is no session id in its canonical form.
+///
+/// Example: [`SessionId`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParseSessionIdError {
     shown: String,

@@ -29,6 +29,19 @@ use crate::json::JsonText;
 
 /// The form a writer gives items in: a read-time choice, since the log
 /// keeps every item as it was given.
+///
+/// ```
+/// use session_store::{Form, Item};
+/// # fn main() -> session_store::Result<()> {
+/// let given = r#"{"type":"reasoning","id":"rs_1","summary":[],"encrypted_content":"gAAAAB+/=="}"#;
+/// let item = Item::from_responses_json(given)?;
+/// assert_eq!(item.to_responses_json(Form::AsStored)?, given);
+/// // The provider dropped `rs_1` after the response: re-send without it.
+/// let resend = r#"{"type":"reasoning","summary":[],"encrypted_content":"gAAAAB+/=="}"#;
+/// assert_eq!(item.to_responses_json(Form::Resend)?, resend);
+/// assert_eq!(item.without_provider_state().to_responses_json(Form::AsStored)?, resend);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Form {
     /// As the runtime gave them: ids, statuses and every field the provider
@@ -41,6 +54,8 @@ pub enum Form {
 }
 
 /// Who authored a message.
+///
+/// Example: [`Item`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -56,6 +71,8 @@ pub enum Role {
 
 /// Provider-side lifecycle state of an item: kept, and left out of the
 /// re-send form ([`Form::Resend`]).
+///
+/// Example: [`Item`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemStatus {
@@ -68,6 +85,8 @@ pub enum ItemStatus {
 }
 
 /// One part of a message's content.
+///
+/// Example: [`Item`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
@@ -138,6 +157,8 @@ pub enum ContentPart {
 }
 
 /// What a tool returned, as the model sees it.
+///
+/// Example: [`Item`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ToolOutput {
@@ -148,6 +169,23 @@ pub enum ToolOutput {
 }
 
 /// One item of conversation history, as the runtime holds it.
+///
+/// ```
+/// use session_store::{CallLink, Item, Role};
+/// # fn main() -> session_store::Result<()> {
+/// let question = Item::user_text("Is port 8080 free?");
+/// let call = Item::from_responses_json(r#"{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{\"cmd\":\"lsof -i :8080\"}"}"#)?;
+/// let answer = Item::assistant_text("Yes: nothing listens on it.");
+///
+/// assert_eq!(question.role(), Some(Role::User));
+/// assert!(question.is_user_message() && answer.is_assistant_message());
+/// assert!(call.is_tool_call() && call.is_assistant_output() && !call.is_reasoning());
+/// assert_eq!(call.call_link(), Some(CallLink::Call("call_1".into())));
+/// assert_eq!(call.call_id(), Some("call_1"));
+/// assert_eq!(answer.text().as_deref(), Some("Yes: nothing listens on it."));
+/// assert!(call.extra().is_empty());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Item {
@@ -334,21 +372,35 @@ pub enum Item {
 
 impl Item {
     /// A user message with one text part.
+    ///
+    /// ```
+    /// use session_store::{ContentPart, Item, Role};
+    /// let item = Item::user_text("Rename `foo` to `bar`.");
+    /// assert_eq!(item, Item::message(Role::User, "Rename `foo` to `bar`."));
+    /// let Item::Message { content, .. } = &item else { unreachable!() };
+    /// assert_eq!(content, &[ContentPart::Text { text: "Rename `foo` to `bar`.".into() }]);
+    /// ```
     pub fn user_text(text: impl Into<String>) -> Item {
         Item::message(Role::User, text)
     }
 
     /// An assistant message with one text part.
+    ///
+    /// Example: [`Item`].
     pub fn assistant_text(text: impl Into<String>) -> Item {
         Item::message(Role::Assistant, text)
     }
 
     /// A system message with one text part.
+    ///
+    /// Example: [`Item`].
     pub fn system_text(text: impl Into<String>) -> Item {
         Item::message(Role::System, text)
     }
 
     /// A message with one text part and no id or status.
+    ///
+    /// Example: [`Item`].
     pub fn message(role: Role, text: impl Into<String>) -> Item {
         Item::Message {
             extra: Default::default(),
@@ -360,6 +412,8 @@ impl Item {
     }
 
     /// The role, for messages.
+    ///
+    /// Example: [`Item`].
     pub fn role(&self) -> Option<Role> {
         match self {
             Item::Message { role, .. } => Some(*role),
@@ -368,28 +422,38 @@ impl Item {
     }
 
     /// A message authored by the user.
+    ///
+    /// Example: [`Item`].
     pub fn is_user_message(&self) -> bool {
         self.role() == Some(Role::User)
     }
 
     /// A message authored by the assistant.
+    ///
+    /// Example: [`Item`].
     pub fn is_assistant_message(&self) -> bool {
         self.role() == Some(Role::Assistant)
     }
 
     /// A message authored by the system (or a hook).
+    ///
+    /// Example: [`Item`].
     pub fn is_system_message(&self) -> bool {
         self.role() == Some(Role::System)
     }
 
     /// A call the model made: a function or custom tool call, or an opaque
     /// item that carries a call id and is not an output.
+    ///
+    /// Example: [`Item`].
     pub fn is_tool_call(&self) -> bool {
         self.links_as(true)
     }
 
     /// The output of a call: a tool result or output, or an opaque item that
     /// answers a call id.
+    ///
+    /// Example: [`Item`].
     pub fn is_tool_result(&self) -> bool {
         self.links_as(false)
     }
@@ -410,6 +474,8 @@ impl Item {
     }
 
     /// Reasoning or thinking, in any of its forms.
+    ///
+    /// Example: [`Item`].
     pub fn is_reasoning(&self) -> bool {
         matches!(
             self,
@@ -423,6 +489,8 @@ impl Item {
     /// Produced by the model in its turn: assistant messages, calls,
     /// reasoning, and opaque items that are not on the user's side and are not
     /// outputs (hosted tool calls, server tool blocks).
+    ///
+    /// Example: [`Item`].
     pub fn is_assistant_output(&self) -> bool {
         match self {
             Item::Opaque { role, .. } => *role != Some(Role::User) && !self.links_as(false),
@@ -431,6 +499,8 @@ impl Item {
     }
 
     /// The `call_id` of a typed call or output.
+    ///
+    /// Example: [`Item`].
     pub fn call_id(&self) -> Option<&str> {
         match self {
             Item::ToolCall { call_id, .. }
@@ -448,6 +518,8 @@ impl Item {
     /// and a call otherwise; an Anthropic block with a `tool_use_id` is an
     /// output, and one whose `type` ends in `tool_use` is a call under its
     /// `id`.
+    ///
+    /// Example: [`Item`].
     pub fn call_link(&self) -> Option<CallLink> {
         match self {
             Item::ToolCall { call_id, .. } | Item::CustomToolCall { call_id, .. } => {
@@ -462,6 +534,8 @@ impl Item {
     }
 
     /// The concatenated text parts of a message (refusals excluded).
+    ///
+    /// Example: [`Item`].
     pub fn text(&self) -> Option<String> {
         match self {
             Item::Message { content, .. } => Some(
@@ -549,6 +623,8 @@ impl Item {
     /// The same item in its form for a stateless re-send: ids and statuses
     /// cleared (a provider refuses an id it no longer keeps); what else the
     /// provider gave stays. Opaque items are kept as given.
+    ///
+    /// Example: [`Form`].
     pub fn without_provider_state(&self) -> Item {
         let mut item = self.clone();
         let (id, status, _) = item.provider_slots();
@@ -562,6 +638,8 @@ impl Item {
     }
 
     /// What the item carried beyond its typed fields.
+    ///
+    /// Example: [`Item`].
     pub fn extra(&self) -> &Extra {
         match self {
             Item::Message { extra, .. }
@@ -581,6 +659,8 @@ impl Item {
 static NO_EXTRA: Extra = Extra::NONE;
 
 /// One side of a call/output pair, with its call id.
+///
+/// Example: [`Item`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CallLink {
     /// A call, under this id.

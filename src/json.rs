@@ -11,6 +11,18 @@ use crate::error::{Error, Result};
 /// The text is canonicalised once, on construction: whitespace outside strings
 /// is removed; key order and number spelling are kept exactly, so no value is
 /// ever rounded.
+///
+/// ```
+/// use session_store::schema::JsonText;
+/// # fn main() -> session_store::Result<()> {
+/// // Request settings `RequestConfig` has no field for, for its `extra`.
+/// let extra = JsonText::parse(r#"{ "tool_choice": "auto", "seed": 7 }"#)?;
+/// assert_eq!(extra.as_str(), r#"{"tool_choice":"auto","seed":7}"#);
+/// assert_eq!(extra.to_value()["seed"], 7);
+/// assert!(JsonText::parse("{\"seed\": 1e400}").is_err());
+/// assert_eq!(JsonText::from_value(&serde_json::json!({}))?, JsonText::empty_object());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 #[rkyv(derive(Debug))]
 pub struct JsonText(pub(crate) String);
@@ -20,6 +32,8 @@ pub struct JsonText(pub(crate) String);
 /// history inside a `session_start`), and a line is read with serde_json's
 /// limit of 128 levels: this leaves room, so that whatever is stored also
 /// exports and imports back.
+///
+/// Example: [`JsonText`].
 pub const MAX_JSON_DEPTH: usize = 100;
 
 impl JsonText {
@@ -27,6 +41,8 @@ impl JsonText {
     /// and keeps its compact form. Refused: invalid JSON, numbers outside
     /// the range of a JSON number as read back (`1e400`), and nesting deeper
     /// than [`MAX_JSON_DEPTH`].
+    ///
+    /// Example: [`JsonText`].
     pub fn parse(text: &str) -> Result<JsonText> {
         // A value, not a raw slice: that is what import reads, so a number
         // it would refuse is refused here.
@@ -38,6 +54,8 @@ impl JsonText {
     /// From a JSON value; refused when nested deeper than
     /// [`MAX_JSON_DEPTH`] (a value built in memory has no depth limit, and
     /// its numbers are always finite, so depth is the one check left).
+    ///
+    /// Example: [`JsonText`].
     pub fn from_value(value: &serde_json::Value) -> Result<JsonText> {
         JsonText::checked(value.to_string())
     }
@@ -58,16 +76,22 @@ impl JsonText {
     }
 
     /// The empty object `{}`.
+    ///
+    /// Example: [`JsonText`].
     pub fn empty_object() -> JsonText {
         JsonText("{}".to_string())
     }
 
     /// The compact JSON text.
+    ///
+    /// Example: [`JsonText`].
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// Parsed into a value.
+    ///
+    /// Example: [`JsonText`].
     pub fn to_value(&self) -> serde_json::Value {
         serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
     }
@@ -75,6 +99,8 @@ impl JsonText {
 
 impl ArchivedJsonText {
     /// The JSON text as stored.
+    ///
+    /// Example: [`JsonText`].
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }

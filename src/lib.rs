@@ -118,6 +118,27 @@ pub use store::{
 
 /// The wire form: one JSON object a log entry, as `export` writes and
 /// `import` reads.
+///
+/// # Example
+///
+/// ```
+/// use session_store::wire::{parse_line, LineReader};
+/// use session_store::{Item, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// // Lines another tool wrote, without `seq` and hashes: import assigns them.
+/// let input = r#"{"kind":"session_start","ts":1767225600000,"config":{"model":"gpt-5"},"history":[]}
+/// {"kind":"user_input","ts":1767225601000,"item":{"kind":"message","role":"user","content":[{"kind":"text","text":"Is main green?"}]}}"#;
+/// let mut reader = LineReader::new(input.as_bytes());
+/// let mut lines = Vec::new();
+/// while let Some((no, text)) = reader.next_line()? {
+///     lines.push((no, parse_line(text, no)?));
+/// }
+/// let store = Store::open(dir.path())?;
+/// let id = store.import(&lines)?;
+/// assert_eq!(store.restore(id)?.history, [Item::user_text("Is main green?")]);
+/// # Ok(()) }
+/// ```
 pub mod wire {
     pub use crate::export::{entry_line, parse_line, LineReader, WireLine, MAX_LINE_BYTES};
 }

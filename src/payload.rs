@@ -16,6 +16,27 @@
 //! its records; recovery cuts a log at the first record past its durable
 //! mark whose payload did not survive. DESIGN.md, "Payloads", has the whole
 //! argument.
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::{Item, RequestConfig, Store, StoreOptions};
+//! # fn main() -> session_store::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open_with(dir.path(), StoreOptions::default().payload_threshold(16 << 10))?;
+//! let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+//! // A pasted build log of 96 KB: stored once, apart from its record.
+//! let paste = Item::user_text("test result: ok\n".repeat(6_000));
+//! store.save_delta(id, &mut head, &[paste.clone()])?;
+//! let info = store.info(id)?.unwrap();
+//! assert!(info.payload_bytes > 90_000 && info.bytes < 1_000);
+//! assert_eq!(store.restore(id)?.history, [paste]);
+//! assert!(store.verify_payloads(id)?.is_empty());
+//!
+//! store.delete(id)?;
+//! assert_eq!(store.collect_payloads()?.removed, 1);
+//! # Ok(()) }
+//! ```
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
@@ -79,6 +100,8 @@ impl PayloadBytes {
 }
 
 /// What is wrong with a payload a record refers to.
+///
+/// Example: [the module](crate::payload#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PayloadProblem {
     /// No file has its name.
@@ -110,6 +133,8 @@ impl std::fmt::Display for PayloadProblem {
 }
 
 /// A reference that does not resolve to its payload, as `verify` reports it.
+///
+/// Example: [the module](crate::payload#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PayloadDamage {
     /// The record that refers to the payload.
@@ -131,6 +156,8 @@ impl std::fmt::Display for PayloadDamage {
 }
 
 /// What [`Store::collect_payloads`](crate::Store::collect_payloads) did.
+///
+/// Example: [the module](crate::payload#example).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PayloadCollection {
     /// Payloads some session refers to, kept.

@@ -1,5 +1,27 @@
 //! Replay: folding entries into the state a runtime resumes from, and the
 //! ready-to-send check of that state.
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::schema::{group_delta, now_ms, LogEntry};
+//! use session_store::state::{check_history, collect_state, Problem, RestoredState};
+//! use session_store::Item;
+//! # fn main() -> session_store::Result<()> {
+//! let call = Item::from_responses_json(r#"{"type":"function_call","call_id":"call_1","name":"grep","arguments":"{}"}"#)?;
+//! let mut entries = group_delta(&[Item::user_text("Find the panic."), call], now_ms());
+//! entries.push(LogEntry::TurnEnd { ts: now_ms(), turn_count: 1 });
+//!
+//! let state = collect_state(&entries);
+//! assert_eq!(state.turn_count, 1);
+//! assert_eq!(check_history(&state.history), [Problem::CallWithoutResult { index: 1, call_id: "call_1".into() }]);
+//!
+//! // Entry by entry, as a follower folds what it reads.
+//! let mut follower = RestoredState::default();
+//! entries.iter().for_each(|entry| follower.apply(entry));
+//! assert_eq!(follower, state);
+//! # Ok(()) }
+//! ```
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
@@ -17,6 +39,8 @@ use crate::schema::{
 };
 
 /// Token usage of one model call, as logged.
+///
+/// Example: [`Store::commit_turn`](crate::Store::commit_turn).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct UsageRecord {
     /// Timestamp, ms.
@@ -57,6 +81,8 @@ impl UsageRecord {
 }
 
 /// An extension entry, as logged.
+///
+/// Example: [`NAME_DOMAIN`](crate::store::NAME_DOMAIN).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExtensionRecord {
     /// Timestamp, ms.
@@ -68,6 +94,8 @@ pub struct ExtensionRecord {
 }
 
 /// What a runtime needs to resume a session.
+///
+/// Example: [`Store::restore`](crate::Store::restore).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RestoredState {
     /// The system prompt of the last `SessionStart`.
@@ -102,6 +130,8 @@ pub struct RestoredState {
 }
 
 /// Folds entries, in order, into a [`RestoredState`] with the seed's semantics.
+///
+/// Example: [the module](crate::state#example).
 pub fn collect_state<I>(entries: I) -> RestoredState
 where
     I: IntoIterator,
@@ -116,6 +146,8 @@ where
 
 impl RestoredState {
     /// Folds one owned entry in.
+    ///
+    /// Example: [the module](crate::state#example).
     pub fn apply(&mut self, entry: &LogEntry) {
         self.entries += 1;
         match entry {
@@ -194,15 +226,19 @@ impl RestoredState {
     /// Folds one archived entry in, building runtime items straight from the
     /// archived bytes: no owned `LogEntry`, no JSON. An entry that refers
     /// to the store's payload area cannot be folded without it
-    /// ([`Error::Payload`](crate::Error::Payload)): read such logs through
+    /// ([`Error::Payload`]): read such logs through
     /// the [`Store`](crate::Store), or fold records with
     /// [`RestoredState::apply_record`].
+    ///
+    /// Example: [the module](crate::state#example).
     pub fn apply_archived(&mut self, entry: &ArchivedLogEntry) -> Result<()> {
         self.apply_resolved(entry, None, 0)
     }
 
     /// Folds one record in: [`RestoredState::apply_archived`], with the
     /// items it keeps in the store's payload area read from there.
+    ///
+    /// Example: [the module](crate::state#example).
     pub fn apply_record(&mut self, rec: &RecordView<'_>) -> Result<()> {
         self.apply_resolved(rec.entry, rec.payloads, rec.seq)
     }
@@ -270,6 +306,8 @@ impl RestoredState {
     }
 
     /// Checks what a provider would reject if this history were re-sent.
+    ///
+    /// Example: [`Store::restore`](crate::Store::restore).
     pub fn check(&self) -> Vec<Problem> {
         let mut problems = Vec::new();
         if let Some(cut) = &self.salvaged {
@@ -283,12 +321,16 @@ impl RestoredState {
     }
 
     /// True when [`RestoredState::check`] finds nothing.
+    ///
+    /// Example: [`Store::restore`](crate::Store::restore).
     pub fn is_ready_to_send(&self) -> bool {
         self.check().is_empty()
     }
 }
 
 /// A reason a provider would reject a history, with the position of the item.
+///
+/// Example: [`Store::restore`](crate::Store::restore).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "problem", rename_all = "snake_case")]
 pub enum Problem {
@@ -336,6 +378,8 @@ pub enum Problem {
 /// Calls and outputs pair by call id across every form: function and custom
 /// tool calls, Anthropic `tool_use` and `tool_result`, and opaque items that
 /// carry a call id (see [`Item::call_link`]).
+///
+/// Example: [the module](crate::state#example).
 pub fn check_history(history: &[Item]) -> Vec<Problem> {
     let links: Vec<Option<CallLink>> = history.iter().map(Item::call_link).collect();
     let mut problems = Vec::new();
@@ -412,6 +456,8 @@ pub fn check_history(history: &[Item]) -> Vec<Problem> {
 impl Log {
     /// Replays from the last `SessionStart` (found through the footers and the
     /// sparse index, never by scanning from seq 0) into a [`RestoredState`].
+    ///
+    /// Example: [the `log` module](crate::log#example).
     pub fn restore(&self) -> Result<RestoredState> {
         let mut state = self.snapshot().restore()?;
         state.salvaged = self.salvage_cut()?;
@@ -447,6 +493,8 @@ impl Log {
 /// Where a fork by reference starts: its parent, and the parent's last
 /// entry it includes (seq and hash). A fork's log holds this in its first
 /// entry, [`LogEntry::ForkedFrom`].
+///
+/// Example: [`Store::verify_fork_link`](crate::Store::verify_fork_link).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ForkLink {
     /// The parent session.
@@ -459,6 +507,8 @@ pub struct ForkLink {
 
 impl ForkLink {
     /// The link as an origin (`forked_from`).
+    ///
+    /// Example: [`Store::verify_fork_link`](crate::Store::verify_fork_link).
     pub fn origin(&self) -> SessionOrigin {
         SessionOrigin {
             session_id: self.parent,
@@ -474,6 +524,8 @@ impl Snapshot {
     /// its parent ([`Snapshot::restore_link`]) does not hold that history:
     /// it is [`Error::InvalidInput`] here; `Store::restore` reads the
     /// parent.
+    ///
+    /// Example: [`Store::restore`](crate::Store::restore), which reads a fork's parent where this refuses.
     pub fn restore(&self) -> Result<RestoredState> {
         if let Some(link) = self.restore_link()? {
             return Err(Error::invalid(format!(
@@ -503,6 +555,8 @@ impl Snapshot {
     /// The fork link of a log whose first entry is a
     /// [`LogEntry::ForkedFrom`], whether or not a compaction has since
     /// restarted its history.
+    ///
+    /// Example: [`Store::verify_fork_link`](crate::Store::verify_fork_link).
     pub fn fork_link(&self) -> Result<Option<ForkLink>> {
         let Some(rec) = self.iter().next() else {
             return Ok(None);
@@ -524,6 +578,8 @@ impl Snapshot {
 
     /// The fork link a restore must follow: [`Snapshot::fork_link`] when
     /// no `SessionStart` came after it.
+    ///
+    /// Example: [`Store::verify_fork_link`](crate::Store::verify_fork_link).
     pub fn restore_link(&self) -> Result<Option<ForkLink>> {
         if self.last_session_start().is_some() {
             return Ok(None);

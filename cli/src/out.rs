@@ -44,7 +44,7 @@ pub fn write(args: fmt::Arguments<'_>) -> io::Result<()> {
     }
 }
 
-/// A line to standard output (see [`write`]); `?` passes on a failure
+/// A line to standard output (see [`write()`]); `?` passes on a failure
 /// other than a closed pipe.
 macro_rules! outln {
     () => { $crate::out::write(format_args!("\n")) };
@@ -52,7 +52,7 @@ macro_rules! outln {
 }
 
 /// Standard output as a writer, for code that writes through `io::Write`:
-/// a closed pipe is taken as [`write`] takes it.
+/// a closed pipe is taken as [`write()`] takes it.
 pub struct Stdout;
 
 impl Write for Stdout {

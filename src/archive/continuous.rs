@@ -20,6 +20,8 @@ use crate::payload::PayloadArea;
 use crate::schema::SessionId;
 
 /// One upload that failed for good, after every retry.
+///
+/// Example: [`Archiver`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveFailure {
     /// The local segment file.
@@ -31,6 +33,8 @@ pub struct ArchiveFailure {
 }
 
 /// Where continuous archival stands.
+///
+/// Example: [`Archiver`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ArchiveStatus {
     /// Segments sealed and queued, not yet uploaded or failed.
@@ -67,6 +71,24 @@ struct Shared {
 /// attempt is counted in [`Archiver::status`] and kept in
 /// [`Archiver::failures`] until taken. A later `Archive::push` of the
 /// session uploads what failed. Dropping the archiver finishes the queue.
+///
+/// ```
+/// use session_store::archive::{Archive, Archiver, RetryPolicy};
+/// use session_store::{Item, LogOptions, RequestConfig, Store, StoreOptions};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let archiver = Archiver::start_with(Archive::open("memory://")?, RetryPolicy { attempts: 3, ..RetryPolicy::default() })?;
+/// // Small segments, so that this short session seals some.
+/// let log = LogOptions::default().segment_size(8192).initial_segment_size(8192).on_seal(archiver.observer());
+/// let store = Store::open_with(dir.path(), StoreOptions::default().log(log))?;
+/// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// for page in 1..=20 {
+///     store.save_delta(id, &mut head, &[Item::user_text(format!("Page {page}: {}", "…".repeat(300)))])?;
+/// }
+/// assert!(archiver.wait_idle(std::time::Duration::from_secs(60)));
+/// assert!(archiver.status().uploaded >= 1 && archiver.failures().is_empty());
+/// # Ok(()) }
+/// ```
 pub struct Archiver {
     tx: Mutex<Option<mpsc::Sender<SealedSegment>>>,
     shared: Arc<Shared>,
@@ -74,6 +96,8 @@ pub struct Archiver {
 }
 
 /// How uploads are retried.
+///
+/// Example: [`Archiver`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts per segment, the first included.
@@ -96,6 +120,8 @@ impl Default for RetryPolicy {
 
 impl Archiver {
     /// Starts the background uploader, with the default retries.
+    ///
+    /// Example: [`Archiver`].
     pub fn start(archive: Archive) -> Result<Archiver> {
         Archiver::start_with(archive, RetryPolicy::default())
     }
@@ -104,6 +130,8 @@ impl Archiver {
     /// a runtime of its own) run at a lower CPU priority than the caller's
     /// ([`ARCHIVER_NICE`](super::ARCHIVER_NICE)): on busy cores the writers
     /// run first, and the uploads catch up when they pause.
+    ///
+    /// Example: [`Archiver`].
     pub fn start_with(archive: Archive, retry: RetryPolicy) -> Result<Archiver> {
         let archive = archive.in_background()?;
         let (tx, rx) = mpsc::channel::<SealedSegment>();
@@ -137,6 +165,8 @@ impl Archiver {
     }
 
     /// The observer to install as `LogOptions::on_seal`: it only queues.
+    ///
+    /// Example: [`Archiver`].
     pub fn observer(&self) -> SealObserver {
         let tx = self.tx.lock().clone();
         let shared = self.shared.clone();
@@ -151,17 +181,23 @@ impl Archiver {
     }
 
     /// Where archival stands.
+    ///
+    /// Example: [`Archiver`].
     pub fn status(&self) -> ArchiveStatus {
         self.shared.state.lock().status
     }
 
     /// Takes the failures kept so far.
+    ///
+    /// Example: [`Archiver`].
     pub fn failures(&self) -> Vec<ArchiveFailure> {
         std::mem::take(&mut self.shared.state.lock().failures)
     }
 
     /// Waits until nothing is pending, or `timeout` passes. Returns whether
     /// the queue is empty.
+    ///
+    /// Example: [`Archiver`].
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut s = self.shared.state.lock();

@@ -23,6 +23,8 @@ use crate::segment::segment_name;
 use crate::store::{FetchBack, Store};
 
 /// What an eviction did.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EvictReport {
     /// Segment files removed by this call.
@@ -38,6 +40,8 @@ pub struct EvictReport {
 }
 
 /// What a fetch-back placed.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FetchReport {
     /// Segment files placed again.
@@ -64,6 +68,8 @@ impl Archive {
     /// A session that forks by reference read (its registered forks) keeps
     /// its segments: a fork's restore reads the parent's records up to its
     /// fork point.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn evict(&self, store: &Store, id: SessionId) -> Result<EvictReport> {
         if store.is_read_only() {
             return Err(Error::invalid(format!(
@@ -187,6 +193,8 @@ impl Archive {
     /// It writes, so the store must be writable: a read-only store never
     /// fetches back (its reads of an evicted range are
     /// [`Error::Evicted`]).
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn fetch_back(&self, store: &Store, id: SessionId) -> Result<FetchReport> {
         if store.is_read_only() {
             return Err(Error::invalid(format!(
@@ -360,18 +368,24 @@ impl Store {
     /// evicted segments ([`Store::export`], [`Store::verify`],
     /// [`Store::export_entries`]) fetches them back from it first
     /// ([`Archive::fetch_back`]). A read-only store does not fetch back.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn attach_archive(&self, archive: &Archive) {
         self.set_fetcher(Some(Arc::new(archive.clone())));
     }
 
     /// Detaches the archive: reads of evicted segments fail with
     /// [`Error::Evicted`].
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn detach_archive(&self) {
         self.set_fetcher(None);
     }
 
     /// The session's eviction record, if it has evicted segments (or had,
     /// and a crash left the record listing segments present again).
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn evicted_segments(&self, id: SessionId) -> Result<Vec<EvictedSegment>> {
         Ok(evicted::read(&self.session_dir(id))?.map_or_else(Vec::new, |r| r.segments))
     }

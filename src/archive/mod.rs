@@ -14,6 +14,28 @@
 //!
 //! The calls block: the archive runs its own small tokio runtime for the
 //! object store's requests. From async code, call them on a blocking thread.
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::archive::{Archive, RestorePoint};
+//! use session_store::{Item, RequestConfig, Store};
+//! # fn main() -> session_store::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let laptop = Store::open(dir.path().join("laptop"))?;
+//! let (id, mut head) = laptop.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+//! laptop.save_delta(id, &mut head, &[Item::user_text("Back this chat up."), Item::assistant_text("Will do.")])?;
+//!
+//! let archive = Archive::open(&format!("file://{}", dir.path().join("archive").display()))?;
+//! assert_eq!(archive.push(&laptop, id)?.next_seq, 3);
+//! assert_eq!(archive.manifest(id)?.map(|m| m.next_seq()), Some(3));
+//!
+//! // Another machine: the session from the archive alone, checked object by object.
+//! let server = Store::open(dir.path().join("server"))?;
+//! assert_eq!(archive.pull(&server, id, RestorePoint::Latest)?.head, (2, head));
+//! assert_eq!(server.restore(id)?.history, laptop.restore(id)?.history);
+//! # Ok(()) }
+//! ```
 
 use std::sync::Arc;
 
@@ -47,6 +69,8 @@ const CONCURRENT_TRANSFERS: usize = 4;
 /// How much lower than its caller's the archiver's threads' CPU priority
 /// is: their nice value is the caller's plus this (at most 19), so that on
 /// busy cores the writers run first and uploads wait.
+///
+/// Example: [`Archiver`].
 pub const ARCHIVER_NICE: i32 = 10;
 
 /// Lowers the calling thread's CPU priority by [`ARCHIVER_NICE`]. On Linux
@@ -61,6 +85,8 @@ pub(crate) fn lower_priority() {
 
 /// An archive: a place in an object store that holds sessions. Cheap to
 /// clone; clones share the connection and the runtime.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Clone)]
 pub struct Archive {
     inner: Arc<Inner>,
@@ -89,6 +115,8 @@ impl std::fmt::Debug for Archive {
 /// A session's manifest: what its archived objects hold, and the catalog's
 /// identity and title, so that a restore can rebuild the catalog. Written
 /// after the objects it names.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Manifest {
     /// The manifest's format version (1).
@@ -124,6 +152,8 @@ pub struct Manifest {
 
 impl Manifest {
     /// Seq after the last record the manifest names (0: none).
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn next_seq(&self) -> u64 {
         match (&self.tail, self.segments.last()) {
             (Some(t), _) => t.next_seq,
@@ -133,6 +163,8 @@ impl Manifest {
     }
 
     /// Bytes of the objects the manifest names.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.len_bytes).sum::<u64>()
             + self.tail.as_ref().map_or(0, |t| t.len_bytes)
@@ -140,6 +172,8 @@ impl Manifest {
 }
 
 /// A sealed segment in an archive.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArchivedSegment {
     /// Its object's name.
@@ -161,6 +195,8 @@ pub struct ArchivedSegment {
 }
 
 /// The archived synced prefix of a session's active segment.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArchivedTail {
     /// Its object's name.
@@ -176,6 +212,8 @@ pub struct ArchivedTail {
 }
 
 /// A session found in an archive's listing.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone)]
 pub struct ArchivedSession {
     /// The session.
@@ -233,6 +271,8 @@ impl Archive {
     /// `file:///path` (a directory, created private, 0700, if missing; every
     /// file and directory written under it is private too) or `memory://` (a
     /// fresh in-memory store, for tests).
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn open(url: &str) -> Result<Archive> {
         Archive::open_with(url, std::iter::empty::<(String, String)>())
     }
@@ -240,6 +280,8 @@ impl Archive {
     /// [`Archive::open`] with further options for an `s3://` URL, as
     /// `object_store`'s configuration keys (`aws_endpoint`,
     /// `aws_allow_http`, …), applied after the environment.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn open_with<K: AsRef<str>, V: Into<String>>(
         url: &str,
         options: impl IntoIterator<Item = (K, V)>,
@@ -288,6 +330,19 @@ impl Archive {
 
     /// An archive in any `object_store` store, under `prefix`; `url` is
     /// what errors and listings call it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use object_store::memory::InMemory;
+    /// use session_store::archive::Archive;
+    /// # fn main() -> session_store::Result<()> {
+    /// // A store the application configured itself, here in memory.
+    /// let objects = Arc::new(InMemory::new());
+    /// let archive = Archive::from_object_store(objects, "team-a", "memory://team-a")?;
+    /// assert_eq!(archive.url(), "memory://team-a");
+    /// assert!(archive.sessions()?.is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn from_object_store(
         objects: Arc<dyn ObjectStore>,
         prefix: &str,
@@ -346,11 +401,15 @@ impl Archive {
     }
 
     /// The URL the archive was opened with.
+    ///
+    /// Example: [`Archive::from_object_store`].
     pub fn url(&self) -> &str {
         &self.inner.url
     }
 
     /// The object store underneath.
+    ///
+    /// Example: [`Archive::from_object_store`].
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner.objects
     }
@@ -380,6 +439,8 @@ impl Archive {
     }
 
     /// The session's manifest, or `None` if the archive has none.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn manifest(&self, id: SessionId) -> Result<Option<Manifest>> {
         self.block_on(self.get_manifest(id))
     }
@@ -530,6 +591,8 @@ impl Archive {
 
     /// Every session in the archive, with its manifest and what its objects
     /// hold, sorted by id.
+    ///
+    /// Example: [`Archive::from_object_store`].
     pub fn sessions(&self) -> Result<Vec<ArchivedSession>> {
         self.block_on(async {
             let listing = self

@@ -22,6 +22,8 @@ use crate::schema::SessionId;
 use crate::store::{now_ms, Store};
 
 /// What a push did.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PushReport {
     /// Segment objects this push created.
@@ -63,6 +65,8 @@ struct PushPlan {
 }
 
 /// Progress of a transfer, for a progress bar.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transfer {
     /// Bytes moved so far.
@@ -77,11 +81,15 @@ impl Archive {
     /// active segment as a tail object (after syncing the session, when the
     /// store is writable), then the manifest. A later push uploads only what
     /// is new.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn push(&self, store: &Store, id: SessionId) -> Result<PushReport> {
         self.push_with(store, id, |_| {})
     }
 
     /// [`Archive::push`], telling `progress` as bytes go up.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn push_with(
         &self,
         store: &Store,
@@ -152,6 +160,8 @@ impl Archive {
 
     /// Pushes every session of the store, in id order, returning each
     /// session's report.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn push_all(&self, store: &Store) -> Result<Vec<(SessionId, PushReport)>> {
         let mut out = Vec::new();
         for info in store.list()? {

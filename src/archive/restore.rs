@@ -27,6 +27,8 @@ use crate::state::ForkLink;
 use crate::store::{Store, MAX_FORK_DEPTH};
 
 /// How far a restore goes.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RestorePoint {
     /// Everything archived: the sealed segments and the longest tail that
@@ -40,6 +42,8 @@ pub enum RestorePoint {
 }
 
 /// What a pull restored.
+///
+/// Example: [the module](crate::archive#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullReport {
     /// The session.
@@ -80,11 +84,15 @@ impl Archive {
     /// session appears in the store. A gap, a broken link or damage is
     /// [`Error::Archive`] naming the object. The restored session opens,
     /// restores, appends and verifies like any other.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn pull(&self, store: &Store, id: SessionId, point: RestorePoint) -> Result<PullReport> {
         self.pull_with(store, id, point, |_| {})
     }
 
     /// [`Archive::pull`], telling `progress` as bytes come down.
+    ///
+    /// Example: [the module](crate::archive#example).
     pub fn pull_with(
         &self,
         store: &Store,

@@ -30,6 +30,8 @@ use crate::schema::{
 use crate::store::{now_ms, Store};
 
 /// A compaction in a transcript: where the history starts over.
+///
+/// Example: [the `history` module](crate::history#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryCompaction {
     /// What the agent carried on with: the history the compaction starts
@@ -47,6 +49,8 @@ pub struct HistoryCompaction {
 }
 
 /// What a transcript says of one item beyond the item itself.
+///
+/// Example: [the `history` module](crate::history#example).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ItemMeta {
     /// When it was written, ms since the Unix epoch: the entry that holds it
@@ -61,6 +65,8 @@ pub struct ItemMeta {
 }
 
 /// Token counts of one model call, as a transcript records them.
+///
+/// Example: [the `history` module](crate::history#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct TokenUsage {
     /// Input tokens in total (cached ones included).
@@ -75,6 +81,8 @@ pub struct TokenUsage {
 
 /// A transcript converted to runtime items, ready to be written as a new
 /// session, with its provenance.
+///
+/// Example: [the `history` module](crate::history#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryImport {
     /// The conversation up to its first compaction (all of it when it has
@@ -103,6 +111,8 @@ pub struct HistoryImport {
 
 /// How many items of each kind a history holds: what an import report
 /// compares between a transcript and the session it became.
+///
+/// Example: [the `codex` module](crate::history::codex#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct ItemCounts {
     /// User messages (context a tool injects as one included).
@@ -122,6 +132,8 @@ pub struct ItemCounts {
 
 impl ItemCounts {
     /// The counts of `items`.
+    ///
+    /// Example: [the `codex` module](crate::history::codex#example).
     pub fn of<'a>(items: impl IntoIterator<Item = &'a Item>) -> ItemCounts {
         let mut counts = ItemCounts::default();
         for item in items {
@@ -131,6 +143,8 @@ impl ItemCounts {
     }
 
     /// Counts one more item.
+    ///
+    /// Example: [the `codex` module](crate::history::codex#example).
     pub fn add(&mut self, item: &Item) {
         let slot = if item.is_user_message() {
             &mut self.user_messages
@@ -165,6 +179,8 @@ impl std::fmt::Display for ItemCounts {
 }
 
 /// The session an import wrote, or found already written.
+///
+/// Example: [the module](crate::history::claude#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Imported {
     /// The session.
@@ -180,6 +196,8 @@ impl HistoryImport {
     /// returns its id. Writes every time it is called; see
     /// [`HistoryImport::write_once_to`]. Pairings the transcript lacks stay
     /// missing, for [`crate::RestoredState::check`] to report.
+    ///
+    /// Example: [the `history` module](crate::history#example).
     pub fn write_to(&self, store: &Store) -> Result<SessionId> {
         let id = SessionId::new_v7();
         self.write_session(store, id)?;
@@ -193,6 +211,8 @@ impl HistoryImport {
     /// An earlier import that was cut short (a crash before its provenance
     /// was written) is an error naming its session, which the user may
     /// remove and import again; it is never completed by guess.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn write_once_to(&self, store: &Store) -> Result<Imported> {
         let session = self.import_id();
         if !store.exists(session) {
@@ -230,6 +250,8 @@ impl HistoryImport {
 
     /// The counts of every item the import writes: each segment's carried
     /// history and items.
+    ///
+    /// Example: [the `codex` module](crate::history::codex#example).
     pub fn counts(&self) -> ItemCounts {
         ItemCounts::of(
             self.items.iter().chain(
@@ -242,6 +264,8 @@ impl HistoryImport {
 
     /// The counts of every item the log of session `id` holds, in every
     /// entry (each compaction's history included): what an import wrote.
+    ///
+    /// Example: [the `codex` module](crate::history::codex#example).
     pub fn stored_counts(store: &Store, id: SessionId) -> Result<ItemCounts> {
         let mut counts = ItemCounts::default();
         store.export_entries(id, |e| {
@@ -254,6 +278,8 @@ impl HistoryImport {
     }
 
     /// The id of the session of an import of this content.
+    ///
+    /// Example: [the `history` module](crate::history#example).
     pub fn import_id(&self) -> SessionId {
         let mut hasher = blake3::Hasher::new();
         hasher.update(b"session-store history import v1\0");

@@ -18,6 +18,8 @@ use super::{
 use crate::item::{CallLink, ContentPart, Item, Role, ToolOutput};
 
 /// One item of a transcript, with where it came from.
+///
+/// Example: [the module](crate::history::claude#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TranscriptItem {
     /// The item.
@@ -66,6 +68,8 @@ pub(crate) fn parse_ts(text: &str) -> Option<u64> {
 }
 
 /// The part of a transcript between two compactions.
+///
+/// Example: [the module](crate::history::claude#example).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TranscriptSegment {
     /// The line of the compaction that starts this segment; `None` for the
@@ -82,6 +86,8 @@ pub struct TranscriptSegment {
 }
 
 /// A transcript read into items, cut into segments at its compactions.
+///
+/// Example: [the module](crate::history::claude#example).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ItemTranscript {
     /// The transcript's path as text (empty when parsed from bytes); the
@@ -139,6 +145,8 @@ impl ItemTranscript {
 
     /// Every item the transcript records, in order, without the carried
     /// copies.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn items(&self) -> impl Iterator<Item = &TranscriptItem> {
         self.segments.iter().flat_map(|s| s.items.iter())
     }
@@ -146,6 +154,8 @@ impl ItemTranscript {
     /// The transcript as reader-neutral messages: user and assistant text
     /// (system and developer messages, reasoning and calls are not shown),
     /// and every tool output, named after its call.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn messages(&self) -> Vec<HistoryMessage> {
         let names = call_names(self.items().map(|t| &t.item));
         let mut out = Vec::new();
@@ -169,6 +179,8 @@ impl ItemTranscript {
     /// of the first shown user message that is not a tool's markup (context
     /// the tool injects is not shown; Claude Code writes slash commands and
     /// editor notices as `<command-name>…`, `<ide_opened_file>…`).
+    ///
+    /// Example: [the module](crate::history::codex#example).
     pub fn first_prompt(&self) -> Option<String> {
         self.items()
             .filter(|t| t.shown && t.item.is_user_message())
@@ -178,6 +190,8 @@ impl ItemTranscript {
     }
 
     /// The compact summary of [`ItemTranscript::messages`].
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn compact(&self) -> CompactHistory {
         CompactHistory::from_messages(&self.messages())
     }

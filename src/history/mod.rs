@@ -15,6 +15,31 @@
 //! [`claude`] (Claude Code, `"claude-code"`) and [`codex`] (Codex CLI,
 //! `"codex-rollout"`). The last two read the provider's own items and share
 //! [`ItemTranscript`]; all three share the line reader and [`HistoryImport`].
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::history::{HistoryService, Locator};
+//! use session_store::Store;
+//! # fn main() -> session_store::Result<()> {
+//! # let home = tempfile::tempdir().unwrap();
+//! // A question and its answer, as `~/.claude/projects/-home-ana-shop/<id>.jsonl` holds them.
+//! # let project = home.path().join(".claude/projects/-home-ana-shop");
+//! # std::fs::create_dir_all(&project).unwrap();
+//! let id = "5f0c6a3e-1b2d-4c5e-8f90-0a1b2c3d4e5f";
+//! let transcript = r#"{"type":"user","uuid":"u1","parentUuid":null,"cwd":"/home/ana/shop","message":{"role":"user","content":"Why is checkout slow?"}}
+//! {"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"id":"msg_1","role":"assistant","content":[{"type":"text","text":"An N+1 query in cart.rs."}]}}"#;
+//! # std::fs::write(project.join(format!("{id}.jsonl")), transcript).unwrap();
+//!
+//! let service = HistoryService::with_default_readers();
+//! let found = service.discover("claude-code", home.path(), &Locator::SessionId(id.into()));
+//! let import = service.read_import("claude-code", found.path().expect("the transcript is there"))?;
+//! let store = Store::open(home.path().join("store"))?;
+//! let session = import.write_to(&store)?;
+//! let texts: Vec<String> = store.restore(session)?.history.iter().filter_map(|i| i.text()).collect();
+//! assert_eq!(texts, ["Why is checkout slow?", "An N+1 query in cart.rs."]);
+//! # Ok(()) }
+//! ```
 
 pub mod agy;
 pub mod claude;
@@ -36,6 +61,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// Who produced a [`HistoryMessage`].
+///
+/// Example: [the module](crate::history#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HistoryRole {
@@ -57,6 +84,8 @@ pub enum HistoryRole {
 ///
 /// `tool_name` and `is_error` are written for `tool_result` only; for the
 /// other roles they are written as `null` and `false` whatever the fields hold.
+///
+/// Example: [the module](crate::history#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryMessage {
     /// Who produced it.
@@ -104,6 +133,8 @@ impl HistoryMessage {
     }
 
     /// The message as one line of JSON, without a trailing newline.
+    ///
+    /// Example: [the `claude` module](crate::history::claude#example).
     pub fn to_json_line(&self) -> String {
         // Serialising a struct of strings, bools and options into a String
         // cannot fail; fall back to an empty object rather than panic anyway.
@@ -132,6 +163,8 @@ impl<'de> Deserialize<'de> for HistoryMessage {
 }
 
 /// What an agent manager shows for an agent at a glance.
+///
+/// Example: [the `claude` module](crate::history::claude#example).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactHistory {
     /// How many messages the transcript holds.
@@ -151,6 +184,8 @@ pub struct CompactHistory {
 
 impl CompactHistory {
     /// Summarise messages given in transcript order.
+    ///
+    /// Example: [the `claude` module](crate::history::claude#example).
     pub fn from_messages(messages: &[HistoryMessage]) -> CompactHistory {
         let last_of = |role: HistoryRole| messages.iter().rev().find(|m| m.role == role).cloned();
         CompactHistory {
@@ -164,6 +199,8 @@ impl CompactHistory {
 }
 
 /// What to look for: a session by its id, or the session of a directory.
+///
+/// Example: [the module](crate::history#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Locator {
     /// The agent's own session (conversation) id.
@@ -175,6 +212,8 @@ pub enum Locator {
 
 /// Why discovery found no transcript. `Display` gives the one-line reason
 /// the CLI prints with `--verbose`.
+///
+/// Example: [the module](crate::history#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NotFoundReason {
@@ -306,6 +345,8 @@ impl fmt::Display for NotFoundReason {
 }
 
 /// The outcome of discovery.
+///
+/// Example: [the module](crate::history#example).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Discovery {
     /// A transcript that belongs to the request.
@@ -321,6 +362,8 @@ pub enum Discovery {
 
 impl Discovery {
     /// The transcript path, when found.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn path(&self) -> Option<&Path> {
         match self {
             Discovery::Found { path, .. } => Some(path),
@@ -329,6 +372,8 @@ impl Discovery {
     }
 
     /// The reason, when nothing was found.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn reason(&self) -> Option<&NotFoundReason> {
         match self {
             Discovery::Found { .. } => None,
@@ -339,6 +384,8 @@ impl Discovery {
 
 /// What reading a transcript skipped or could not read, for `--verbose`.
 /// None of it is fatal.
+///
+/// Example: [the module](crate::history#example).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReadStats {
     /// Non-blank lines read.
@@ -432,6 +479,8 @@ const MAX_SESSION_ID_LEN: usize = 128;
 /// Whether `id` may name a session: 1 to 128 ASCII letters, digits, `-` or
 /// `_`. That rules out separators, `.`/`..`, NUL and anything else that
 /// could make the id reach outside its own directory.
+///
+/// Example: [the module](crate::history#example).
 pub fn is_valid_session_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_SESSION_ID_LEN
@@ -441,6 +490,8 @@ pub fn is_valid_session_id(id: &str) -> bool {
 }
 
 /// A reader of one agent runtime's transcripts.
+///
+/// Example: [the module](crate::history#example).
 pub trait HistoryReader: Send + Sync {
     /// The source name this reader registers under, e.g. `"agy-jsonl"`.
     fn source(&self) -> &'static str;
@@ -477,6 +528,8 @@ pub trait HistoryReader: Send + Sync {
 }
 
 /// The registry of [`HistoryReader`]s, keyed by source name.
+///
+/// Example: [the module](crate::history#example).
 pub struct HistoryService {
     readers: BTreeMap<&'static str, Box<dyn HistoryReader>>,
 }
@@ -497,6 +550,8 @@ impl Default for HistoryService {
 
 impl HistoryService {
     /// A registry with no readers.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn empty() -> HistoryService {
         HistoryService {
             readers: BTreeMap::new(),
@@ -504,6 +559,8 @@ impl HistoryService {
     }
 
     /// A registry with every reader this crate ships.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn with_default_readers() -> HistoryService {
         let mut service = HistoryService::empty();
         service.register(Box::new(agy::AgyReader));
@@ -514,16 +571,22 @@ impl HistoryService {
 
     /// Register `reader` under its source name, returning the reader it
     /// replaces, if any.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn register(&mut self, reader: Box<dyn HistoryReader>) -> Option<Box<dyn HistoryReader>> {
         self.readers.insert(reader.source(), reader)
     }
 
     /// The registered source names, sorted.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn sources(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.readers.keys().copied()
     }
 
     /// The reader for a source name or one of its aliases.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn reader(&self, name: &str) -> Option<&dyn HistoryReader> {
         if let Some(reader) = self.readers.get(name) {
             return Some(reader.as_ref());
@@ -535,6 +598,8 @@ impl HistoryService {
     }
 
     /// Discover a transcript through the reader named `name`.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn discover(&self, name: &str, home: &Path, locator: &Locator) -> Discovery {
         match self.reader(name) {
             Some(reader) => reader.discover(home, locator),
@@ -553,27 +618,37 @@ impl HistoryService {
     }
 
     /// Every transcript the reader named `name` finds under `home`.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn list(&self, name: &str, home: &Path) -> Result<Vec<PathBuf>, Error> {
         Ok(self.require(name)?.list(home))
     }
 
     /// Read messages through the reader named `name`.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn read_messages(&self, name: &str, path: &Path) -> Result<Vec<HistoryMessage>, Error> {
         self.require(name)?.read_messages(path)
     }
 
     /// Read the compact summary through the reader named `name`.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn read_compact(&self, name: &str, path: &Path) -> Result<CompactHistory, Error> {
         self.require(name)?.read_compact(path)
     }
 
     /// Read items for import through the reader named `name`.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn read_import(&self, name: &str, path: &Path) -> Result<HistoryImport, Error> {
         self.require(name)?.read_import(path)
     }
 
     /// Read what a transcript's reading skips, through the reader named
     /// `name`.
+    ///
+    /// Example: [the module](crate::history#example).
     pub fn read_stats(&self, name: &str, path: &Path) -> Result<ReadStats, Error> {
         self.require(name)?.read_stats(path)
     }

@@ -20,6 +20,8 @@
 //! reads them. A message's fields other than `role` and `content` are an
 //! error that names them: a history is a list of `{role, content}`.
 //!
+//! # Example
+//!
 //! ```
 //! use session_store::{Item, RequestConfig, Store};
 //!
@@ -52,6 +54,8 @@ const API: &str = "anthropic";
 
 impl Item {
     /// Reads one Messages API message, `{role, content}`, into items.
+    ///
+    /// Example: [the module](crate::anthropic#example).
     pub fn from_anthropic_message(json: &str) -> Result<Vec<Item>> {
         read_message(
             json,
@@ -66,6 +70,8 @@ impl Item {
     /// consecutive items of one side; fails, naming the item and field, on an
     /// item that has no Messages form (system messages, Responses reasoning,
     /// custom tool calls, parts the API has no block for).
+    ///
+    /// Example: [the module](crate::anthropic#example).
     pub fn to_anthropic_messages(items: &[Item]) -> Result<Vec<String>> {
         // A message given with its content as a string stands alone, and is
         // written back so.
@@ -108,6 +114,22 @@ impl Item {
 }
 
 /// Reads a history: a JSON list of messages.
+///
+/// ```
+/// use session_store::{anthropic, Item};
+/// # fn main() -> session_store::Result<()> {
+/// let messages = r#"[{"role":"user","content":"What's in /tmp?"},
+///   {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"ls","input":{"path":"/tmp"}}]},
+///   {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"a.txt"}]}]"#;
+/// let history = anthropic::history_from_json(messages)?;
+/// assert!(history[1].is_tool_call() && history[2].is_tool_result());
+/// assert_eq!(history[2].call_id(), Some("toolu_1"));
+///
+/// let answer = Item::assistant_text("One file: a.txt.");
+/// let out = anthropic::history_to_json(&[&history[..], &[answer]].concat())?;
+/// assert!(out.ends_with(r#"{"role":"assistant","content":[{"type":"text","text":"One file: a.txt."}]}]"#));
+/// # Ok(()) }
+/// ```
 pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
     let mut items = Vec::new();
     for (raw, place) in history_list(json, API)? {
@@ -117,6 +139,8 @@ pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
 }
 
 /// Writes a history as a JSON list of messages, ready to send as `messages`.
+///
+/// Example: [`history_from_json`].
 pub fn history_to_json(items: &[Item]) -> Result<String> {
     Ok(format!(
         "[{}]",

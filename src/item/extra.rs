@@ -32,6 +32,8 @@ use serde_json::Value;
 use crate::json::JsonText;
 
 /// The wire form an [`Extra`] was taken against.
+///
+/// Example: [`Extra`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WireForm {
@@ -58,6 +60,19 @@ pub(crate) const TEXT_CONTENT: u8 = 2;
 /// object's fields; `{"at": [[I, node]]}` changes a list's elements. A
 /// writer renders the canonical form and applies the diff, so the item
 /// comes back JSON-equal to what was given.
+///
+/// ```
+/// use session_store::{Form, Item, WireForm};
+/// # fn main() -> session_store::Result<()> {
+/// // `namespace` came after this crate was written: kept all the same.
+/// let given = r#"{"type":"function_call","call_id":"call_1","name":"ls","arguments":"{}","namespace":"fs"}"#;
+/// let item = Item::from_responses_json(given)?;
+/// assert_eq!(item.extra().form(), Some(WireForm::Responses));
+/// assert!(item.extra().diff().is_some_and(|d| d.as_str().contains("namespace")));
+/// assert_eq!(item.to_responses_json(Form::AsStored)?, given);
+/// assert!(Item::user_text("hi").extra().is_empty());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Extra(Option<Box<ExtraFields>>);
@@ -78,6 +93,8 @@ fn is_zero(flags: &u8) -> bool {
 
 impl Extra {
     /// Nothing beyond the typed fields.
+    ///
+    /// Example: [`Extra`].
     pub const NONE: Extra = Extra(None);
 
     /// An extra of `form`; empty when `flags` is 0 and there is no diff.
@@ -90,16 +107,22 @@ impl Extra {
     }
 
     /// Whether the item carried nothing beyond its typed fields.
+    ///
+    /// Example: [`Extra`].
     pub fn is_empty(&self) -> bool {
         self.0.is_none()
     }
 
     /// The wire form the extra was taken against; `None` when empty.
+    ///
+    /// Example: [`Extra`].
     pub fn form(&self) -> Option<WireForm> {
         self.0.as_ref().map(|e| e.form)
     }
 
     /// The diff from the canonical form to the given one, as JSON text.
+    ///
+    /// Example: [`Extra`].
     pub fn diff(&self) -> Option<&JsonText> {
         self.0.as_ref().and_then(|e| e.diff.as_ref())
     }

@@ -10,6 +10,8 @@
 //! or for a stateless re-send, without a typed item's `id` and `status`.
 //! `encrypted_content`, `arguments` and `input` keep their exact text.
 //!
+//! # Example
+//!
 //! ```
 //! use session_store::responses;
 //! use session_store::{Form, Item, RequestConfig, Store};
@@ -56,6 +58,8 @@ const API: &str = "responses";
 
 impl Item {
     /// Reads one Responses item from its JSON text.
+    ///
+    /// Example: [`Form`].
     pub fn from_responses_json(json: &str) -> Result<Item> {
         read_item(
             json,
@@ -69,18 +73,38 @@ impl Item {
     /// Writes the item as a Responses item in `form`, or fails, naming the
     /// field, if it has no Responses form (Anthropic thinking, an Anthropic
     /// block, an `is_error: true` flag).
+    ///
+    /// Example: [`Form`].
     pub fn to_responses_json(&self, form: Form) -> Result<String> {
         Ok(self.to_responses_tree(form)?.to_json())
     }
 
     /// The item's Responses form as a tree that borrows the item's strings:
     /// what [`Item::to_responses_json`] renders.
+    ///
+    /// Example: [`write_history`].
     pub fn to_responses_tree(&self, form: Form) -> Result<JsonTree<'_>> {
         write_item(self.into(), form, &mut TreeSink)
     }
 }
 
 /// Reads a history: a JSON list of Responses items.
+///
+/// ```
+/// use session_store::{responses, Form, RequestConfig, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// // A conversation held as the `input` of an earlier request.
+/// let input = r#"[{"role":"user","content":"Summarise the diff."},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"It renames a flag.","annotations":[]}]}]"#;
+/// let history = responses::history_from_json(input)?;
+/// assert!(history[0].is_user_message() && history[1].is_assistant_message());
+///
+/// let store = Store::open(dir.path())?;
+/// let (id, _) = store.create_session(None, RequestConfig::model("gpt-5"), &history)?;
+/// let restored = store.restore(id)?.history;
+/// assert_eq!(responses::history_to_json(&restored, Form::AsStored)?, input);
+/// # Ok(()) }
+/// ```
 pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
     history_list(json, API)?
         .into_iter()
@@ -90,11 +114,15 @@ pub fn history_from_json(json: &str) -> Result<Vec<Item>> {
 
 /// Writes a history as a JSON list of Responses items in `form`
 /// ([`Form::Resend`]: ready to send as `input` to a stateless request).
+///
+/// Example: [`history_from_json`].
 pub fn history_to_json(items: &[Item], form: Form) -> Result<String> {
     Ok(list_json(&history_to_trees(items, form)?))
 }
 
 /// Writes a history as one JSON text per item.
+///
+/// Example: [`history_from_json`].
 pub fn history_to_items(items: &[Item], form: Form) -> Result<Vec<String>> {
     Ok(history_to_trees(items, form)?
         .iter()
@@ -103,12 +131,16 @@ pub fn history_to_items(items: &[Item], form: Form) -> Result<Vec<String>> {
 }
 
 /// Writes a history as one tree per item (see [`Item::to_responses_tree`]).
+///
+/// Example: [`write_history`].
 pub fn history_to_trees(items: &[Item], form: Form) -> Result<Vec<JsonTree<'_>>> {
     write_history(items.iter().map(ItemView::from), form, &mut TreeSink)
 }
 
 /// Writes one item's Responses form into `sink`, or fails, naming the
 /// field, if it has no Responses form (see [`Item::to_responses_json`]).
+///
+/// Example: [`write_history`].
 pub fn write_item<'a, S: JsonSink<'a>>(
     item: ItemView<'a>,
     form: Form,
@@ -130,6 +162,24 @@ pub fn write_item<'a, S: JsonSink<'a>>(
 /// with, from items read in place (see
 /// [`Store::with_history_tail`](crate::Store::with_history_tail)). A
 /// failure names the item's index.
+///
+/// ```
+/// use session_store::{responses, Form, Item, JsonTree, RequestConfig, Store, TreeSink};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// store.save_delta(id, &mut head, &[Item::user_text("Any failing jobs?"), Item::assistant_text("Just lint.")])?;
+///
+/// // The next request's `input`, written from the mapped log with no owned items.
+/// let input = store.with_history_tail(id, None, |tail| {
+///     let trees = responses::write_history(tail.items, Form::Resend, &mut TreeSink)?;
+///     Ok::<_, session_store::Error>(trees.iter().map(JsonTree::to_json).collect::<Vec<_>>())
+/// })??;
+/// assert_eq!(input.len(), 2);
+/// assert!(input[0].contains(r#""text":"Any failing jobs?""#));
+/// # Ok(()) }
+/// ```
 pub fn write_history<'a, S: JsonSink<'a>>(
     items: impl IntoIterator<Item = ItemView<'a>>,
     form: Form,

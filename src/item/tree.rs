@@ -17,6 +17,8 @@ use crate::error::Error;
 ///
 /// Strings borrowed for `'a` (an item's, or a record's in a mapped log) may
 /// be kept in the values, as [`JsonTree`] keeps them.
+///
+/// Example: [`responses::write_history`](crate::responses::write_history).
 pub trait JsonSink<'a> {
     /// A finished value.
     type Value;
@@ -52,6 +54,8 @@ pub trait JsonSink<'a> {
 }
 
 /// One JSON value of an item's wire form.
+///
+/// Example: [`responses::write_history`](crate::responses::write_history).
 #[derive(Debug, Clone, PartialEq)]
 pub enum JsonTree<'a> {
     /// A string.
@@ -74,6 +78,8 @@ pub enum JsonTree<'a> {
 
 impl JsonTree<'_> {
     /// The value as JSON text, on one line.
+    ///
+    /// Example: [`responses::write_history`](crate::responses::write_history).
     pub fn to_json(&self) -> String {
         let mut out = String::new();
         self.write_json(&mut out);
@@ -81,6 +87,8 @@ impl JsonTree<'_> {
     }
 
     /// Appends the value as JSON text to `out`.
+    ///
+    /// Example: [`responses::write_history`](crate::responses::write_history).
     pub fn write_json(&self, out: &mut String) {
         match self {
             JsonTree::Str(s) | JsonTree::Tag(s) => write_quoted(s, out),
@@ -106,6 +114,8 @@ impl JsonTree<'_> {
 /// The sink that builds a [`JsonTree`]: give it to
 /// [`responses::write_history`](crate::responses::write_history) to write
 /// items read in place as JSON.
+///
+/// Example: [`responses::write_history`](crate::responses::write_history).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TreeSink;
 

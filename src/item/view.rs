@@ -15,6 +15,8 @@ use crate::schema::{
 /// One history item, borrowed: from a runtime [`Item`], or from a record of
 /// a mapped log, checked (CRC, chain, archive) before it is handed out (see
 /// [`Store::with_history_tail`](crate::Store::with_history_tail)).
+///
+/// Example: [`Store::with_history_tail`](crate::Store::with_history_tail).
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a>(Source<'a>);
 
@@ -41,6 +43,8 @@ impl<'a> ItemView<'a> {
 
 impl ItemView<'_> {
     /// The item, owned, with its id, status and extra.
+    ///
+    /// Example: [`Store::with_history_tail`](crate::Store::with_history_tail).
     pub fn to_item(&self) -> Item {
         match self.0 {
             Source::Runtime(item) => item.clone(),

@@ -87,6 +87,8 @@ impl Settle {
 impl Log {
     /// Blocks until every record appended so far is durable (one shared
     /// `fdatasync` for concurrent callers).
+    ///
+    /// Example: [the module](crate::log#example).
     pub fn sync(&self) -> Result<()> {
         if self.inner.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
@@ -210,6 +212,8 @@ impl Log {
     /// so the next open need not hash the active segment. An active segment
     /// holding at least 8 MiB of records is sealed as well (its footer
     /// indexes them for later views); the next append starts a new one.
+    ///
+    /// Example: [the module](crate::log#example).
     pub fn close(self) -> Result<()> {
         if self.inner.writer.is_none() {
             return Ok(());

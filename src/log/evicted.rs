@@ -20,11 +20,27 @@ use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, Hook};
 
 /// The record's file in a log's directory.
+///
+/// ```
+/// use session_store::log::EVICTED_FILE;
+/// use session_store::{RequestConfig, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let (id, _) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// // Nothing of this session went to an archive: no record, no evicted prefix.
+/// assert!(!store.session_dir(id).join(EVICTED_FILE).exists());
+/// let snap = store.snapshot(id)?;
+/// assert_eq!((snap.evicted(), snap.first_seq()), (None, 0));
+/// # Ok(()) }
+/// ```
 pub const EVICTED_FILE: &str = "evicted.json";
 /// The record's format version.
 const EVICTED_VERSION: u32 = 1;
 
 /// What a log's directory says about its evicted prefix.
+///
+/// Example: [`EVICTED_FILE`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EvictedRecord {
     /// The record's format version (1).
@@ -36,6 +52,8 @@ pub struct EvictedRecord {
 }
 
 /// One evicted segment.
+///
+/// Example: [`EVICTED_FILE`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EvictedSegment {
     /// Its file name (`<first_seq:020>.seg`).
@@ -59,6 +77,8 @@ pub struct EvictedSegment {
 #[cfg_attr(not(feature = "archive"), allow(dead_code))]
 impl EvictedRecord {
     /// A record of no segments yet.
+    ///
+    /// Example: [`EVICTED_FILE`].
     pub fn new(log_id: &[u8; 16]) -> EvictedRecord {
         EvictedRecord {
             version: EVICTED_VERSION,

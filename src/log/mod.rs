@@ -1,5 +1,27 @@
 //! The log: a directory of rolling segments with one writer (across
 //! processes), group commit, recovery on open, and any number of readers.
+//!
+//! A [`Store`](crate::Store) keeps one log per session; a log can also be
+//! used alone, with entries of one's own making.
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::schema::{group_delta, now_ms, LogEntry};
+//! use session_store::{Item, Log, LogOptions, RequestConfig};
+//! # fn main() -> session_store::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let log = Log::open(dir.path(), LogOptions::default())?;
+//! let (ts, config) = (now_ms(), RequestConfig::model("gpt-5"));
+//! log.append(&LogEntry::SessionStart { ts, system_prompt: None, config, history: vec![], forked_from: None, compacted_from: None })?;
+//! for entry in group_delta(&[Item::user_text("Lint the repo."), Item::assistant_text("No warnings.")], ts) {
+//!     log.append(&entry)?;
+//! }
+//! log.sync()?; // durable from here on
+//! assert_eq!(log.restore()?.history.len(), 2);
+//! log.close()?;
+//! # Ok(()) }
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,8 +63,12 @@ use reader::snapshot_of;
 use writer::Writer;
 
 /// The default (largest) segment size: 64 MiB.
+///
+/// Example: [`Log::open`].
 pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 /// The default size of a log's first segment: 256 KiB.
+///
+/// Example: [`Log::open`].
 pub const DEFAULT_INITIAL_SEGMENT_SIZE: u64 = 256 << 10;
 /// The one-writer lock file in a log directory.
 pub(crate) const LOCK_FILE: &str = "LOCK";
@@ -51,6 +77,8 @@ const WRITEBACK_CHUNK: u64 = 4 << 20;
 const PAGE: u64 = 4096;
 
 /// When an append counts as done.
+///
+/// Example: [`Log::open`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Durability {
@@ -64,6 +92,8 @@ pub enum Durability {
 }
 
 /// What [`Log::append_batch`] requires of the log's head before it writes.
+///
+/// Example: [`Log::append_batch`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExpectHead {
     /// Append whatever the head is.
@@ -87,6 +117,33 @@ impl ExpectHead {
 }
 
 /// What open does with damage at or before the durable point.
+///
+/// ```
+/// use session_store::{CorruptKind, Error, Log, LogOptions, RecoveryMode};
+/// # use session_store::{schema::{group_delta, now_ms}, Item};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let log = Log::open(dir.path(), LogOptions::default())?;
+/// # for entry in group_delta(&[Item::user_text("Deploy?"), Item::assistant_text("Deploying.")], now_ms()) {
+/// #     log.append(&entry)?;
+/// # }
+/// # let segment = log.segment_paths()[0].clone();
+/// # log.close()?;
+/// # let mut bytes = std::fs::read(&segment).unwrap();
+/// # let at = bytes.windows(10).position(|w| w == b"Deploying.").unwrap();
+/// # bytes[at] ^= 0x40;
+/// # std::fs::write(&segment, bytes).unwrap();
+/// // A log of a question (seq 0) and its answer (seq 1), and a bit of the
+/// // answer flipped on disk. `Strict` refuses the log:
+/// let refused = Log::open(dir.path(), LogOptions::default()).unwrap_err();
+/// assert!(matches!(refused, Error::Corrupt { seq: Some(1), kind: CorruptKind::Crc { .. }, .. }));
+///
+/// // `Salvage` keeps the records before the damage, and says what it cut.
+/// let log = Log::open(dir.path(), LogOptions::default().recovery(RecoveryMode::Salvage))?;
+/// assert_eq!(log.next_seq(), 1);
+/// assert!(log.recovery_report().torn_tail.as_ref().is_some_and(|t| t.salvaged));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
     /// Refuse with [`Error::Corrupt`](crate::Error::Corrupt).
@@ -97,6 +154,8 @@ pub enum RecoveryMode {
 }
 
 /// How to open a log.
+///
+/// Example: [`Log::open`].
 #[derive(Clone)]
 pub struct LogOptions {
     /// Largest size of new segments in bytes (rounded up to 4 KiB; at least 8 KiB).
@@ -126,9 +185,13 @@ pub struct LogOptions {
 }
 
 /// What [`LogOptions::on_seal`] is called with.
+///
+/// Example: [`LogOptions::on_seal`].
 pub type SealObserver = Arc<dyn Fn(&SealedSegment) + Send + Sync>;
 
 /// A sealed segment: immutable from its seal on.
+///
+/// Example: [`LogOptions::on_seal`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedSegment {
     /// The segment file.
@@ -176,36 +239,64 @@ impl std::fmt::Debug for LogOptions {
 
 impl LogOptions {
     /// Sets the segment size.
+    ///
+    /// Example: [`Log::open`].
     pub fn segment_size(mut self, bytes: u64) -> Self {
         self.segment_size = bytes;
         self
     }
 
     /// Sets the default durability.
+    ///
+    /// Example: [`Log::open`].
     pub fn durability(mut self, d: Durability) -> Self {
         self.durability = d;
         self
     }
 
     /// Sets the recovery mode.
+    ///
+    /// Example: [`Log::open`].
     pub fn recovery(mut self, m: RecoveryMode) -> Self {
         self.recovery = m;
         self
     }
 
     /// Installs an I/O hook (the test seam).
+    ///
+    /// Example: [`Log::open`].
     pub fn hook(mut self, hook: Arc<dyn IoHook>) -> Self {
         self.hook = Some(hook);
         self
     }
 
     /// Installs an observer of seals ([`LogOptions::on_seal`]).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use session_store::schema::{group_delta, now_ms};
+    /// use session_store::{Item, Log, LogOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let sealed = Arc::new(Mutex::new(Vec::new()));
+    /// let seen = sealed.clone();
+    /// let opts = LogOptions::default().segment_size(8192).initial_segment_size(8192);
+    /// let opts = opts.on_seal(Arc::new(move |s| seen.lock().unwrap().push(s.path.clone())));
+    /// let log = Log::open(dir.path(), opts)?;
+    /// for entry in group_delta(&vec![Item::user_text("x".repeat(1000)); 20], now_ms()) {
+    ///     log.append(&entry)?; // 20 KB of pasted text: more than one segment
+    /// }
+    /// assert!(!sealed.lock().unwrap().is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn on_seal(mut self, observer: SealObserver) -> Self {
         self.on_seal = Some(observer);
         self
     }
 
     /// Sets the size of a log's first segment.
+    ///
+    /// Example: [`Log::open`].
     pub fn initial_segment_size(mut self, bytes: u64) -> Self {
         self.initial_segment_size = bytes;
         self
@@ -229,6 +320,8 @@ impl LogOptions {
 }
 
 /// Bytes that were cut off (writer) or would be (reader) after the last good record.
+///
+/// Example: [`RecoveryMode`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TornTail {
     /// The segment.
@@ -244,6 +337,8 @@ pub struct TornTail {
 }
 
 /// What open found and did.
+///
+/// Example: [`RecoveryMode`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecoveryReport {
     /// Segments in the log.
@@ -259,6 +354,8 @@ pub struct RecoveryReport {
 impl RecoveryReport {
     /// Whether recovery changed the log: cut a tail or removed a segment
     /// (leftover preparations of a segment are routine and do not count).
+    ///
+    /// Example: [`Store::session`](crate::Store::session).
     pub fn changed_the_log(&self) -> bool {
         self.torn_tail.is_some()
             || self
@@ -271,6 +368,8 @@ impl RecoveryReport {
 /// The last recovery that changed a log, as its writer recorded it in the
 /// log's directory ([`LAST_RECOVERY_FILE`]), so that what a writer cut stays
 /// known after the fact ([`Log::last_recovery`]).
+///
+/// Example: [`Log::last_recovery`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LastRecovery {
     /// When it ran, ms since the Unix epoch.
@@ -280,6 +379,8 @@ pub struct LastRecovery {
 }
 
 /// The file in a log's directory that holds its [`LastRecovery`] (JSON).
+///
+/// Example: [`Log::last_recovery`].
 pub const LAST_RECOVERY_FILE: &str = "last-recovery.json";
 
 /// The committed state readers see, published after every append batch.
@@ -377,6 +478,8 @@ pub(crate) type FirstSync = Box<dyn FnOnce() -> crate::error::Result<()> + Send>
 
 /// An append-only, hash-chained log in one directory. Cheap to clone; clones
 /// share the writer.
+///
+/// Example: [the module](crate::log#example).
 #[derive(Clone)]
 pub struct Log {
     inner: Arc<Inner>,
@@ -394,11 +497,15 @@ impl std::fmt::Debug for Log {
 
 impl Log {
     /// The directory.
+    ///
+    /// Example: [`Log::open`].
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
 
     /// What recovery found when this log was opened.
+    ///
+    /// Example: [`Log::open`].
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.inner.report
     }
@@ -428,11 +535,15 @@ impl Log {
     }
 
     /// Whether this handle can append.
+    ///
+    /// Example: [`Log::open`].
     pub fn is_writable(&self) -> bool {
         self.inner.writer.is_some()
     }
 
     /// A consistent view of everything committed so far.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn snapshot(&self) -> Snapshot {
         let p = self.inner.published.lock().clone();
         let mut snap = snapshot_of(&p);
@@ -449,18 +560,24 @@ impl Log {
     }
 
     /// Seq and hash of the last record, if any.
+    ///
+    /// Example: [`Log::open`].
     pub fn head(&self) -> Option<(u64, EntryHash)> {
         let p = self.inner.published.lock();
         (p.tip.next_seq > first_seq(&p)).then(|| (p.tip.next_seq - 1, p.tip.hash))
     }
 
     /// Number of the next record.
+    ///
+    /// Example: [`Log::open`].
     pub fn next_seq(&self) -> u64 {
         self.inner.published.lock().tip.next_seq
     }
 
     /// Blocks until the log holds a record with `seq`, or `timeout` passes.
     /// Returns whether it does.
+    ///
+    /// Example: [`Store::subscribe`](crate::Store::subscribe), which waits through it.
     pub fn wait_for(&self, seq: u64, timeout: Option<Duration>) -> bool {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut p = self.inner.published.lock();
@@ -483,6 +600,8 @@ impl Log {
     }
 
     /// Every segment file, in order.
+    ///
+    /// Example: [`Log::open`].
     pub fn segment_paths(&self) -> Vec<PathBuf> {
         self.inner
             .published
@@ -494,6 +613,8 @@ impl Log {
     }
 
     /// Total bytes of record data committed.
+    ///
+    /// Example: [`Log::open`].
     pub fn bytes(&self) -> u64 {
         self.snapshot().bytes()
     }

@@ -36,6 +36,8 @@ pub(super) fn snapshot_of(p: &Published) -> Snapshot {
 }
 
 /// A consistent, immutable view of a committed prefix of the log.
+///
+/// Example: [`Snapshot::iter`].
 pub struct Snapshot {
     pub(super) segs: Vec<(Arc<Segment>, u64)>,
     pub(super) next_seq: u64,
@@ -49,6 +51,8 @@ pub struct Snapshot {
 }
 
 /// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
+///
+/// Example: [`Snapshot::iter`].
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a> {
     /// Sequence number.
@@ -72,6 +76,8 @@ pub struct RecordView<'a> {
 impl Snapshot {
     /// Seq of the first record held locally: 0, unless the log's prefix is
     /// evicted to an archive ([`Snapshot::evicted`]).
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn first_seq(&self) -> u64 {
         self.segs.first().map_or(0, |(s, _)| s.header.first_seq)
     }
@@ -79,6 +85,8 @@ impl Snapshot {
     /// The seqs of the log's evicted prefix (first and last), if its
     /// segments were evicted to an archive: reading them fails with
     /// [`Error::Evicted`] until they are fetched back.
+    ///
+    /// Example: [`EVICTED_FILE`](crate::log::EVICTED_FILE).
     pub fn evicted(&self) -> Option<(u64, u64)> {
         self.evicted.map(|(next, _)| (0, next - 1))
     }
@@ -114,21 +122,29 @@ impl Snapshot {
     }
 
     /// Seq of the next record to be written.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn next_seq(&self) -> u64 {
         self.next_seq
     }
 
     /// Seq and hash of the last record.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn head(&self) -> Option<(u64, EntryHash)> {
         (self.next_seq > self.first_seq()).then(|| (self.next_seq - 1, self.head))
     }
 
     /// Seq of the last `SessionStart`.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn last_session_start(&self) -> Option<u64> {
         self.last_session_start
     }
 
     /// Bytes of record data in the snapshot.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn bytes(&self) -> u64 {
         self.segs
             .iter()
@@ -153,12 +169,34 @@ impl Snapshot {
 
     /// Records, in order, from the first (seq 0): a log whose prefix is
     /// evicted yields [`Error::Evicted`] first.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("What changed?"), Item::assistant_text("Two commits.")])?;
+    ///
+    /// let snap = store.snapshot(id)?;
+    /// let mut texts = Vec::new();
+    /// for record in snap.iter() {
+    ///     let record = record?; // checked (CRC, archive) as it is read
+    ///     texts.extend(record.entry.items().iter().filter_map(|item| item.to_item().text()));
+    /// }
+    /// assert_eq!(texts, ["What changed?", "Two commits."]);
+    /// let answer = snap.iter_from(2).next().expect("seq 2 is there")?;
+    /// assert!(answer.wire_line()?.contains(r#""text":"Two commits.""#));
+    /// # Ok(()) }
+    /// ```
     pub fn iter(&self) -> Iter<'_> {
         self.iter_from(0)
     }
 
     /// Records from `seq` on, found through the sparse index. A `seq` in
     /// the evicted prefix yields [`Error::Evicted`].
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn iter_from(&self, seq: u64) -> Iter<'_> {
         if seq < self.evicted.map_or(0, |(next, _)| next) {
             return Iter {
@@ -251,6 +289,8 @@ impl Snapshot {
     }
 
     /// Owned entries from `seq` on.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn entries_from(
         &self,
         seq: u64,
@@ -263,6 +303,22 @@ impl Snapshot {
 impl RecordView<'_> {
     /// Calls `f` with each item of this entry that is kept in the store's
     /// payload area, read and checked (length, BLAKE3, archive), in order.
+    ///
+    /// ```
+    /// # use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path())?;
+    /// # let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// # store.save_delta(id, &mut head, &[Item::user_text("test result: ok\n".repeat(6_000))])?;
+    /// // A session of one pasted build log of 96 KB, which went to the payload area.
+    /// let mut apart = Vec::new();
+    /// for record in store.snapshot(id)?.iter() {
+    ///     record?.for_each_payload_item(&mut |item| apart.push(item.to_item().text().map_or(0, |t| t.len())))?;
+    /// }
+    /// assert_eq!(apart, [96_000]);
+    /// # Ok(()) }
+    /// ```
     pub fn for_each_payload_item(
         &self,
         f: &mut dyn FnMut(&crate::schema::ArchivedLoggedItem),
@@ -277,6 +333,8 @@ impl RecordView<'_> {
 
     /// The owned entry, with every item that lives in the store's payload
     /// area read back in place of its reference: the entry as it was saved.
+    ///
+    /// Example: [`Snapshot::iter`].
     pub fn to_entry(&self) -> Result<LogEntry> {
         let mut entry = self.entry.to_entry();
         let archived = self.entry.items();
@@ -371,6 +429,8 @@ impl Snapshot {
 }
 
 /// Iterator over a [`Snapshot`]'s records.
+///
+/// Example: [`Snapshot::iter`].
 pub struct Iter<'a> {
     snap: &'a Snapshot,
     seg: usize,

@@ -79,6 +79,24 @@ impl Log {
     /// store's `payloads/`) opens with the store's payload area, as the
     /// store opens it: its references to large items resolve, and recovery
     /// checks the payloads of the records past the durable mark.
+    ///
+    /// ```
+    /// use session_store::schema::{now_ms, LogEntry};
+    /// use session_store::{Durability, Error, Log, LogOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let opts = LogOptions::default().durability(Durability::Sync).segment_size(4 << 20);
+    /// let log = Log::open(dir.path().join("agent-7"), opts.clone())?;
+    /// assert!(log.is_writable() && !log.recovery_report().changed_the_log());
+    /// let (seq, hash) = log.append(&LogEntry::TurnEnd { ts: now_ms(), turn_count: 1 })?;
+    /// assert_eq!((log.head(), log.next_seq()), (Some((seq, hash)), 1));
+    /// assert!(log.bytes() > 0 && log.segment_paths()[0].starts_with(log.dir()));
+    ///
+    /// // One writer at a time, across processes too.
+    /// let second = Log::open(dir.path().join("agent-7"), opts);
+    /// assert!(matches!(second, Err(Error::Locked { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn open(dir: impl AsRef<Path>, opts: LogOptions) -> Result<Log> {
         let dir = dir.as_ref();
         match PayloadArea::of_session_dir(dir, &opts.hook) {
@@ -180,6 +198,19 @@ impl Log {
     /// The last recovery that changed the log in `dir` (cut a torn tail,
     /// removed a segment), as its writer recorded it; `None` if none ever
     /// did. Reads only.
+    ///
+    /// ```
+    /// use session_store::schema::{now_ms, LogEntry};
+    /// use session_store::{Log, LogOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let log = Log::open(dir.path(), LogOptions::default())?;
+    /// log.append(&LogEntry::TurnEnd { ts: now_ms(), turn_count: 1 })?;
+    /// log.close()?;
+    /// // Clean closes and opens cut nothing: there is no recovery to tell of.
+    /// assert_eq!(Log::last_recovery(dir.path())?, None);
+    /// # Ok(()) }
+    /// ```
     pub fn last_recovery(dir: impl AsRef<Path>) -> Result<Option<LastRecovery>> {
         let path = dir.as_ref().join(LAST_RECOVERY_FILE);
         let text = match fs::read(&path) {
@@ -197,6 +228,24 @@ impl Log {
     ///
     /// The log of a store's session opens with the store's payload area, as
     /// by [`Log::open`].
+    ///
+    /// ```
+    /// use session_store::schema::{now_ms, LogEntry};
+    /// use session_store::{Log, LogOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let writer = Log::open(dir.path(), LogOptions::default())?;
+    /// writer.append(&LogEntry::TurnEnd { ts: now_ms(), turn_count: 1 })?;
+    ///
+    /// // A monitor beside the writer: no lock, no writes.
+    /// let mut reader = Log::open_read_only(dir.path())?;
+    /// writer.append(&LogEntry::TurnEnd { ts: now_ms(), turn_count: 2 })?;
+    /// assert_eq!(reader.next_seq(), 1);
+    /// reader.refresh()?;
+    /// assert_eq!(reader.next_seq(), 2);
+    /// assert!(!reader.is_writable());
+    /// # Ok(()) }
+    /// ```
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
         let dir = dir.as_ref();
         match PayloadArea::of_session_dir(dir, &None) {
@@ -377,6 +426,8 @@ impl Log {
     }
 
     /// Re-reads a read-only log to see what was committed since.
+    ///
+    /// Example: [`Log::open_read_only`].
     pub fn refresh(&mut self) -> Result<()> {
         if self.inner.writer.is_some() {
             return Ok(());

@@ -13,6 +13,8 @@ use crate::format::{FIRST_RECORD_OFFSET, FOOTER_LEN};
 use crate::segment::{Scan, ScanMode};
 
 /// The first break `verify` found.
+///
+/// Example: [`Log::verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Damage {
     /// The segment file.
@@ -42,6 +44,8 @@ impl std::fmt::Display for Damage {
 }
 
 /// The result of [`Log::verify`].
+///
+/// Example: [`Log::verify`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VerifyReport {
     /// Segments checked.
@@ -68,6 +72,22 @@ const PARALLEL_VERIFY_BYTES: u64 = 8 << 20;
 impl Log {
     /// Checks every CRC, chain link and archive, and reports the first break.
     /// Never modifies files.
+    ///
+    /// ```
+    /// use session_store::schema::{group_delta, now_ms};
+    /// use session_store::{Item, Log, LogOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let log = Log::open(dir.path(), LogOptions::default())?;
+    /// for entry in group_delta(&[Item::user_text("Deploy?"), Item::assistant_text("Deploying.")], now_ms()) {
+    ///     log.append(&entry)?;
+    /// }
+    /// // The nightly check: every byte read and hashed again.
+    /// let report = log.verify();
+    /// assert!(report.damage.is_none() && report.torn_tail.is_none());
+    /// assert_eq!((report.records, report.head), (2, log.head()));
+    /// # Ok(()) }
+    /// ```
     pub fn verify(&self) -> VerifyReport {
         let mut report = self.snapshot().verify();
         report.torn_tail = self
@@ -133,6 +153,8 @@ impl Snapshot {
     /// Full check of the snapshot: headers, CRCs, chain, archives, footers,
     /// and the active segment's durable mark. Segments are scanned in
     /// parallel; damage is reported at the first place in log order.
+    ///
+    /// Example: [`Log::verify`].
     pub fn verify(&self) -> VerifyReport {
         let mut report = VerifyReport {
             segments: self.segs.len(),

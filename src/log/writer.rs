@@ -127,6 +127,8 @@ pub(super) struct Writer {
 
 impl Log {
     /// Appends one entry with the log's default durability.
+    ///
+    /// Example: [the module](crate::log#example).
     pub fn append(&self, entry: &LogEntry) -> Result<(u64, EntryHash)> {
         let r = self.append_batch(
             std::slice::from_ref(entry),
@@ -137,6 +139,8 @@ impl Log {
     }
 
     /// Appends one entry with the given durability.
+    ///
+    /// Example: [`Log::append_batch`].
     pub fn append_with(
         &self,
         entry: &LogEntry,
@@ -153,6 +157,23 @@ impl Log {
     /// log whole or not at all, after a crash too: it goes into one segment,
     /// and recovery cuts a batch whose last record a crash kept from the
     /// disk (see DESIGN.md, recovery step 6).
+    ///
+    /// ```
+    /// use session_store::log::ExpectHead;
+    /// use session_store::schema::{group_delta, now_ms};
+    /// use session_store::{Durability, Error, Item, Log, LogOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let log = Log::open(dir.path(), LogOptions::default())?;
+    /// let entries = group_delta(&[Item::user_text("Ship it?"), Item::assistant_text("Shipped.")], now_ms());
+    /// let written = log.append_batch(&entries, Durability::Sync, ExpectHead::Empty)?;
+    /// assert_eq!(written.len(), 2);
+    ///
+    /// // A second writer that thought the log empty writes nothing.
+    /// let late = log.append_batch(&entries, Durability::Sync, ExpectHead::Empty);
+    /// assert!(matches!(late, Err(Error::HeadConflict { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn append_batch(
         &self,
         entries: &[LogEntry],

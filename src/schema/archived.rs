@@ -26,6 +26,8 @@ impl std::fmt::Debug for ArchivedLoggedCoreItem {
 
 impl ArchivedLoggedItem {
     /// The payload this item refers to, if it is stored in the payload area.
+    ///
+    /// Example: [the `payload` module](crate::payload#example).
     pub fn payload_ref(&self) -> Option<LoggedPayloadRef> {
         match self {
             ArchivedLoggedItem::External(r) => Some(r.get().to_ref()),
@@ -34,6 +36,8 @@ impl ArchivedLoggedItem {
     }
 
     /// The runtime item, from the archived bytes.
+    ///
+    /// Example: [`Snapshot::iter`](crate::Snapshot::iter).
     pub fn to_item(&self) -> Item {
         // Deserializing validated archived data into owned types has no failure path.
         rkyv::deserialize::<LoggedItem, rkyv::rancor::Error>(self)
@@ -44,6 +48,8 @@ impl ArchivedLoggedItem {
 
 impl<X: ItemExtension> ArchivedLoggedItemOf<X> {
     /// The concatenated text of a message, borrowed parts joined.
+    ///
+    /// Example: [`Snapshot::iter`](crate::Snapshot::iter).
     pub fn message_text(&self) -> Option<String> {
         match self {
             ArchivedLoggedItemOf::Message { content, .. } => Some(

@@ -11,6 +11,8 @@ pub use crate::id::SessionId;
 use super::{some_json_text, JsonText};
 
 /// Model request settings in force for a session.
+///
+/// Example: [`Store::create_session`](crate::Store::create_session).
 #[derive(
     Debug,
     Clone,
@@ -50,6 +52,8 @@ pub struct RequestConfig {
 
 impl RequestConfig {
     /// A config naming only the model.
+    ///
+    /// Example: [`Store::create_session`](crate::Store::create_session).
     pub fn model(model: impl Into<String>) -> RequestConfig {
         RequestConfig {
             model: Some(model.into()),
@@ -60,6 +64,8 @@ impl RequestConfig {
 
 impl ArchivedRequestConfig {
     /// The owned config.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn to_owned_config(&self) -> RequestConfig {
         RequestConfig {
             model: self.model.as_ref().map(|s| s.as_str().to_owned()),
@@ -76,6 +82,8 @@ impl ArchivedRequestConfig {
 }
 
 /// Where a session came from: a session and the hash of the entry it branched at.
+///
+/// Example: [`Store::compact`](crate::Store::compact).
 #[derive(
     Debug,
     Clone,
@@ -98,6 +106,8 @@ pub struct SessionOrigin {
 
 impl ArchivedSessionOrigin {
     /// The owned origin.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn get(&self) -> SessionOrigin {
         SessionOrigin {
             session_id: self.session_id.get(),
@@ -107,6 +117,19 @@ impl ArchivedSessionOrigin {
 }
 
 /// What a finished run returned.
+///
+/// ```
+/// use session_store::schema::{now_ms, LogEntry, WorkerResult};
+/// use session_store::{RequestConfig, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// let result = WorkerResult { text: Some("All 212 tests pass.".into()), stop_reason: "end_turn".into() };
+/// store.save_entries(id, &mut head, &[LogEntry::RunCompleted { ts: now_ms(), interrupted: false, result }])?;
+/// assert!(!store.restore(id)?.last_run_interrupted);
+/// # Ok(()) }
+/// ```
 #[derive(
     Debug,
     Clone,

@@ -11,6 +11,8 @@ use super::parts::{logged_parts, runtime_parts, LoggedContentPart, LoggedToolOut
 use super::{some_json_text, JsonText};
 
 /// Author of a logged message.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -48,6 +50,8 @@ pub enum LoggedRole {
 /// beyond the typed fields ([`LoggedExtended`]); inside that, nothing
 /// (`()`), so the type is not recursive and an archive of it is checked to
 /// a fixed depth, whatever its bytes.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -169,16 +173,26 @@ pub enum LoggedItemOf<X> {
 
 /// One history item as the log keeps it: only what replay and re-send
 /// need, and what its provider gave beyond that.
+///
+/// Example: [the module](crate::schema#example).
 pub type LoggedItem = LoggedItemOf<Box<LoggedExtended>>;
 /// The archived [`LoggedItem`], read in place from a checked record.
+///
+/// Example: [the module](crate::schema#example).
 pub type ArchivedLoggedItem = ArchivedLoggedItemOf<Box<LoggedExtended>>;
 /// The typed item inside a [`LoggedExtended`]: a [`LoggedItem`] that
 /// cannot hold another.
+///
+/// Example: [the module](crate::schema#example).
 pub type LoggedCoreItem = LoggedItemOf<()>;
 /// The archived [`LoggedCoreItem`].
+///
+/// Example: [the module](crate::schema#example).
 pub type ArchivedLoggedCoreItem = ArchivedLoggedItemOf<()>;
 
 /// A provider item's lifecycle status (schema 6).
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -204,6 +218,8 @@ pub enum LoggedStatus {
 }
 
 /// The wire form an extended item's diff was taken against (schema 6).
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -227,6 +243,8 @@ pub enum LoggedForm {
 }
 
 /// See [`LoggedItem::Extended`].
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -268,6 +286,8 @@ pub struct LoggedExtended {
 
 /// What the last variant of a [`LoggedItemOf`] holds: a
 /// [`LoggedExtended`] in an entry's item, nothing in the item inside one.
+///
+/// Example: [the module](crate::schema#example).
 pub trait ItemExtension: rkyv::Archive + Sized {
     /// The extension an archived item holds, if any.
     fn extended(archived: &Self::Archived) -> Option<&ArchivedLoggedExtended>;
@@ -383,6 +403,8 @@ impl ArchivedLoggedStatus {
 
 /// Where an [`LoggedItem::External`](LoggedItemOf::External) item is: the BLAKE3 hash of its
 /// archive (a `LoggedItem` archived alone) and that archive's length.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -406,6 +428,8 @@ pub struct LoggedPayloadRef {
 
 impl ArchivedLoggedPayloadRef {
     /// The owned reference.
+    ///
+    /// Example: [the `payload` module](crate::payload#example).
     pub fn to_ref(&self) -> LoggedPayloadRef {
         LoggedPayloadRef {
             hash: self.hash,
@@ -568,6 +592,8 @@ impl LoggedItem {
 
 impl<X: ItemExtension> LoggedItemOf<X> {
     /// The runtime item, with the id, status and extra it was given.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn into_item(self) -> Item {
         use LoggedItemOf as LoggedItem;
         match self {

@@ -8,6 +8,8 @@ use crate::error::{Error, Result};
 /// The longest line of the JSON wire form that import reads, in bytes.
 /// The log refuses an entry whose line would be longer
 /// ([`LogEntry::check_line_len`]), so every export imports back.
+///
+/// Example: [the `wire` module](crate::wire#example).
 pub const MAX_LINE_BYTES: usize = 512 << 20;
 
 /// How many times its archive's size an entry's JSON can be at most: JSON
@@ -63,6 +65,8 @@ impl LogEntry {
     /// exports as the item itself. Without its store this can only bound
     /// it (`JSON_GROWTH` times its archive's length), and refuses an entry
     /// whose bound passes the limit.
+    ///
+    /// Example: [the `wire` module](crate::wire#example).
     pub fn check_line_len(&self, archived_len: usize) -> Result<()> {
         self.check_line_len_with(archived_len, &mut |r| Ok(bounded_json_len(r)))
     }

@@ -5,6 +5,27 @@
 //! and statuses of typed items are dropped on the way in; `encrypted_content`,
 //! signatures and opaque items are kept byte for byte, since stateless re-send
 //! needs them.
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::schema::{group_delta, now_ms, EntryKind, LogEntry};
+//! use session_store::Item;
+//! # fn main() -> session_store::Result<()> {
+//! let call = Item::from_responses_json(r#"{"type":"function_call","id":"fc_1","call_id":"call_1","name":"ls","arguments":"{}"}"#)?;
+//! let output = Item::from_responses_json(r#"{"type":"function_call_output","call_id":"call_1","output":"src tests"}"#)?;
+//! let turn = [Item::user_text("What is here?"), call, output, Item::assistant_text("Two directories.")];
+//! let entries = group_delta(&turn, now_ms());
+//! let kinds: Vec<EntryKind> = entries.iter().map(LogEntry::kind).collect();
+//! assert_eq!(kinds, [EntryKind::UserInput, EntryKind::AssistantItems, EntryKind::ToolResults, EntryKind::AssistantItems]);
+//!
+//! // The items come back as they were given; the bytes are checked on the way in.
+//! let back: Vec<Item> = entries.iter().flat_map(LogEntry::items).map(|i| i.clone().into_item()).collect();
+//! assert_eq!(back, turn);
+//! let bytes = entries[1].to_archive();
+//! assert_eq!(LogEntry::access_archive(&bytes).map(|e| e.to_entry()), Ok(entries[1].clone()));
+//! # Ok(()) }
+//! ```
 
 // rkyv's derived `Archived*` enums carry fields that cannot take doc comments;
 // every item written by hand here is documented.
@@ -49,6 +70,8 @@ pub use parts::{
 pub(crate) use size::item_text_len_bound;
 
 /// One log entry. Every variant carries `ts`, milliseconds since the Unix epoch.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -196,6 +219,8 @@ pub enum LogEntry {
 
 /// The kind of an entry, as stored in each record header so that readers can
 /// filter without decoding the payload.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum EntryKind {
@@ -229,6 +254,8 @@ pub enum EntryKind {
 
 impl EntryKind {
     /// From the header byte.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn from_code(code: u8) -> Option<EntryKind> {
         use EntryKind::*;
         Some(match code {
@@ -250,6 +277,8 @@ impl EntryKind {
     }
 
     /// The snake_case name used in the wire form.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn name(self) -> &'static str {
         use EntryKind::*;
         match self {
@@ -272,6 +301,8 @@ impl EntryKind {
 
 impl LogEntry {
     /// The entry's kind.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn kind(&self) -> EntryKind {
         match self {
             LogEntry::SessionStart { .. } => EntryKind::SessionStart,
@@ -291,6 +322,8 @@ impl LogEntry {
     }
 
     /// The timestamp, ms since the Unix epoch.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn ts(&self) -> u64 {
         match self {
             LogEntry::SessionStart { ts, .. }
@@ -310,6 +343,8 @@ impl LogEntry {
     }
 
     /// The history items this entry carries, in order.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn items(&self) -> &[LoggedItem] {
         match self {
             LogEntry::SessionStart { history, .. } => history,
@@ -336,6 +371,8 @@ impl LogEntry {
     /// Checks what the log cannot keep faithfully: non-finite floats (the
     /// JSON wire form has no spelling for them, so they would not survive an
     /// export).
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn check(&self) -> Result<()> {
         let config = match self {
             LogEntry::SessionStart { config, .. } | LogEntry::ConfigChanged { config, .. } => {
@@ -355,6 +392,8 @@ impl LogEntry {
     }
 
     /// Archives the entry. The same entry always yields the same bytes.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn to_archive(&self) -> rkyv::util::AlignedVec {
         // Archiving into memory fails only on allocation failure, which aborts anyway.
         rkyv::to_bytes::<rkyv::rancor::Error>(self)
@@ -369,6 +408,8 @@ impl LogEntry {
     /// Beyond bytecheck, the JSON text of an extension payload, a config's
     /// `extra` and every item's JSON (opaque items and parts, annotations,
     /// logprobs) must be valid JSON, so that everything read can be exported.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn access_archive(bytes: &[u8]) -> std::result::Result<&ArchivedLogEntry, String> {
         let archived = rkyv::access::<ArchivedLogEntry, rkyv::rancor::Error>(bytes)
             .map_err(|e| e.to_string())?;
@@ -390,6 +431,8 @@ impl LogEntry {
     }
 
     /// Validates and deserializes archived bytes.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn from_archive(bytes: &[u8]) -> std::result::Result<LogEntry, String> {
         let archived = LogEntry::access_archive(bytes)?;
         rkyv::deserialize::<LogEntry, rkyv::rancor::Error>(archived).map_err(|e| e.to_string())
@@ -456,6 +499,8 @@ impl Archivable for LogEntry {
 
 impl ArchivedLogEntry {
     /// The owned entry.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn to_entry(&self) -> LogEntry {
         // Deserializing validated archived data into owned types has no failure path.
         rkyv::deserialize::<LogEntry, rkyv::rancor::Error>(self)
@@ -463,6 +508,8 @@ impl ArchivedLogEntry {
     }
 
     /// The items this entry carries, archived, in order.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn items(&self) -> &[ArchivedLoggedItem] {
         match self {
             ArchivedLogEntry::SessionStart { history, .. } => history.as_slice(),
@@ -494,6 +541,8 @@ pub fn now_ms() -> u64 {
 /// `ToolResults`; a run of assistant messages, tool calls and reasoning is one
 /// `AssistantItems`; anything else (system messages) is one
 /// `HookInjectedItems` each. Order is kept exactly.
+///
+/// Example: [the module](crate::schema#example).
 pub fn group_delta(items: &[Item], ts: u64) -> Vec<LogEntry> {
     group_items(items, LoggedItem::from)
         .into_iter()

@@ -16,6 +16,8 @@ use super::{some_json_text, JsonText};
 // versions"); larger payloads are boxed. `archived_layout_is_schema_1s` pins it.
 
 /// One content part of a logged message.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -57,6 +59,8 @@ pub enum LoggedContentPart {
 }
 
 /// See [`ContentPart::OutputText`].
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -90,6 +94,8 @@ pub struct LoggedOutputText {
 }
 
 /// See [`ContentPart::InputImage`].
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -116,6 +122,8 @@ pub struct LoggedInputImage {
 }
 
 /// See [`ContentPart::InputFile`].
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -145,6 +153,8 @@ pub struct LoggedInputFile {
 }
 
 /// See [`ContentPart::InputAudio`].
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -166,6 +176,8 @@ pub struct LoggedInputAudio {
 }
 
 /// What a tool returned (schema 2): text or a list of parts.
+///
+/// Example: [the module](crate::schema#example).
 #[derive(
     Debug,
     Clone,
@@ -231,6 +243,8 @@ impl From<ContentPart> for LoggedContentPart {
 
 impl LoggedContentPart {
     /// The runtime content part.
+    ///
+    /// Example: [the module](crate::schema#example).
     pub fn into_part(self) -> ContentPart {
         match self {
             LoggedContentPart::Text { text } => ContentPart::Text { text },

@@ -25,6 +25,8 @@ impl ArchivedLoggedContentPart {
 
 impl<X: ItemExtension> ArchivedLoggedItemOf<X> {
     /// Calls `f` with each text of the item a search reads, in order.
+    ///
+    /// Example: [`ArchivedLogEntry::searchable_texts`](crate::schema::ArchivedLogEntry::searchable_texts).
     pub fn searchable_texts<'a>(&'a self, f: &mut dyn FnMut(&'a str)) {
         use ArchivedLoggedItemOf as ArchivedLoggedItem;
         match self {
@@ -90,6 +92,24 @@ impl ArchivedLogEntry {
     /// Calls `f` with each text of the entry a search reads, in order: its
     /// items' texts, a `SessionStart`'s system prompt, a run's result text
     /// or error, an extension's payload, a config's model and extra JSON.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Why did CI fail?"), Item::assistant_text("A timeout in test_upload.")])?;
+    ///
+    /// // Which records mention a timeout?
+    /// let mut hits = Vec::new();
+    /// for record in store.snapshot(id)?.iter() {
+    ///     let record = record?;
+    ///     record.entry.searchable_texts(&mut |text| if text.contains("timeout") { hits.push(record.seq) });
+    /// }
+    /// assert_eq!(hits, [2]);
+    /// # Ok(()) }
+    /// ```
     pub fn searchable_texts<'a>(&'a self, f: &mut dyn FnMut(&'a str)) {
         match self {
             ArchivedLogEntry::SessionStart { system_prompt, .. } => {

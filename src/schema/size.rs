@@ -124,6 +124,8 @@ impl<X: ItemExtension> LoggedItemOf<X> {
     /// The bytes of all the item's strings and JSON texts: an item of at
     /// least the store's `payload_threshold` is stored once in the payload
     /// area ([`LoggedItem::External`](LoggedItemOf::External)). 0 for an external item.
+    ///
+    /// Example: [the `payload` module](crate::payload#example).
     pub fn text_len(&self) -> usize {
         use LoggedItemOf as LoggedItem;
         let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);

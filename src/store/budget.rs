@@ -6,11 +6,15 @@
 /// a second name of it) and its catalog, and one more for a `LOCK` of its
 /// own, which a writer keeps where it cannot move the lock into the
 /// segment (a file system without hard links): three at most.
+///
+/// Example: [`Store::open_with`](crate::Store::open_with).
 pub const FDS_PER_ACTIVE_SESSION: usize = 3;
 
 /// File descriptors an open session holds while it is parked: the one that
 /// holds its writer lock (its active segment's, through which its saves
 /// write).
+///
+/// Example: [`Store::open_with`](crate::Store::open_with).
 pub const FDS_PER_PARKED_SESSION: usize = 1;
 
 /// The default [`StoreOptions::max_open_sessions`](super::StoreOptions::max_open_sessions), from the process's soft
@@ -26,12 +30,16 @@ pub const FDS_PER_PARKED_SESSION: usize = 1;
 /// log; a budget that holds the sessions a process keeps busy saves that
 /// reopen (issue 14, workload B). Raise the soft limit (`ulimit -n`,
 /// `LimitNOFILE=`) to raise this default.
+///
+/// Example: [`Store::open_with`](crate::Store::open_with).
 pub fn default_max_open_sessions() -> usize {
     open_budget_for(crate::mmap::open_file_limit())
 }
 
 /// The default [`StoreOptions::max_active_sessions`](super::StoreOptions::max_active_sessions): see
 /// [`default_max_open_sessions`].
+///
+/// Example: [`Store::open_with`](crate::Store::open_with).
 pub fn default_max_active_sessions() -> usize {
     active_budget_for(crate::mmap::open_file_limit())
 }

@@ -17,6 +17,8 @@ use crate::state::UsageRecord;
 /// history items, the turn count it ends with, and the model's usage.
 /// Borrowed items make a `Turn<'a>`; owned ones (`Vec<Item>`) a
 /// `Turn<'static>`, which moves into a task (`AsyncStore::commit_turn`).
+///
+/// Example: [`Store::commit_turn`].
 #[derive(Debug, Clone)]
 pub struct Turn<'a> {
     /// The turn's new history items (user input, assistant output, tool
@@ -33,6 +35,8 @@ pub struct Turn<'a> {
 
 impl<'a> Turn<'a> {
     /// A turn of `items` that ends with `turn_count` turns completed.
+    ///
+    /// Example: [`Store::commit_turn`].
     pub fn new(items: impl Into<Cow<'a, [Item]>>, turn_count: u64) -> Turn<'a> {
         Turn {
             items: items.into(),
@@ -43,12 +47,16 @@ impl<'a> Turn<'a> {
     }
 
     /// Records `usage` with the turn.
+    ///
+    /// Example: [`Store::commit_turn`].
     pub fn usage(mut self, usage: UsageRecord) -> Turn<'a> {
         self.usage = Some(usage);
         self
     }
 
     /// Commits with `durability` instead of the store's option.
+    ///
+    /// Example: [`Store::commit_turn`].
     pub fn durability(mut self, durability: Durability) -> Turn<'a> {
         self.durability = Some(durability);
         self
@@ -72,8 +80,23 @@ impl<'a> Turn<'a> {
 impl Store {
     /// Appends new history items if the session's head is `head`, and
     /// returns the new head; on a mismatch nothing is written and the result
-    /// is [`Error::HeadMismatch`](crate::Error::HeadMismatch) naming the
+    /// is [`Error::HeadMismatch`] naming the
     /// stored head. The owned form of [`Store::save_delta`].
+    ///
+    /// ```
+    /// use session_store::{Error, Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, start) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let head = store.append(id, start, &[Item::user_text("Rename the crate.")])?;
+    ///
+    /// // A second writer that still holds the old head writes nothing.
+    /// let stale = store.append(id, start, &[Item::user_text("Delete the crate.")]);
+    /// assert!(matches!(stale, Err(Error::HeadMismatch { actual, .. }) if actual == Some(head)));
+    /// assert_eq!(store.history_len(id)?, 1);
+    /// # Ok(()) }
+    /// ```
     pub fn append(&self, id: SessionId, head: EntryHash, items: &[Item]) -> Result<EntryHash> {
         let mut head = head;
         self.save_delta(id, &mut head, items)?;
@@ -85,6 +108,24 @@ impl Store {
     /// after an error or a crash alike (recovery cuts a batch a crash left
     /// short), and under `Sync` it costs one `fdatasync` (shared with
     /// concurrent commits), not one per entry. Returns the new head.
+    ///
+    /// ```
+    /// use session_store::state::UsageRecord;
+    /// use session_store::{Durability, Item, RequestConfig, Store, Turn};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let items = [Item::user_text("How many open issues?"), Item::assistant_text("Twelve.")];
+    /// let usage = UsageRecord { input_total_tokens: 812, output_tokens: 9, ..UsageRecord::default() };
+    /// let turn = Turn::new(&items[..], 1).usage(usage).durability(Durability::Sync);
+    /// let head = store.commit_turn(id, head, &turn)?;
+    ///
+    /// let state = store.restore(id)?;
+    /// assert_eq!((state.turn_count, state.usage.len()), (1, 1));
+    /// assert_eq!(state.head, Some(head));
+    /// # Ok(()) }
+    /// ```
     pub fn commit_turn(
         &self,
         id: SessionId,
@@ -118,12 +159,28 @@ impl Store {
     /// (export, forks by seq, verify). [`Store::list`] shows the same
     /// `compacted_from` as `restore`, and [`ListFilter::compacted`]
     /// finds compacted sessions. Returns the new head; on a stale `head`,
-    /// [`Error::HeadMismatch`](crate::Error::HeadMismatch) and nothing
-    /// written.
+    /// [`Error::HeadMismatch`] and nothing written.
     ///
     /// An empty `summary` clears the session (the Agents SDK's
     /// `clear_session`): its title goes too, and the next user text saved
     /// is the new one.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Port the parser to nom."), Item::assistant_text("Done: 14 files.")])?;
+    ///
+    /// // The context grew too long: keep a summary in place of the turns.
+    /// let summary = [Item::user_text("Summary: the parser now uses nom; tests pass.")];
+    /// store.compact(id, head, &summary)?;
+    /// let state = store.restore(id)?;
+    /// assert_eq!(state.history, summary);
+    /// assert_eq!(state.compacted_from.map(|o| o.session_id), Some(id));
+    /// # Ok(()) }
+    /// ```
     ///
     /// [`ListFilter::compacted`]: crate::ListFilter::compacted
     pub fn compact(&self, id: SessionId, head: EntryHash, summary: &[Item]) -> Result<EntryHash> {
@@ -161,6 +218,18 @@ impl Store {
     /// (one `fdatasync`, shared with concurrent commits): after `Buffered`
     /// saves, the point from which they survive a power loss. Other sessions'
     /// appends are not waited for.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?; // `Buffered` saves
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Book the flight.")])?;
+    /// store.save_delta(id, &mut head, &[Item::assistant_text("Booked: LH 454.")])?;
+    /// store.sync(id)?; // both saves now survive a power loss
+    /// # Ok(()) }
+    /// ```
     pub fn sync(&self, id: SessionId) -> Result<()> {
         if let Some(log) = self.open_log_here(id) {
             return log.sync();

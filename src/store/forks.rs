@@ -45,9 +45,27 @@ pub(super) const FORK_FIRST_SEGMENT_BYTES: u64 = 8 << 10;
 /// How long a chain of forks (a fork of a fork of …) may be. A store never
 /// makes a longer one by itself; a chain that loops or passes this is
 /// [`Error::BrokenFork`].
+///
+/// Example: [`Store::fork_at`].
 pub const MAX_FORK_DEPTH: usize = 4096;
 
 /// What [`Store::delete`] did.
+///
+/// ```
+/// use session_store::{Deletion, Item, RequestConfig, Store};
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+/// store.save_delta(id, &mut head, &[Item::user_text("Draft the release notes.")])?;
+/// let (fork, _) = store.fork_at(id, head)?;
+///
+/// // The fork still reads the parent's history: the parent is retired.
+/// assert_eq!(store.delete(id)?, Deletion::Retired { forks: vec![fork] });
+/// assert!(!store.exists(id));
+/// assert_eq!(store.restore(fork)?.history, [Item::user_text("Draft the release notes.")]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Deletion {
     /// The session is gone.
@@ -62,6 +80,8 @@ pub enum Deletion {
 
 /// One entry of a session's self-contained history, as
 /// [`Store::export_entries`] gives it.
+///
+/// Example: [`Store::export_entries`].
 #[derive(Debug)]
 pub struct ExportedEntry<'a> {
     /// Its seq in the exported chain.
@@ -76,6 +96,8 @@ pub struct ExportedEntry<'a> {
 
 impl ExportedEntry<'_> {
     /// The entry's wire line (no newline).
+    ///
+    /// Example: [`Store::export_entries`].
     pub fn wire_line(&self) -> String {
         entry_line(self.seq, &self.hash, self.prev_hash.as_ref(), self.entry)
     }
@@ -95,12 +117,44 @@ impl Store {
     /// (its head, or any entry of its history, inherited ones included):
     /// a new session whose log names the parent, the entry's seq and hash,
     /// and copies nothing. Returns the fork's id and head.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Name the new service.")])?;
+    /// let asked = head;
+    /// store.save_delta(id, &mut head, &[Item::assistant_text("Call it Beacon.")])?;
+    ///
+    /// // Another answer to the same question; the first stays as it was.
+    /// let (fork, mut fork_head) = store.fork_at(id, asked)?;
+    /// store.save_delta(fork, &mut fork_head, &[Item::assistant_text("Call it Lantern.")])?;
+    /// assert_eq!(store.restore(fork)?.history[1], Item::assistant_text("Call it Lantern."));
+    /// assert_eq!(store.forks_of(id), [fork]);
+    /// # Ok(()) }
+    /// ```
     pub fn fork_at(&self, id: SessionId, at_hash: EntryHash) -> Result<(SessionId, EntryHash)> {
         let (parent, seq) = self.find_entry(id, at_hash)?;
         self.fork_by_reference(parent, seq, at_hash)
     }
 
     /// Like [`Store::fork_at`], by the seq of an entry of the session's own log.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Plan the migration.")])?;
+    /// store.save_delta(id, &mut head, &[Item::assistant_text("Step 1: back up.")])?;
+    /// // Seq 0 is the `SessionStart`, seq 1 the question.
+    /// let (fork, _) = store.fork_at_seq(id, 1)?;
+    /// assert_eq!(store.restore(fork)?.history, [Item::user_text("Plan the migration.")]);
+    /// # Ok(()) }
+    /// ```
     pub fn fork_at_seq(&self, id: SessionId, seq: u64) -> Result<(SessionId, EntryHash)> {
         let snap = self.snapshot(id)?;
         let missing = || Error::not_found(format!("seq {seq} in session {id}"));
@@ -276,6 +330,8 @@ impl Store {
 
     /// The forks of a session that read its history (its registered forks
     /// that exist), sorted.
+    ///
+    /// Example: [`Store::fork_at`].
     pub fn forks_of(&self, id: SessionId) -> Vec<SessionId> {
         self.live_forks(&self.session_dir(id))
     }
@@ -376,6 +432,19 @@ impl Store {
     /// parents: each parent exists and its record at the named seq has the
     /// recorded hash. `Ok(None)` for a session that is no fork by
     /// reference; [`Error::BrokenFork`] names the first link that fails.
+    ///
+    /// ```
+    /// use session_store::{RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let (fork, _) = store.fork_at(id, head)?;
+    /// let link = store.verify_fork_link(fork)?.expect("a fork by reference");
+    /// assert_eq!((link.parent, link.hash), (id, head));
+    /// assert_eq!(store.verify_fork_link(id)?, None);
+    /// # Ok(()) }
+    /// ```
     pub fn verify_fork_link(&self, id: SessionId) -> Result<Option<ForkLink>> {
         let Some(first) = self.snapshot(id)?.fork_link()? else {
             return Ok(None);
@@ -400,6 +469,26 @@ impl Store {
     /// inherits (with `forked_from` naming the parent), and the chain is
     /// computed afresh from genesis. What [`Store::export`] writes, and what
     /// imports as a session that needs no other. Returns the entries.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Check the disk usage.")])?;
+    /// let (fork, _) = store.fork_at(id, head)?;
+    ///
+    /// // The fork's export stands alone: its first line carries the history.
+    /// let mut lines = Vec::new();
+    /// store.export_entries(fork, |entry| {
+    ///     lines.push(entry.wire_line());
+    ///     Ok(())
+    /// })?;
+    /// assert!(lines[0].contains(r#""kind":"session_start""#));
+    /// assert!(lines[0].contains("Check the disk usage."));
+    /// # Ok(()) }
+    /// ```
     pub fn export_entries(
         &self,
         id: SessionId,

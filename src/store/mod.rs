@@ -15,6 +15,28 @@
 //! - `session`: the session API, saves, restore, forks, import, reads;
 //! - `subscription`: following a session's entries as they are committed;
 //! - `payloads`: large items to the payload area, their check, collection.
+//!
+//! # Example
+//!
+//! A runtime creates a session, saves each turn as it goes, and resumes it
+//! later, in this process or the next:
+//!
+//! ```
+//! use session_store::{Item, RequestConfig, Store};
+//! # fn main() -> session_store::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path())?;
+//! let (id, mut head) = store.create_session(Some("You are a coding agent."), RequestConfig::model("gpt-5"), &[])?;
+//! store.save_delta(id, &mut head, &[Item::user_text("Which Rust version do we need?")])?;
+//! store.save_delta(id, &mut head, &[Item::assistant_text("1.89, says Cargo.toml.")])?;
+//! store.close()?;
+//!
+//! let store = Store::open(dir.path())?;
+//! let state = store.restore(id)?;
+//! assert_eq!(state.system_prompt.as_deref(), Some("You are a coding agent."));
+//! assert_eq!(state.history.last(), Some(&Item::assistant_text("1.89, says Cargo.toml.")));
+//! # Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::fs;
@@ -74,6 +96,8 @@ const VIEW_HINTS: usize = 4096;
 const STORE_DIRS: [&str; 3] = ["sessions", "trash", "staging"];
 
 /// How to open a store.
+///
+/// Example: [`Store::open_with`].
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// Options for each session's log.
@@ -110,6 +134,8 @@ pub struct StoreOptions {
 /// large tool outputs and attachments that compaction snapshots and forks
 /// repeat, while the few-KiB results of an ordinary turn stay in their
 /// record (see DESIGN.md, "Payloads").
+///
+/// Example: [the payload module](crate::payload#example).
 pub const DEFAULT_PAYLOAD_THRESHOLD: usize = 32 * 1024;
 
 impl Default for StoreOptions {
@@ -125,12 +151,16 @@ impl Default for StoreOptions {
 
 impl StoreOptions {
     /// Sets the log options.
+    ///
+    /// Example: [`Store::open_with`].
     pub fn log(mut self, log: LogOptions) -> Self {
         self.log = log;
         self
     }
 
     /// Sets the open-session budget.
+    ///
+    /// Example: [`Store::open_with`].
     pub fn max_open_sessions(mut self, n: usize) -> Self {
         self.max_open_sessions = n.max(1);
         self
@@ -138,6 +168,8 @@ impl StoreOptions {
 
     /// Sets the active-session budget (at least 1): how many open sessions
     /// keep their files open between uses.
+    ///
+    /// Example: [`Store::open_with`].
     pub fn max_active_sessions(mut self, n: usize) -> Self {
         self.max_active_sessions = n.max(1);
         self
@@ -145,6 +177,8 @@ impl StoreOptions {
 
     /// Sets the payload threshold in bytes (at least 1; `usize::MAX` keeps
     /// every item in its record).
+    ///
+    /// Example: [`Store::open_with`].
     pub fn payload_threshold(mut self, bytes: usize) -> Self {
         self.payload_threshold = bytes.max(1);
         self
@@ -152,6 +186,8 @@ impl StoreOptions {
 }
 
 /// What `list()` shows of a session.
+///
+/// Example: [`Store::info`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionInfo {
     /// The id.
@@ -188,6 +224,8 @@ pub struct SessionInfo {
 }
 
 /// Filters for [`Store::list_filtered`].
+///
+/// Example: [`Store::list_filtered`].
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     /// Only sessions written at or after this time, ms.
@@ -290,6 +328,8 @@ pub(crate) trait FetchBack: Send + Sync {
 /// ([`Store::log`], [`Store::read_log`] of a session this store writes, a
 /// [`SessionHandle`]) is left to that handle, whose drop closes nothing:
 /// call [`Log::close`] on it.
+///
+/// Example: [the module](crate::store#example).
 pub struct Store {
     inner: Arc<Inner>,
     /// Whether this handle is still counted in `Inner::handles` (false once
@@ -307,6 +347,17 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens (or creates) a store at `root` with default options.
+    ///
+    /// ```
+    /// use session_store::{RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("agent-sessions"))?;
+    /// let (id, _head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// assert!(store.exists(id));
+    /// assert!(store.session_dir(id).starts_with(store.root()));
+    /// # Ok(()) }
+    /// ```
     pub fn open(root: impl AsRef<Path>) -> Result<Store> {
         Store::open_with(root, StoreOptions::default())
     }
@@ -320,6 +371,21 @@ impl Store {
     /// retired sessions no fork reads any more) and the opening of its
     /// listing cache wait for its first write, which runs them first. A
     /// runtime that opens the store to restore a session pays for neither.
+    ///
+    /// ```
+    /// use session_store::{Durability, LogOptions, Store, StoreOptions};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// // Every save durable before it returns; tool outputs of 64 KiB and
+    /// // more stored once in the payload area.
+    /// let opts = StoreOptions::default()
+    ///     .log(LogOptions::default().durability(Durability::Sync))
+    ///     .payload_threshold(64 * 1024)
+    ///     .max_open_sessions(256);
+    /// let store = Store::open_with(dir.path(), opts)?;
+    /// assert!(!store.is_read_only());
+    /// # Ok(()) }
+    /// ```
     pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Store> {
         let root = root.as_ref().to_path_buf();
         let hook = &opts.log.hook;
@@ -397,6 +463,22 @@ impl Store {
     /// a session's writer) fails with [`Error::InvalidInput`].
     ///
     /// Fails with [`Error::NotFound`] naming `root` when no store is there.
+    ///
+    /// ```
+    /// use session_store::{Error, Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let writer = Store::open(dir.path())?;
+    /// let (id, mut head) = writer.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// writer.save_delta(id, &mut head, &[Item::user_text("Run the tests.")])?;
+    ///
+    /// // A dashboard beside the runtime: it reads, and never writes.
+    /// let viewer = Store::open_read_only(dir.path())?;
+    /// assert_eq!(viewer.restore(id)?.history, [Item::user_text("Run the tests.")]);
+    /// let refused = viewer.create_session(None, RequestConfig::model("gpt-5"), &[]);
+    /// assert!(matches!(refused, Err(Error::InvalidInput { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn open_read_only(root: impl AsRef<Path>) -> Result<Store> {
         let root = root.as_ref().to_path_buf();
         if !hooked_fs::dir_exists(&root.join("sessions"))? {
@@ -435,6 +517,8 @@ impl Store {
     }
 
     /// Whether this store was opened with [`Store::open_read_only`].
+    ///
+    /// Example: [`Store::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         !self.inner.writable
     }
@@ -489,11 +573,15 @@ impl Store {
     }
 
     /// The root directory.
+    ///
+    /// Example: [`Store::open`].
     pub fn root(&self) -> &Path {
         &self.inner.root
     }
 
     /// The directory of a session.
+    ///
+    /// Example: [`Store::open`].
     pub fn session_dir(&self, id: SessionId) -> PathBuf {
         self.inner.root.join("sessions").join(id.to_string())
     }
@@ -501,6 +589,8 @@ impl Store {
     /// Whether a session exists. A session whose creation is not durable
     /// yet, and whose log cannot be opened now for a reason that says
     /// nothing about it (out of file descriptors, say), counts as one.
+    ///
+    /// Example: [`Store::open`].
     pub fn exists(&self, id: SessionId) -> bool {
         let dir = self.session_dir(id);
         dir.join(CATALOG_FILE).exists()
@@ -510,11 +600,40 @@ impl Store {
     }
 
     /// All sessions, newest first, from the catalog files alone.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let history = [Item::user_text("Fix the flaky test")];
+    /// let (first, _) = store.create_session(None, RequestConfig::model("gpt-5"), &history)?;
+    /// let (second, _) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let ids: Vec<_> = store.list()?.iter().map(|s| s.id).collect();
+    /// assert_eq!(ids, [second, first]);
+    /// # Ok(()) }
+    /// ```
     pub fn list(&self) -> Result<Vec<SessionInfo>> {
         self.list_filtered(&ListFilter::default())
     }
 
     /// Sessions matching `filter`, newest first.
+    ///
+    /// ```
+    /// use session_store::{Item, ListFilter, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let config = RequestConfig::model("gpt-5");
+    /// let (id, _) = store.create_session(None, config.clone(), &[Item::user_text("Deploy to staging")])?;
+    /// store.create_session(None, config, &[Item::user_text("Explain the borrow checker")])?;
+    ///
+    /// let filter = ListFilter { title_contains: Some("deploy".into()), ..ListFilter::default() };
+    /// let found = store.list_filtered(&filter)?;
+    /// assert_eq!(found.len(), 1);
+    /// assert_eq!(found[0].id, id);
+    /// # Ok(()) }
+    /// ```
     pub fn list_filtered(&self, filter: &ListFilter) -> Result<Vec<SessionInfo>> {
         let sessions = self.inner.root.join("sessions");
         // Membership from the directory, contents from the listing cache in
@@ -591,6 +710,21 @@ impl Store {
     /// read-only view of the log (the next writer recovers it), and a
     /// damaged catalog is rebuilt from the log as far as it can be, with the
     /// damage in [`SessionInfo::error`].
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Summarise README.md")])?;
+    ///
+    /// let info = store.info(id)?.expect("the session exists");
+    /// assert_eq!(info.title.as_deref(), Some("Summarise README.md"));
+    /// assert_eq!(info.entries, 2); // its `SessionStart` and the user input
+    /// assert_eq!(info.head, Some(head));
+    /// # Ok(()) }
+    /// ```
     pub fn info(&self, id: SessionId) -> Result<Option<SessionInfo>> {
         let path = self.session_dir(id).join(CATALOG_FILE);
         let record = match catalog::read(&path) {

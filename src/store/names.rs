@@ -41,15 +41,31 @@ const LOCK_FILE: &str = ".lock";
 const MAX_ESCAPED: usize = 200;
 
 /// The longest name accepted, in bytes.
+///
+/// Example: [`Store::create_named`].
 pub const MAX_NAME_BYTES: usize = 4096;
 
 /// The domain of the `Extension` entry that records a session's name in
 /// its log.
+///
+/// ```
+/// use session_store::store::NAME_DOMAIN;
+/// use session_store::Store;
+/// # fn main() -> session_store::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path())?;
+/// let id = store.find_or_create_named("slack:C024BE91L")?;
+/// let extensions = store.restore(id)?.extensions;
+/// assert_eq!(extensions[0].domain, NAME_DOMAIN);
+/// # Ok(()) }
+/// ```
 pub const NAME_DOMAIN: &str = "session_store.name";
 
 impl Store {
     /// The session named `name`, if there is one. Reads one small file and
     /// no log. A name whose session has been deleted is `None`.
+    ///
+    /// Example: [`Store::create_named`].
     pub fn find_name(&self, name: &str) -> Result<Option<SessionId>> {
         check_name(name)?;
         let path = self.name_path(name);
@@ -114,6 +130,21 @@ impl Store {
     /// Creates a session named `name` (see [`Store::create_session`] for the
     /// rest); fails with [`Error::InvalidInput`] if a session has that name.
     /// Returns the id and head.
+    ///
+    /// ```
+    /// use session_store::{Error, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let config = RequestConfig::model("gpt-5");
+    /// let (id, _head) = store.create_named("nightly-triage", Some("Triage new issues."), config.clone(), &[])?;
+    /// assert_eq!(store.find_name("nightly-triage")?, Some(id));
+    /// assert_eq!(store.list()?[0].name.as_deref(), Some("nightly-triage"));
+    ///
+    /// let taken = store.create_named("nightly-triage", None, config, &[]);
+    /// assert!(matches!(taken, Err(Error::InvalidInput { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn create_named(
         &self,
         name: &str,
@@ -134,6 +165,20 @@ impl Store {
     /// The session named `name`, created (with an empty history and
     /// default settings) if there is none. Creators racing for one name, in
     /// threads or processes, all get the same session.
+    ///
+    /// ```
+    /// use session_store::{Item, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// // One session per chat thread: the first message creates it, every
+    /// // later one finds it.
+    /// let id = store.find_or_create_named("slack:C024BE91L")?;
+    /// let mut head = store.head(id)?.expect("a new session has its first entry");
+    /// store.save_delta(id, &mut head, &[Item::user_text("Is the build green?")])?;
+    /// assert_eq!(store.find_or_create_named("slack:C024BE91L")?, id);
+    /// # Ok(()) }
+    /// ```
     pub fn find_or_create_named(&self, name: &str) -> Result<SessionId> {
         if let Some(id) = self.find_name(name)? {
             return Ok(id);

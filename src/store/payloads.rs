@@ -190,6 +190,8 @@ impl Store {
     /// Checks every payload the session's records refer to: present, of
     /// the length and BLAKE3 hash the record names, a valid item archive.
     /// Returns what does not resolve, by record; reads only.
+    ///
+    /// Example: [the `payload` module](crate::payload#example).
     pub fn verify_payloads(&self, id: SessionId) -> Result<Vec<PayloadDamage>> {
         let snap = self.snapshot(id)?;
         let mut damage = Vec::new();
@@ -234,6 +236,8 @@ impl Store {
     /// `Buffered` writer's, here or in another process). A log that cannot
     /// be read fails the collection, naming it, rather than let it lose
     /// what it refers to.
+    ///
+    /// Example: [the `payload` module](crate::payload#example).
     pub fn collect_payloads(&self) -> Result<PayloadCollection> {
         self.writable()?;
         self.inner.payloads.collect(|| {

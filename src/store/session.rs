@@ -17,9 +17,28 @@ use crate::schema::{
 use crate::state::RestoredState;
 
 impl Store {
-    /// Appends new history items, grouped with [`group_delta`](crate::group_delta), if the
+    /// Appends new history items, grouped with [`group_delta`], if the
     /// session's head is `head`; advances `head`. On a mismatch nothing is
     /// written and the result is [`Error::HeadMismatch`].
+    ///
+    /// ```
+    /// use session_store::{Extra, Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let call = Item::ToolCall { id: None, call_id: "call_1".into(), name: "read_file".into(),
+    ///     arguments: r#"{"path":"Cargo.toml"}"#.into(), status: None, extra: Extra::NONE };
+    /// let output = Item::ToolResult { id: None, call_id: "call_1".into(),
+    ///     summary: r#"rust-version = "1.89""#.into(), content: None, extra: Extra::NONE };
+    /// let turn = [Item::user_text("Which Rust version?"), call, output, Item::assistant_text("1.89.")];
+    /// store.save_delta(id, &mut head, &turn)?;
+    ///
+    /// // Four entries after the `SessionStart`: the question, the call, its output, the answer.
+    /// assert_eq!(store.info(id)?.unwrap().entries, 5);
+    /// assert_eq!(store.head(id)?, Some(head));
+    /// # Ok(()) }
+    /// ```
     pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
         // Archived from the borrowed items: the same bytes as `group_delta`'s
         // entries, without a copy of every string first.
@@ -166,6 +185,24 @@ impl Store {
     /// point, following forks of forks), checks that the parent's record
     /// there has the hash the fork recorded ([`Error::BrokenFork`] if not),
     /// then replays its own entries.
+    ///
+    /// ```
+    /// use session_store::{Extra, Item, Problem, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(Some("You are a coding agent."), RequestConfig::model("gpt-5"), &[])?;
+    /// let call = Item::ToolCall { id: None, call_id: "call_7".into(), name: "run_tests".into(),
+    ///     arguments: "{}".into(), status: None, extra: Extra::NONE };
+    /// store.save_delta(id, &mut head, &[Item::user_text("Run the tests."), call])?;
+    ///
+    /// // The process died while the tests ran. On restart:
+    /// let state = store.restore(id)?;
+    /// assert_eq!(state.system_prompt.as_deref(), Some("You are a coding agent."));
+    /// assert_eq!(state.history.len(), 2);
+    /// assert_eq!(state.check(), [Problem::CallWithoutResult { index: 1, call_id: "call_7".into() }]);
+    /// # Ok(()) }
+    /// ```
     pub fn restore(&self, id: SessionId) -> Result<RestoredState> {
         // Reads only: tried again whole if the process ran out of file
         // descriptors at any of the files it opens.
@@ -178,6 +215,21 @@ impl Store {
     /// attached (`Store::attach_archive`); without one, the check of what
     /// is local stands only if it found damage, and otherwise the call is
     /// [`Error::Evicted`] naming what it could not check.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Audit the access log.")])?;
+    ///
+    /// let report = store.verify(id)?;
+    /// assert!(report.damage.is_none());
+    /// assert_eq!(report.records, 2);
+    /// assert_eq!(report.head, Some((1, head)));
+    /// # Ok(()) }
+    /// ```
     pub fn verify(&self, id: SessionId) -> Result<crate::log::VerifyReport> {
         self.fetch_if_evicted(id, 0)?;
         let report = self.reader(id)?.verify();
@@ -192,6 +244,20 @@ impl Store {
     }
 
     /// The session's current head.
+    ///
+    /// ```
+    /// use session_store::{Error, Item, RequestConfig, SessionId, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Open a PR.")])?;
+    /// assert_eq!(store.head(id)?, Some(head));
+    ///
+    /// let missing = store.head(SessionId::new_v7());
+    /// assert!(matches!(missing, Err(Error::NotFound { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn head(&self, id: SessionId) -> Result<Option<EntryHash>> {
         Ok(self.reader(id)?.head().map(|(_, h)| h))
     }
@@ -199,6 +265,22 @@ impl Store {
     /// If the stored head is `head`, returns `(id, head)`; otherwise forks the
     /// session at `head` and returns the fork's id and head. This keeps two
     /// writers with divergent histories apart.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, start) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// // Two browser tabs hold the same head; the first one saves.
+    /// store.append(id, start, &[Item::user_text("Indent with tabs.")])?;
+    ///
+    /// // The second keeps its own line of history in a fork.
+    /// let (target, head) = store.ensure_head_or_fork(id, start)?;
+    /// assert_ne!(target, id);
+    /// store.append(target, head, &[Item::user_text("Indent with spaces.")])?;
+    /// # Ok(()) }
+    /// ```
     pub fn ensure_head_or_fork(
         &self,
         id: SessionId,
@@ -213,6 +295,8 @@ impl Store {
     /// Creates a new session from wire-form lines, checking any `seq`, `hash`
     /// and `prev_hash` they carry against what the chain computes. Nothing is
     /// written unless every line checks out.
+    ///
+    /// Example: [the `wire` module](crate::wire#example).
     pub fn import(&self, lines: &[(u64, WireLine)]) -> Result<SessionId> {
         let wire = |line: u64, message: String| Error::Wire {
             line,
@@ -321,6 +405,21 @@ impl Store {
     }
 
     /// A consistent view of a session's committed records.
+    ///
+    /// ```
+    /// use session_store::schema::EntryKind;
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Ping the API."), Item::assistant_text("200 OK.")])?;
+    ///
+    /// let snap = store.snapshot(id)?;
+    /// let kinds = snap.iter().map(|r| r.map(|r| r.kind)).collect::<Result<Vec<_>, _>>()?;
+    /// assert_eq!(kinds, [EntryKind::SessionStart, EntryKind::UserInput, EntryKind::AssistantItems]);
+    /// # Ok(()) }
+    /// ```
     pub fn snapshot(&self, id: SessionId) -> Result<Snapshot> {
         Ok(self.reader(id)?.snapshot())
     }
@@ -375,16 +474,22 @@ impl Store {
     /// Takes no lock and writes nothing. A writer so returned that outlives
     /// the store's last handle keeps the session open, and its drop closes
     /// nothing (see [`Store`]): call [`Log::close`] on it.
+    ///
+    /// Example: [`Store::snapshot`], which reads through it.
     pub fn read_log(&self, id: SessionId) -> Result<Log> {
         self.reader(id)
     }
 
     /// The session's log.
+    ///
+    /// Example: [`Store::session`].
     pub fn log(&self, id: SessionId) -> Result<Log> {
         Ok(self.session(id)?.log)
     }
 
     /// What recovery found when the session was opened.
+    ///
+    /// Example: [`Store::session`].
     pub fn recovery_report(&self, id: SessionId) -> Result<RecoveryReport> {
         Ok(self.session(id)?.log.recovery_report().clone())
     }

@@ -123,6 +123,8 @@ impl Shed {
 }
 
 /// A cheap handle to one open session.
+///
+/// Example: [`Store::session`].
 #[derive(Clone)]
 pub struct SessionHandle {
     pub(super) id: SessionId,
@@ -174,6 +176,20 @@ impl Store {
     /// The open itself (recovery, a scan of the active segment) runs outside
     /// the shard lock, so that it does not hold up the shard's other
     /// sessions; a second caller for the same session waits for it.
+    ///
+    /// ```
+    /// use session_store::{RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let handle = store.session(id)?;
+    /// assert_eq!(handle.id(), id);
+    /// assert_eq!(handle.log().head(), Some((0, head)));
+    /// assert_eq!(store.log(id)?.next_seq(), 1);
+    /// assert!(!store.recovery_report(id)?.changed_the_log());
+    /// # Ok(()) }
+    /// ```
     pub fn session(&self, id: SessionId) -> Result<SessionHandle> {
         self.session_for(id, Use::Kept).map(|(handle, _)| handle)
     }
@@ -581,6 +597,18 @@ impl Store {
     /// Returns the first failure to close a session, this call's or an
     /// earlier eviction's (a session whose close failed is poisoned and
     /// recovers when next opened).
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Wrap up for today.")])?;
+    /// // At shutdown: every session synced, and any failure seen.
+    /// store.close()?;
+    /// # Ok(()) }
+    /// ```
     pub fn close(&self) -> Result<()> {
         let mut result = match self.inner.eviction_failure.lock().take() {
             Some(e) => Err(e),
@@ -725,11 +753,15 @@ fn close_session(s: OpenSession) -> Result<()> {
 
 impl SessionHandle {
     /// The session id.
+    ///
+    /// Example: [`Store::session`].
     pub fn id(&self) -> SessionId {
         self.id
     }
 
     /// The session's log.
+    ///
+    /// Example: [`Store::session`].
     pub fn log(&self) -> &Log {
         &self.log
     }

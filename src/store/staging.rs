@@ -46,6 +46,23 @@ enum Found {
 
 impl Store {
     /// Creates a session with a fresh UUID v7 id. Returns it and its head.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// // A session that starts from a conversation held elsewhere.
+    /// let earlier = [Item::user_text("Where is the config?"), Item::assistant_text("In config.toml.")];
+    /// let config = RequestConfig { reasoning_effort: Some("low".into()), ..RequestConfig::model("gpt-5") };
+    /// let (id, head) = store.create_session(Some("You are a coding agent."), config, &earlier)?;
+    ///
+    /// let state = store.restore(id)?;
+    /// assert_eq!(state.history, earlier);
+    /// assert_eq!(state.config.model.as_deref(), Some("gpt-5"));
+    /// assert_eq!(state.head, Some(head));
+    /// # Ok(()) }
+    /// ```
     pub fn create_session(
         &self,
         system_prompt: Option<&str>,
@@ -66,6 +83,19 @@ impl Store {
     /// once the session is durable. Creations of different ids do not wait
     /// for each other; of two creators of one id, in threads or processes,
     /// one succeeds and the other gets [`Error::InvalidInput`].
+    ///
+    /// ```
+    /// use session_store::{Error, RequestConfig, SessionId, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// // The id the runtime already gave the conversation.
+    /// let id: SessionId = "0199ffff-0000-7000-8000-000000000001".parse()?;
+    /// store.create_session_with_id(id, None, RequestConfig::model("gpt-5"), &[])?;
+    /// let again = store.create_session_with_id(id, None, RequestConfig::model("gpt-5"), &[]);
+    /// assert!(matches!(again, Err(Error::InvalidInput { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn create_session_with_id(
         &self,
         id: SessionId,
@@ -81,6 +111,19 @@ impl Store {
     /// `Buffered` store (or the other way round). The choice is kept in the
     /// session's catalog, so it holds after a reopen; a call's own
     /// durability ([`crate::Turn::durability`]) still overrides it.
+    ///
+    /// ```
+    /// use session_store::{Durability, Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?; // `Buffered` by default
+    /// // A session whose every save is on disk before it returns: one that
+    /// // runs payments, say.
+    /// let config = RequestConfig::model("gpt-5");
+    /// let (id, mut head) = store.create_session_with_durability(None, config, &[], Durability::Sync)?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Pay invoice 2291.")])?;
+    /// # Ok(()) }
+    /// ```
     pub fn create_session_with_durability(
         &self,
         system_prompt: Option<&str>,

@@ -12,6 +12,8 @@ use crate::log::Log;
 use crate::schema::{LogEntry, SessionId};
 
 /// How often a subscription re-reads a log that another process writes.
+///
+/// Example: [`Store::subscribe`].
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Consecutive failed re-reads tolerated before the error is returned: a
@@ -27,6 +29,26 @@ impl Store {
     /// it never keeps that writer out. While this store has the session
     /// open for writing, the subscription is woken by each commit;
     /// otherwise it re-reads the log every [`Subscription::poll_interval`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use session_store::schema::LogEntry;
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// let mut follow = store.subscribe(id, 1)?; // what comes after the `SessionStart`
+    ///
+    /// let runtime = store.clone();
+    /// let saving = std::thread::spawn(move || runtime.save_delta(id, &mut head, &[Item::user_text("Tail the logs.")]));
+    /// let seen = follow.next_timeout(Duration::from_secs(10)).expect("an entry within 10 s")?;
+    /// assert!(matches!(seen.entry, LogEntry::UserInput { .. }));
+    /// assert!(seen.wire_line().starts_with(r#"{"seq":1,"#));
+    /// saving.join().unwrap()?;
+    /// assert!(follow.try_next().is_none() && follow.next_seq() == 2);
+    /// # Ok(()) }
+    /// ```
     pub fn subscribe(&self, id: SessionId, from_seq: u64) -> Result<Subscription> {
         let source = match self.open_log_here(id) {
             Some(log) => Source::Live(log),
@@ -52,6 +74,8 @@ enum Source {
 }
 
 /// A blocking iterator over a session's entries, present and future.
+///
+/// Example: [`Store::subscribe`].
 pub struct Subscription {
     // Dropped before `store`: when that is the store's last handle, its
     // close must find the session's log no longer shared.
@@ -66,22 +90,30 @@ pub struct Subscription {
 impl Subscription {
     /// Sets how often a log written elsewhere is re-read
     /// ([`DEFAULT_POLL_INTERVAL`] by default).
+    ///
+    /// Example: [`Store::subscribe`].
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll = every.max(Duration::from_millis(1));
         self
     }
 
     /// The seq of the next entry this subscription yields.
+    ///
+    /// Example: [`Store::subscribe`].
     pub fn next_seq(&self) -> u64 {
         self.next
     }
 
     /// The next entry, waiting at most `timeout`; `None` on timeout.
+    ///
+    /// Example: [`Store::subscribe`].
     pub fn next_timeout(&mut self, timeout: Duration) -> Option<Result<SubscribedEntry>> {
         self.next_within(Some(timeout))
     }
 
     /// The next entry if one is committed already, without waiting.
+    ///
+    /// Example: [`Store::subscribe`].
     pub fn try_next(&mut self) -> Option<Result<SubscribedEntry>> {
         self.next_within(Some(Duration::ZERO))
     }
@@ -153,6 +185,8 @@ impl Subscription {
 }
 
 /// One entry yielded by a [`Subscription`].
+///
+/// Example: [`Store::subscribe`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscribedEntry {
     /// Sequence number.
@@ -167,6 +201,8 @@ pub struct SubscribedEntry {
 
 impl SubscribedEntry {
     /// The wire-form line of this entry.
+    ///
+    /// Example: [`Store::subscribe`].
     pub fn wire_line(&self) -> String {
         let prev = (self.seq > 0).then_some(&self.prev_hash);
         crate::export::entry_line(self.seq, &self.hash, prev, &self.entry)

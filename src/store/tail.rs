@@ -11,6 +11,8 @@ use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
 use crate::schema::{ArchivedLoggedItem, LoggedPayloadRef};
 
 /// The last items of a session's live history, from [`Store::history_tail`].
+///
+/// Example: [`Store::history_tail`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryTail {
     /// The items, in history order.
@@ -23,6 +25,8 @@ pub struct HistoryTail {
 /// The last items of a session's live history read in place, from
 /// [`Store::with_history_tail`]: borrowed from the log's mapped records,
 /// each checked (CRC, chain, archive) as every read is.
+///
+/// Example: [`Store::with_history_tail`].
 #[derive(Debug, Clone)]
 pub struct HistoryTailView<'a> {
     /// The items, in history order.
@@ -42,6 +46,23 @@ impl Store {
     ///
     /// A fork by reference whose history still starts in its parent's log
     /// is restored whole (through the parent) and its last items taken.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Any new alerts?"), Item::assistant_text("None since 9:00.")])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("And the queue?"), Item::assistant_text("Empty.")])?;
+    ///
+    /// // What an agent list shows: the last exchange, without the rest.
+    /// let tail = store.history_tail(id, Some(2))?;
+    /// assert_eq!(tail.items, [Item::user_text("And the queue?"), Item::assistant_text("Empty.")]);
+    /// assert_eq!(tail.head, Some(head));
+    /// assert_eq!(store.history_len(id)?, 4);
+    /// # Ok(()) }
+    /// ```
     pub fn history_tail(&self, id: SessionId, limit: Option<usize>) -> Result<HistoryTail> {
         let snap = self.snapshot(id)?;
         if snap.restore_link()?.is_none() {
@@ -57,6 +78,19 @@ impl Store {
     /// reader that turns them into something else at once, such as a
     /// binding's objects through
     /// [`responses::write_history`](crate::responses::write_history).
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Status?"), Item::assistant_text("Deploying.")])?;
+    /// // The last answer's text, read where it lies in the log.
+    /// let last = store.with_history_tail(id, Some(1), |tail| tail.items[0].to_item().text())?;
+    /// assert_eq!(last.as_deref(), Some("Deploying."));
+    /// # Ok(()) }
+    /// ```
     pub fn with_history_tail<R>(
         &self,
         id: SessionId,
@@ -91,6 +125,8 @@ impl Store {
     /// [`Store::restore`]'s history, counted without building it (but for
     /// a fork by reference whose history still starts in its parent's log,
     /// which is restored).
+    ///
+    /// Example: [`Store::history_tail`].
     pub fn history_len(&self, id: SessionId) -> Result<u64> {
         let snap = self.snapshot(id)?;
         if snap.restore_link()?.is_none() {
@@ -105,6 +141,21 @@ impl Store {
     /// longer show them. Returns the new head; on a stale `head`,
     /// [`Error::HeadMismatch`](crate::Error::HeadMismatch) and nothing
     /// written.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Translate it to French."), Item::assistant_text("Voilà…")])?;
+    ///
+    /// // The user hit "regenerate": drop the answer, keep the question.
+    /// let head = store.remove_last(id, head, 1)?;
+    /// assert_eq!(store.restore(id)?.history, [Item::user_text("Translate it to French.")]);
+    /// store.append(id, head, &[Item::assistant_text("Voici la traduction…")])?;
+    /// # Ok(()) }
+    /// ```
     pub fn remove_last(&self, id: SessionId, head: EntryHash, count: u64) -> Result<EntryHash> {
         let entry = LogEntry::ItemsRemoved {
             ts: now_ms(),
@@ -118,12 +169,16 @@ impl Snapshot {
     /// [`Store::history_tail`] over this snapshot. The log of a fork by
     /// reference whose history starts in its parent's is refused, as by
     /// [`Snapshot::restore`].
+    ///
+    /// Example: [`Store::history_tail`].
     pub fn history_tail(&self, limit: Option<usize>) -> Result<HistoryTail> {
         self.with_history_tail(limit, |t| t.into_owned())
     }
 
     /// [`Store::with_history_tail`] over this snapshot; refused for a fork
     /// by reference, as [`Snapshot::history_tail`] is.
+    ///
+    /// Example: [`Store::with_history_tail`].
     pub fn with_history_tail<R>(
         &self,
         limit: Option<usize>,
@@ -163,6 +218,8 @@ impl Snapshot {
 
     /// [`Store::history_len`] over this snapshot; refused for a fork by
     /// reference, as [`Snapshot::history_tail`] is.
+    ///
+    /// Example: [`Store::history_tail`].
     pub fn history_len(&self) -> Result<u64> {
         self.refuse_fork()?;
         self.own_len()

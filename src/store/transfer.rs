@@ -25,6 +25,24 @@ impl Store {
     ///
     /// An export of a live session stops at the head it had when the call
     /// began. A failed write is [`Error::Io`] with op `"write export"`.
+    ///
+    /// ```
+    /// use session_store::{Item, RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("laptop"))?;
+    /// let (id, mut head) = store.create_session(None, RequestConfig::model("gpt-5"), &[])?;
+    /// store.save_delta(id, &mut head, &[Item::user_text("Convert data.csv to JSON."), Item::assistant_text("Wrote data.json.")])?;
+    /// let mut wire = Vec::new();
+    /// assert_eq!(store.export(id, &mut wire)?, 3); // `session_start`, `user_input`, `assistant_items`
+    ///
+    /// // Elsewhere: the same history, and the same hashes.
+    /// let server = Store::open(dir.path().join("server"))?;
+    /// let copy = server.import_from(&wire[..])?;
+    /// assert_eq!(server.restore(copy)?.history, store.restore(id)?.history);
+    /// assert_eq!(server.head(copy)?, Some(head));
+    /// # Ok(()) }
+    /// ```
     pub fn export(&self, id: SessionId, mut out: impl Write) -> Result<u64> {
         self.export_entries(id, |e| {
             let mut line = e.wire_line();
@@ -44,6 +62,8 @@ impl Store {
     /// every `seq`, `hash` and `prev_hash` a line carries against the chain;
     /// nothing is written unless every line parses and checks out. Errors
     /// name the line ([`Error::Wire`]). Returns the new session's id.
+    ///
+    /// Example: [`Store::export`].
     pub fn import_from(&self, input: impl BufRead) -> Result<SessionId> {
         let mut reader = LineReader::new(input);
         let mut lines = Vec::new();

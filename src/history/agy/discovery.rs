@@ -18,12 +18,16 @@ fn agy_root(home: &Path) -> PathBuf {
 }
 
 /// Where agy's conversation index lives under `home`.
+///
+/// Example: [the module](crate::history::agy#example).
 pub fn database_path(home: &Path) -> PathBuf {
     agy_root(home).join("conversation_summaries.db")
 }
 
 /// The transcript path for session `id` under `home`, or `None` when the id
 /// is not valid ([`is_valid_session_id`]). Does not touch the filesystem.
+///
+/// Example: [the module](crate::history::agy#example).
 pub fn transcript_path(home: &Path, id: &str) -> Option<PathBuf> {
     if !is_valid_session_id(id) {
         return None;
@@ -39,6 +43,8 @@ pub fn transcript_path(home: &Path, id: &str) -> Option<PathBuf> {
 }
 
 /// Every transcript under `home`'s `brain/`, sorted.
+///
+/// Example: [the module](crate::history::agy#example).
 pub fn list_transcripts(home: &Path) -> Vec<PathBuf> {
     let Ok(entries) = fs::read_dir(agy_root(home).join("brain")) else {
         return Vec::new();
@@ -53,6 +59,8 @@ pub fn list_transcripts(home: &Path) -> Vec<PathBuf> {
 }
 
 /// Find the transcript of session `id`.
+///
+/// Example: [the module](crate::history::agy#example).
 pub fn discover_by_session(home: &Path, id: &str) -> Discovery {
     let Some(path) = transcript_path(home, id) else {
         return Discovery::NotFound(NotFoundReason::InvalidSessionId { id: id.to_owned() });
@@ -80,6 +88,8 @@ pub fn discover_by_session(home: &Path, id: &str) -> Discovery {
 /// or column, no cwd, or no match all give [`Discovery::NotFound`]. It never
 /// falls back to scanning `brain/`: transcripts do not record their
 /// workspace, so any such guess could be another workspace's history.
+///
+/// Example: [the module](crate::history::agy#example).
 pub fn discover_by_cwd(home: &Path, cwd: Option<&Path>) -> Discovery {
     let cwd = match normalized_cwd(cwd) {
         Ok(cwd) => cwd,

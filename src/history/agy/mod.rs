@@ -33,7 +33,21 @@
 //!
 //! Bytes that are not UTF-8 are replaced (U+FFFD) rather than dropping the
 //! line; parsing never panics on any input. A missing transcript file is an
-//! error ([`Error::NotFound`]), distinct from an empty one,
+//! error ([`Error::NotFound`]), distinct from an empty one.
+//!
+//! # Example
+//!
+//! ```
+//! use session_store::history::agy;
+//! let steps = br#"{"step_index":0,"source":"USER_EXPLICIT","type":"USER_INPUT","status":"DONE","content":"List the migrations."}
+//! {"step_index":1,"source":"MODEL","type":"PLANNER_RESPONSE","status":"DONE","content":"Listing them.","tool_calls":[{"name":"list_dir","args":{"path":"db/migrations"}}]}
+//! {"step_index":2,"source":"MODEL","type":"LIST_DIRECTORY","status":"DONE","content":"001_init.sql"}"#;
+//! let transcript = agy::parse_transcript_bytes(steps);
+//! let shown: Vec<String> = transcript.messages().into_iter().map(|m| m.text).collect();
+//! assert_eq!(shown, ["List the migrations.", "Listing them.", "001_init.sql"]);
+//! let import = transcript.to_import();
+//! assert!(import.items[2].is_tool_call() && import.items[3].is_tool_result());
+//! ```
 
 use std::path::{Path, PathBuf};
 
@@ -52,9 +66,13 @@ pub use transcript::{
 };
 
 /// The source name the agy reader registers under.
+///
+/// Example: [the module](crate::history::agy#example).
 pub const SOURCE: &str = "agy-jsonl";
 
 /// The domain of the `Extension` entry that records an import's provenance.
+///
+/// Example: [the module](crate::history::agy#example).
 pub const EXTENSION_DOMAIN: &str = "history.agy";
 
 /// Step types that record the execution of a tool, and so become tool
@@ -68,6 +86,8 @@ pub const EXTENSION_DOMAIN: &str = "history.agy";
 /// schema. Each runs exactly one call, and leaving one out would not just
 /// hide its output: its call's name would go to the next result and shift
 /// every pairing after it.
+///
+/// Example: [the module](crate::history::agy#example).
 pub const KNOWN_EXECUTION_STEPS: &[&str] = &[
     "RUN_COMMAND",
     "VIEW_FILE",
@@ -91,6 +111,8 @@ const SUMMARY_MAX_CHARS: usize = 200;
 const TOOL_NAME_PREFIX: &str = "default_api:";
 
 /// The [`HistoryReader`] for agy, registered as [`SOURCE`].
+///
+/// Example: [the module](crate::history::agy#example).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AgyReader;
 

@@ -17,6 +17,8 @@ use crate::history::{
 use crate::item::{ContentPart, Item, Role};
 
 /// A parsed agy transcript.
+///
+/// Example: [the module](crate::history::agy#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgyTranscript {
     /// The transcript's path as text (empty when parsed from bytes); the
@@ -33,6 +35,8 @@ pub struct AgyTranscript {
 }
 
 /// One step that carries something.
+///
+/// Example: [the module](crate::history::agy#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgyEntry {
     /// The step's `step_index`, when it has one.
@@ -46,6 +50,8 @@ pub struct AgyEntry {
 }
 
 /// What a step says.
+///
+/// Example: [the module](crate::history::agy#example).
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgyEntryKind {
     /// A `USER_INPUT` with text.
@@ -65,6 +71,8 @@ pub enum AgyEntryKind {
 }
 
 /// A tool call from a `PLANNER_RESPONSE`.
+///
+/// Example: [the module](crate::history::agy#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgyToolCall {
     /// Deterministic id from the step: `agy-<step_index>-<k>` (see
@@ -77,6 +85,8 @@ pub struct AgyToolCall {
 }
 
 /// The result of a known execution step.
+///
+/// Example: [the module](crate::history::agy#example).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgyToolResult {
     /// The step type, e.g. `RUN_COMMAND`.
@@ -97,6 +107,8 @@ pub struct AgyToolResult {
 
 impl AgyToolResult {
     /// The output, or a placeholder that says there was none.
+    ///
+    /// Example: [the module](crate::history::agy#example).
     pub fn text(&self) -> String {
         match &self.output {
             Some(output) => output.clone(),
@@ -110,6 +122,8 @@ impl AgyToolResult {
 }
 
 /// Parse transcript bytes, with no path; never panics.
+///
+/// Example: [the module](crate::history::agy#example).
 pub fn parse_transcript_bytes(bytes: &[u8]) -> AgyTranscript {
     AgyTranscript::parse(bytes, "")
 }
@@ -126,6 +140,8 @@ impl AgyTranscript {
     ///
     /// A missing file is [`Error::NotFound`]; an empty file
     /// is a transcript with no entries.
+    ///
+    /// Example: [the module](crate::history::agy#example).
     pub fn read(path: &Path) -> Result<AgyTranscript, Error> {
         let bytes = fs::read(path).map_err(|source| lines::open_error(path, source))?;
         Ok(AgyTranscript::parse(&bytes, &path.display().to_string()))
@@ -136,6 +152,8 @@ impl AgyTranscript {
     /// Call ids are derived from the step: `agy-<step_index>-<k>` for the
     /// `k`-th call (from 0), `agy-line<N>-<k>` for a step without an index,
     /// and `agy-<step_index>-line<N>-<k>` when an index repeats.
+    ///
+    /// Example: [the module](crate::history::agy#example).
     pub fn parse(bytes: &[u8], source: &str) -> AgyTranscript {
         let mut stats = ReadStats::default();
         let mut steps = Vec::new();
@@ -189,6 +207,8 @@ impl AgyTranscript {
     /// The transcript as reader-neutral messages. An assistant step with
     /// only tool calls yields no message; a result without output yields
     /// its placeholder text.
+    ///
+    /// Example: [the module](crate::history::agy#example).
     pub fn messages(&self) -> Vec<HistoryMessage> {
         let mut out = Vec::with_capacity(self.entries.len());
         for entry in &self.entries {
@@ -220,6 +240,8 @@ impl AgyTranscript {
     }
 
     /// The compact summary of [`AgyTranscript::messages`].
+    ///
+    /// Example: [the module](crate::history::agy#example).
     pub fn compact(&self) -> CompactHistory {
         CompactHistory::from_messages(&self.messages())
     }
@@ -238,6 +260,8 @@ impl AgyTranscript {
     /// without an index], "malformed_lines": n, "error_call_ids": [results
     /// that failed]}`. `ToolResult` has no error flag, so the last list is
     /// where failures are kept.
+    ///
+    /// Example: [the module](crate::history::agy#example).
     pub fn to_import(&self) -> HistoryImport {
         let mut items = Vec::new();
         let mut steps = Vec::new();

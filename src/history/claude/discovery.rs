@@ -18,6 +18,8 @@ use crate::history::{
 const MAX_DIR_NAME: usize = 200;
 
 /// Where the sessions live under a Claude Code root (`~/.claude`).
+///
+/// Example: [the `history` module](crate::history#example).
 pub fn projects_dir(root: &Path) -> PathBuf {
     root.join("projects")
 }
@@ -26,6 +28,8 @@ pub fn projects_dir(root: &Path) -> PathBuf {
 /// unit outside `[A-Za-z0-9]` becomes `-`. Lossy (`/a/b-c` and `/a/b/c`
 /// share a name), so it only narrows a search. Past 200 characters Claude
 /// Code cuts the name and appends a hash this function does not compute.
+///
+/// Example: [the `history` module](crate::history#example).
 pub fn encode_project_dir(cwd: &Path) -> String {
     let text = cwd.to_string_lossy();
     let mut out = String::with_capacity(text.len());
@@ -85,6 +89,8 @@ fn session_files(dir: &Path) -> Vec<PathBuf> {
 /// Every session file under `root`'s project directories: each `.jsonl`
 /// file but the older subagent files (`agent-*.jsonl`), whatever its name,
 /// sorted.
+///
+/// Example: [the `history` module](crate::history#example).
 pub fn list_sessions(root: &Path) -> Vec<PathBuf> {
     let Ok(dirs) = fs::read_dir(projects_dir(root)) else {
         return Vec::new();
@@ -110,6 +116,8 @@ pub fn list_sessions(root: &Path) -> Vec<PathBuf> {
 
 /// Find the session file of session `id`, in any project directory.
 /// Two files claiming one id is [`NotFoundReason::Ambiguous`].
+///
+/// Example: [the `history` module](crate::history#example).
 pub fn discover_by_session(root: &Path, id: &str) -> Discovery {
     if !is_valid_session_id(id) {
         return Discovery::NotFound(NotFoundReason::InvalidSessionId { id: id.to_owned() });
@@ -134,6 +142,8 @@ pub fn discover_by_session(root: &Path, id: &str) -> Discovery {
 /// (symlinks are not resolved). A session that records no cwd matches
 /// nothing. Among matches the newest file (modification time, then name)
 /// wins.
+///
+/// Example: [the `history` module](crate::history#example).
 pub fn discover_by_cwd(root: &Path, cwd: Option<&Path>) -> Discovery {
     let cwd = match normalized_cwd(cwd) {
         Ok(cwd) => cwd,

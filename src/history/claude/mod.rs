@@ -42,6 +42,28 @@
 //!   lines that are not JSON objects of a usable shape are skipped and
 //!   counted as malformed. None of these is ever fatal.
 //!
+//! # Example
+//!
+//! ```
+//! use session_store::history::claude;
+//! use session_store::Store;
+//! # fn main() -> session_store::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let bytes = br#"{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"Add a --dry-run flag."}}
+//! {"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"id":"msg_1","role":"assistant","content":[{"type":"text","text":"Added, with a test."}]}}"#;
+//! let session = claude::parse_session_bytes(bytes);
+//! let glance = session.main.compact();
+//! assert_eq!(glance.last_assistant_message.map(|m| m.text).as_deref(), Some("Added, with a test."));
+//! assert!(session.main.messages()[0].to_json_line().starts_with(r#"{"role":"user","text":"Add a --dry-run flag.""#));
+//!
+//! // Imported once, however often an agent manager asks.
+//! let store = Store::open(dir.path())?;
+//! let first = claude::import_of(&session.main, None).write_once_to(&store)?;
+//! let again = claude::import_of(&session.main, None).write_once_to(&store)?;
+//! assert_eq!((first.created, again.created, again.session), (true, false, first.session));
+//! # Ok(()) }
+//! ```
+//!
 //! [`Item::from_anthropic_message`]: crate::Item::from_anthropic_message
 
 use std::path::{Path, PathBuf};
@@ -61,9 +83,13 @@ pub use discovery::{
 pub use transcript::{parse_session_bytes, ClaudeSession};
 
 /// The source name the Claude Code reader registers under.
+///
+/// Example: [the module](crate::history::claude#example).
 pub const SOURCE: &str = "claude-code";
 
 /// The domain of the `Extension` entry that records an import's provenance.
+///
+/// Example: [the module](crate::history::claude#example).
 pub const EXTENSION_DOMAIN: &str = "history.claude";
 
 /// Line types that are chained (they have a `uuid`) but carry no history.
@@ -82,6 +108,8 @@ const METADATA_TYPES: &[&str] = &[
 ];
 
 /// The [`HistoryReader`] for Claude Code, registered as [`SOURCE`].
+///
+/// Example: [the module](crate::history::claude#example).
 #[derive(Debug, Clone, Default)]
 pub struct ClaudeReader {
     root: Option<PathBuf>,
@@ -90,11 +118,15 @@ pub struct ClaudeReader {
 impl ClaudeReader {
     /// A reader that looks under `root` (what `$CLAUDE_CONFIG_DIR` names)
     /// instead of `<home>/.claude`.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn with_root(root: PathBuf) -> ClaudeReader {
         ClaudeReader { root: Some(root) }
     }
 
     /// Where this reader looks under `home`.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn root(&self, home: &Path) -> PathBuf {
         self.root.clone().unwrap_or_else(|| home.join(".claude"))
     }
@@ -102,6 +134,8 @@ impl ClaudeReader {
 
 /// A transcript of a Claude Code session, its main one or a subagent's
 /// (`agent_id`, recorded in the provenance), as an import.
+///
+/// Example: [the module](crate::history::claude#example).
 pub fn import_of(transcript: &ItemTranscript, agent_id: Option<&str>) -> HistoryImport {
     let mut extra = serde_json::Map::new();
     if let Some(agent) = agent_id {

@@ -16,6 +16,8 @@ use crate::item::{Item, Role};
 use crate::schema::JsonText;
 
 /// A Claude Code session: its main transcript and its subagents'.
+///
+/// Example: [the module](crate::history::claude#example).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClaudeSession {
     /// The main conversation: the path from the last leaf back to the root,
@@ -209,6 +211,8 @@ struct FileLines {
 }
 
 /// Parses session bytes, with no path; never panics.
+///
+/// Example: [the module](crate::history::claude#example).
 pub fn parse_session_bytes(bytes: &[u8]) -> ClaudeSession {
     let mut file = FileLines::default();
     let mut stats = ReadStats::default();
@@ -222,6 +226,8 @@ pub fn parse_session_bytes(bytes: &[u8]) -> ClaudeSession {
 
 impl ClaudeSession {
     /// Reads the session file at `path` and the sidechain lines in it.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn read(path: &Path) -> Result<ClaudeSession, crate::Error> {
         let file = read_file(path)?;
         Ok(ClaudeSession::from_files(
@@ -235,6 +241,8 @@ impl ClaudeSession {
     /// Reads the session file at `path` and its subagents' files too: those
     /// in `<session-id>/subagents/`, and the older `agent-<id>.jsonl` files
     /// beside it whose lines name this session.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn read_with_subagents(path: &Path) -> Result<ClaudeSession, crate::Error> {
         let file = read_file(path)?;
         let stem = session_stem(path);
@@ -275,6 +283,8 @@ impl ClaudeSession {
     }
 
     /// The subagent transcript of `agent_id`.
+    ///
+    /// Example: [the module](crate::history::claude#example).
     pub fn sidechain(&self, agent_id: &str) -> Option<&ItemTranscript> {
         self.sidechains.get(agent_id)
     }

@@ -22,11 +22,15 @@ const MAX_DEPTH: usize = 4;
 const META_LINES: usize = 8;
 
 /// Where live rollouts are under a Codex root (`~/.codex`).
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn sessions_dir(root: &Path) -> PathBuf {
     root.join("sessions")
 }
 
 /// Where archived rollouts are under a Codex root.
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn archived_dir(root: &Path) -> PathBuf {
     root.join("archived_sessions")
 }
@@ -34,6 +38,8 @@ pub fn archived_dir(root: &Path) -> PathBuf {
 /// The rollouts under `dir`, sorted: `rollout-*.jsonl`, and
 /// `rollout-*.jsonl.zst` where no plain file of that name exists (the
 /// plain one wins).
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn rollouts(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     walk(dir, MAX_DEPTH, &mut out);
@@ -96,6 +102,8 @@ fn read_meta(path: &Path) -> Option<Meta> {
 /// Find the rollout of session `id`, live or archived. The file name
 /// narrows the search (it ends in the id); the `session_meta` inside
 /// decides. Two rollouts of one id is [`NotFoundReason::Ambiguous`].
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn discover_by_session(root: &Path, id: &str) -> Discovery {
     if !is_valid_session_id(id) {
         return Discovery::NotFound(NotFoundReason::InvalidSessionId { id: id.to_owned() });
@@ -119,6 +127,8 @@ pub fn discover_by_session(root: &Path, id: &str) -> Discovery {
 /// `cwd` after lexical normalisation (symlinks are not resolved). Archived
 /// rollouts are not searched. The newest file (modification time, then
 /// path) wins.
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn discover_by_cwd(root: &Path, cwd: Option<&Path>) -> Discovery {
     let cwd = match normalized_cwd(cwd) {
         Ok(cwd) => cwd,

@@ -36,6 +36,22 @@
 //!   malformed; a `.zst` stream that breaks off is a torn tail. None of
 //!   these is fatal.
 //!
+//! # Example
+//!
+//! ```
+//! use session_store::history::codex;
+//! let rollout = br#"{"timestamp":"2026-02-01T00:00:00.000Z","type":"session_meta","payload":{"id":"0199ffff-0000-7000-8000-000000000001","cwd":"/work/api"}}
+//! {"timestamp":"2026-02-01T00:00:01.000Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"Bump serde."}]}}
+//! {"timestamp":"2026-02-01T00:00:02.000Z","type":"response_item","payload":{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{\"command\":[\"cargo\",\"update\",\"-p\",\"serde\"]}"}}
+//! {"timestamp":"2026-02-01T00:00:03.000Z","type":"response_item","payload":{"type":"function_call_output","call_id":"call_1","output":"Updating serde v1.0.210 -> v1.0.219"}}"#;
+//! let transcript = codex::parse_rollout_bytes(rollout);
+//! assert_eq!(transcript.cwd.as_deref(), Some("/work/api"));
+//! assert_eq!(transcript.first_prompt().as_deref(), Some("Bump serde."));
+//! let import = codex::import_of(&transcript);
+//! assert!(import.items[1].is_tool_call() && import.items[2].is_tool_result());
+//! assert_eq!(import.counts().tool_calls, 1);
+//! ```
+//!
 //! [`Item::from_responses_json`]: crate::Item::from_responses_json
 
 use std::path::{Path, PathBuf};
@@ -52,9 +68,13 @@ pub use discovery::{archived_dir, discover_by_cwd, discover_by_session, rollouts
 pub use rollout::{parse_rollout_bytes, read_rollout};
 
 /// The source name the Codex reader registers under.
+///
+/// Example: [the module](crate::history::codex#example).
 pub const SOURCE: &str = "codex-rollout";
 
 /// The domain of the `Extension` entry that records an import's provenance.
+///
+/// Example: [the module](crate::history::codex#example).
 pub const EXTENSION_DOMAIN: &str = "history.codex";
 
 /// How the context Codex injects as user messages begins.
@@ -65,6 +85,8 @@ const CONTEXT_PREFIXES: &[&str] = &[
 ];
 
 /// The [`HistoryReader`] for Codex, registered as [`SOURCE`].
+///
+/// Example: [the module](crate::history::codex#example).
 #[derive(Debug, Clone, Default)]
 pub struct CodexReader {
     root: Option<PathBuf>,
@@ -73,17 +95,23 @@ pub struct CodexReader {
 impl CodexReader {
     /// A reader that looks under `root` (what `$CODEX_HOME` names) instead
     /// of `<home>/.codex`.
+    ///
+    /// Example: [the module](crate::history::codex#example).
     pub fn with_root(root: PathBuf) -> CodexReader {
         CodexReader { root: Some(root) }
     }
 
     /// Where this reader looks under `home`.
+    ///
+    /// Example: [the module](crate::history::codex#example).
     pub fn root(&self, home: &Path) -> PathBuf {
         self.root.clone().unwrap_or_else(|| home.join(".codex"))
     }
 }
 
 /// A rollout as an import.
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn import_of(transcript: &ItemTranscript) -> HistoryImport {
     transcript.to_import(SOURCE, EXTENSION_DOMAIN, serde_json::Map::new())
 }

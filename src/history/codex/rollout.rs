@@ -140,6 +140,8 @@ struct TurnContext {
 }
 
 /// Parses rollout bytes (uncompressed), with no path; never panics.
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn parse_rollout_bytes(bytes: &[u8]) -> ItemTranscript {
     let mut reader = Reader::new(String::new());
     let scan = lines::scan(bytes, &mut reader.stats, |n, text| {
@@ -153,6 +155,8 @@ pub fn parse_rollout_bytes(bytes: &[u8]) -> ItemTranscript {
 }
 
 /// Reads the rollout at `path`, plain or `.zst`.
+///
+/// Example: [the module](crate::history::codex#example).
 pub fn read_rollout(path: &Path) -> Result<ItemTranscript, crate::Error> {
     let mut reader = Reader::new(path.display().to_string());
     let hash = lines::scan_file(path, &mut reader.stats, |n, text| {
