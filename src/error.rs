@@ -97,7 +97,9 @@ pub enum Error {
         /// What is wrong with it.
         what: String,
     },
-    /// `save_delta` was given a head that is not the stored head.
+    /// A write (`save_delta`, `save_entries`, `append`, `commit_turn`,
+    /// `compact`, `remove_last`) was given a head that is not the stored
+    /// head; nothing was written.
     #[error(
         "head mismatch on session {session}: caller holds {}, stored head is {}",
         fmt_hash(expected),
