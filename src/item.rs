@@ -411,6 +411,46 @@ impl Item {
         }
     }
 
+    /// A function tool call with no id or status: `arguments` is the JSON
+    /// text exactly as the model produced it.
+    ///
+    /// ```
+    /// use session_store::Item;
+    /// let call = Item::tool_call("call_1", "read_file", r#"{"path":"src/lib.rs"}"#);
+    /// let output = Item::tool_output("call_1", "pub mod store;");
+    /// assert_eq!(call.call_id(), output.call_id());
+    /// ```
+    pub fn tool_call(
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Item {
+        Item::ToolCall {
+            id: None,
+            call_id: call_id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            status: None,
+            extra: Default::default(),
+        }
+    }
+
+    /// The text output of a function tool call (a Responses
+    /// `function_call_output`), with no id or status.
+    ///
+    /// Example: [`Item::tool_call`].
+    pub fn tool_output(call_id: impl Into<String>, text: impl Into<String>) -> Item {
+        Item::ToolOutput {
+            id: None,
+            call_id: call_id.into(),
+            output: Some(ToolOutput::Text(text.into())),
+            is_error: None,
+            custom: false,
+            status: None,
+            extra: Default::default(),
+        }
+    }
+
     /// The role, for messages.
     ///
     /// Example: [`Item`].
