@@ -22,7 +22,6 @@
 //! ([`ListCache`], `list.cache` in the root): a copy of every catalog in
 //! fixed slots, so that `list` reads one file instead of one per session.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -38,7 +37,7 @@ use crate::format::catalog::{
 pub(crate) use crate::format::catalog::{HeadSlot, CATALOG_LEN};
 use crate::fs::{io_err, Hook, HookedFile, ParkableFile};
 use crate::log::Durability;
-use crate::schema::{LoggedPayloadRef, SessionId, SessionOrigin};
+use crate::schema::{SessionId, SessionOrigin};
 
 mod list_cache;
 pub(crate) use list_cache::{CachedSession, ListCache};
@@ -215,10 +214,6 @@ struct CatalogState {
     /// The writer's count of the bytes of payload-area items its log's
     /// records refer to (see [`HeadSlot::payload_bytes`]).
     payload_bytes: u64,
-    /// The payloads counted, once the log has been read for them (at an
-    /// open that could not take the count from the slot, or at the first
-    /// save that names a payload).
-    payloads_seen: Option<HashSet<[u8; 32]>>,
 }
 
 /// How many records from the start of its log a reader of an empty catalog
@@ -305,7 +300,6 @@ impl SessionCatalog {
                 stored,
                 title_in_log,
                 payload_bytes: 0,
-                payloads_seen: None,
             }),
             cache: cache.map(|c| (c.clone(), c.slot_for(id))),
         }
@@ -506,33 +500,14 @@ impl SessionCatalog {
         self.state.lock().payload_bytes
     }
 
-    /// Sets the writer's count of payload bytes at its open, with the
-    /// payloads counted if the log was read for them.
-    pub(crate) fn set_payload_count(&self, (bytes, seen): (u64, Option<HashSet<[u8; 32]>>)) {
+    /// Sets the writer's count of payload bytes (at its open), or adds a
+    /// save's to it.
+    pub(crate) fn count_payload_bytes(&self, n: u64, add: bool) {
         let mut state = self.state.lock();
-        state.payload_bytes = bytes;
-        state.payloads_seen = seen;
-    }
-
-    /// Counts the payloads a save's records name that no earlier record
-    /// did; `earlier` reads the payloads of the records before the save,
-    /// once, if this writer has not yet.
-    pub(crate) fn count_payloads(
-        &self,
-        named: &[&LoggedPayloadRef],
-        earlier: impl FnOnce() -> HashSet<[u8; 32]>,
-    ) {
-        if named.is_empty() {
-            return;
-        }
-        let mut state = self.state.lock();
-        let state = &mut *state;
-        let seen = state.payloads_seen.get_or_insert_with(earlier);
-        for r in named {
-            if seen.insert(r.hash) {
-                state.payload_bytes = state.payload_bytes.saturating_add(r.len);
-            }
-        }
+        state.payload_bytes = match add {
+            true => state.payload_bytes.saturating_add(n),
+            false => n,
+        };
     }
 
     /// Marks the session dirty in the cache and the file, durably, before a

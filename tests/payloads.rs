@@ -195,11 +195,11 @@ fn payload_file_bytes(root: &Path) -> u64 {
         .sum()
 }
 
-/// `payload_bytes` counts each payload once, however many records name it
-/// (compaction snapshots repeat references): for the writer, from a clean
-/// slot, from the log after a crash (the slot dirty), with and without the
-/// listing cache, and for a writer that reopened from a clean slot and
-/// compacts again (it reads the log once for what it counted before).
+/// `payload_bytes` does not count a compaction's snapshot again (it repeats
+/// references the session holds): for the writer, from a clean slot, from
+/// the log after a crash (the slot dirty), with and without the listing
+/// cache, and for a writer that reopened from a clean slot and compacts
+/// again.
 #[test]
 fn payload_bytes_count_each_payload_once_wherever_they_are_read_from() {
     let dir = tempfile::tempdir().unwrap();

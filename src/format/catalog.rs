@@ -160,7 +160,9 @@ pub(crate) struct HeadSlot {
     pub(crate) first_seq: u64,
     pub(crate) head: EntryHash,
     /// The bytes of payload-area items the records before `next_seq` refer
-    /// to, each payload counted once; `None` in a version 1 slot.
+    /// to, but for a `SessionStart` that compacts in place after the first
+    /// record (its history repeats what the session holds); `None` in a
+    /// version 1 slot.
     pub(crate) payload_bytes: Option<u64>,
 }
 

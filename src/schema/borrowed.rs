@@ -59,8 +59,8 @@ impl Archivable for EntryRef<'_> {
         0
     }
 
-    fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
-        Vec::new()
+    fn counted_payload_len(&self) -> u64 {
+        0
     }
 
     fn ts(&self) -> u64 {

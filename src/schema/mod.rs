@@ -467,8 +467,10 @@ pub(crate) trait Archivable:
     /// [`LogEntry::external_len`]: what its items in the payload area
     /// archive to, in all.
     fn external_len(&self) -> usize;
-    /// The references to the payload area among the entry's items.
-    fn payload_refs(&self) -> Vec<&LoggedPayloadRef>;
+    /// The bytes of the payload-area items the entry refers to, as a
+    /// session's `payload_bytes` counts them: 0 for a `SessionStart` that
+    /// compacts in place (its history repeats what the session holds).
+    fn counted_payload_len(&self) -> u64;
     /// The timestamp, ms.
     fn ts(&self) -> u64;
     /// See [`LogEntry::check`].
@@ -484,8 +486,14 @@ impl Archivable for LogEntry {
         LogEntry::external_len(self)
     }
 
-    fn payload_refs(&self) -> Vec<&LoggedPayloadRef> {
-        LogEntry::payload_refs(self)
+    fn counted_payload_len(&self) -> u64 {
+        match self {
+            LogEntry::SessionStart {
+                compacted_from: Some(_),
+                ..
+            } => 0,
+            e => e.payload_refs().iter().map(|r| r.len).sum(),
+        }
     }
 
     fn ts(&self) -> u64 {

@@ -203,8 +203,9 @@ pub struct SessionInfo {
     /// Bytes of record data.
     pub bytes: u64,
     /// Bytes of the items kept in the store's payload area that its
-    /// records refer to, each payload counted once however many records
-    /// name it. `bytes + payload_bytes` is what the session holds.
+    /// records refer to, not counting a compaction's snapshot again (it
+    /// repeats items the session holds). `bytes + payload_bytes` is what
+    /// the session holds.
     pub payload_bytes: u64,
     /// Hash of the last entry.
     pub head: Option<EntryHash>,
@@ -805,7 +806,7 @@ impl Store {
 fn head_slot_read(log: &Log, recorded: Option<HeadSlot>) -> HeadSlot {
     // With no slot recorded (an empty catalog), the last entry's time.
     let updated_ms = Some(recorded.map_or(0, |h| h.updated_ms));
-    let (payload_bytes, _) = payloads::payload_count(log, recorded.as_ref());
+    let payload_bytes = payloads::payload_count(log, recorded.as_ref());
     let mut head = head_slot_of(log, updated_ms, payload_bytes);
     if recorded.is_none_or(|r| r.next_seq < head.next_seq) {
         if let Some(ts) = last_entry_ms(log) {

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{self, File};
 
 use super::Store;
@@ -14,7 +14,8 @@ use crate::fs::io_err;
 use crate::log::Log;
 use crate::payload::RETIRED_DIR;
 use crate::payload::{PayloadCollection, PayloadDamage};
-use crate::schema::{LogEntry, LoggedItem, LoggedPayloadRef, SessionId};
+use crate::schema::{ArchivedLogEntry, LogEntry, LoggedItem, LoggedPayloadRef, SessionId};
+use rkyv::option::ArchivedOption;
 
 /// An entry with its large items replaced by references, and the archives
 /// of those items (with the references that name them), not yet written.
@@ -283,42 +284,35 @@ fn mark_references(log: &Log, referenced: &mut HashSet<[u8; 32]>) -> Result<()> 
     Ok(())
 }
 
-/// What a session's records refer to in the payload area, counted once per
-/// payload however many records name it: the bytes, and the hashes when
-/// they were read. From `recorded`, a head slot whose count is of exactly
-/// this log (its head and next seq are the log's: the chain binds every
-/// record), without reading a record; else from every local record, whose
-/// hashes it returns for the writer's later saves to count against.
-pub(crate) fn payload_count(
-    log: &Log,
-    recorded: Option<&HeadSlot>,
-) -> (u64, Option<HashSet<[u8; 32]>>) {
+/// The bytes of the payload-area items a session's records refer to: each
+/// reference's length, except in a `SessionStart` that compacts in place
+/// after the first record (its history repeats items the session already
+/// holds; see `HeadSlot::payload_bytes`). From `recorded`, a head slot
+/// whose count is of exactly this log (its head and next seq are the log's:
+/// the chain binds every record), without reading a record; else from
+/// every local record (a record that does not read ends the count).
+pub(crate) fn payload_count(log: &Log, recorded: Option<&HeadSlot>) -> u64 {
     let snap = log.snapshot();
     let head = snap.head().map(|(_, h)| h).unwrap_or_default();
-    if let Some(slot) = recorded.filter(|h| {
+    let exact = recorded.filter(|h| {
         h.first_seq == snap.log_start() && h.next_seq == snap.next_seq() && h.head == head
-    }) {
-        if let Some(bytes) = slot.payload_bytes {
-            return (bytes, None);
-        }
+    });
+    if let Some(bytes) = exact.and_then(|h| h.payload_bytes) {
+        return bytes;
     }
-    let refs = payload_refs_before(log, u64::MAX);
-    let bytes = refs.values().fold(0u64, |n, &len| n.saturating_add(len));
-    (bytes, Some(refs.into_keys().collect()))
-}
-
-/// The payloads the local records of `log` before seq `end` refer to, hash
-/// to length. A record that does not read ends the scan.
-pub(crate) fn payload_refs_before(log: &Log, end: u64) -> HashMap<[u8; 32], u64> {
-    let snap = log.snapshot();
-    let mut refs = HashMap::new();
-    for rec in snap.iter_from(snap.first_seq()).map_while(|r| r.ok()) {
-        if rec.seq >= end {
-            break;
-        }
-        for r in rec.entry.items().iter().filter_map(|i| i.payload_ref()) {
-            refs.insert(r.hash, r.len);
-        }
-    }
-    refs
+    let first = snap.log_start();
+    snap.iter_from(snap.first_seq())
+        .map_while(|r| r.ok())
+        .filter(|r| {
+            r.seq == first
+                || !matches!(
+                    r.entry,
+                    ArchivedLogEntry::SessionStart {
+                        compacted_from: ArchivedOption::Some(_),
+                        ..
+                    }
+                )
+        })
+        .flat_map(|r| r.entry.items().iter().filter_map(|i| i.payload_ref()))
+        .fold(0u64, |n, r| n.saturating_add(r.len))
 }

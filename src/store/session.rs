@@ -1,7 +1,7 @@
 //! The session API an agent runtime calls: saves that check the head,
 //! restore, forks and compaction, import of the wire form, and reads.
 
-use super::payloads::{payload_refs_before, plan, Planned};
+use super::payloads::{plan, Planned};
 use super::title::{user_item_text, user_text};
 use super::{now_ms, SessionHandle, Store, VIEW_HINTS};
 use crate::catalog::{CATALOG_FILE, TITLE_SCAN_RECORDS};
@@ -168,11 +168,8 @@ impl Store {
         // and their numbers are taken from the log while they are dirty; a
         // failure to write the title must not make a retry append the
         // entries twice. The close writes them again.
-        let named: Vec<_> = entries.iter().flat_map(Archivable::payload_refs).collect();
-        let first_seq = written.first().map_or(last_seq, |w| w.0);
-        s.catalog.count_payloads(&named, || {
-            payload_refs_before(&s.log, first_seq).into_keys().collect()
-        });
+        let counted = entries.iter().map(Archivable::counted_payload_len).sum();
+        s.catalog.count_payload_bytes(counted, true);
         let last_ts = entries.last().map(Archivable::ts);
         let _ = update_catalog(&s, title, (last_seq, last_ts), saved);
         Ok(())

@@ -578,7 +578,8 @@ impl Store {
                 catalog.saved_at(ts);
             }
         }
-        catalog.set_payload_count(payload_count(&log, catalog.recorded_head().as_ref()));
+        let counted = payload_count(&log, catalog.recorded_head().as_ref());
+        catalog.count_payload_bytes(counted, false);
         let handle = SessionHandle { id, log, catalog };
         if left.is_some_and(|left| handle.catalog.resume(left)) {
             return Ok(handle);

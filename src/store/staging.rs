@@ -377,7 +377,7 @@ impl Store {
             (!empty, parent_of(entries).is_none()),
             Some(cache),
         ));
-        catalog.set_payload_count(payload_count(&log, None));
+        catalog.count_payload_bytes(payload_count(&log, None), false);
         let handle = SessionHandle { id, log, catalog };
         // Dirty, unsynced: neither file has ever said "clean" about this
         // session, and a lost slot sends `list` to the log.
