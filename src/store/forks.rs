@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use super::payloads::plan;
 use super::{now_ms, Store};
-use crate::catalog::{self, CATALOG_FILE};
+use crate::catalog::CATALOG_FILE;
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::export::entry_line;
@@ -763,73 +763,4 @@ fn hash_mismatch(child: SessionId, link: &ForkLink, found: EntryHash) -> Error {
             link.hash
         ),
     }
-}
-
-/// The title of a session whose catalog file is empty
-/// (`catalog::create_empty`), and whether it is the session's own (it is no
-/// fork by reference: see `SessionCatalog::adopt`). Reads only.
-///
-/// A session that is no fork has the first user text in its log's first
-/// [`catalog::TITLE_SCAN_RECORDS`] records (a later one is in the file). A
-/// fork by reference inherits the title of the nearest ancestor whose
-/// catalog holds slots, in `sessions/` or in `retired/` under `root`, or
-/// what the log of the first ancestor that is no fork holds. `None` when a
-/// link of the chain cannot be read, or the chain loops or is longer than
-/// [`MAX_FORK_DEPTH`].
-///
-/// The flag is false also when the session's own first records do not
-/// read: a title could be there, so a later one must not be left to them.
-pub(crate) fn empty_catalog_title(root: &Path, log: &Log) -> (Option<String>, bool) {
-    match log.snapshot().fork_link() {
-        Ok(None) => match logged_title(log) {
-            Ok(title) => (title, true),
-            Err(_) => (None, false),
-        },
-        Ok(Some(link)) => (inherited_title(root, link.parent), false),
-        Err(_) => (None, false),
-    }
-}
-
-/// The title a fork by reference of `parent` inherits (see
-/// [`empty_catalog_title`]).
-fn inherited_title(root: &Path, mut parent: SessionId) -> Option<String> {
-    let mut seen = HashSet::new();
-    for _ in 0..MAX_FORK_DEPTH {
-        if !seen.insert(parent) {
-            return None;
-        }
-        let dir = [
-            root.join("sessions").join(parent.to_string()),
-            root.join(RETIRED_DIR).join(parent.to_string()),
-        ]
-        .into_iter()
-        .find(|d| d.join(CATALOG_FILE).exists())?;
-        let record = catalog::read(&dir.join(CATALOG_FILE)).ok()?;
-        if !record.empty {
-            return record.title;
-        }
-        let log = Log::open_read_only(&dir).ok()?;
-        match log.snapshot().fork_link().ok()? {
-            Some(link) => parent = link.parent,
-            None => return logged_title(&log).ok().flatten(),
-        }
-    }
-    None
-}
-
-/// The first user text in the first [`catalog::TITLE_SCAN_RECORDS`] records
-/// of `log`, as a title: what the session's first saves made its title.
-/// An error when one of those records does not read (or was evicted).
-fn logged_title(log: &Log) -> Result<Option<String>> {
-    let snap = log.snapshot();
-    for entry in snap.entries_from(0) {
-        let (seq, _, entry) = entry?;
-        if seq >= catalog::TITLE_SCAN_RECORDS {
-            break;
-        }
-        if let Some(text) = entry.items().iter().find_map(super::title::user_text) {
-            return Ok(Some(catalog::excerpt(&text)));
-        }
-    }
-    Ok(None)
 }
