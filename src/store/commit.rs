@@ -208,8 +208,12 @@ impl Store {
         let head = self.append_entries(id, head, &[start], None)?;
         if summary.is_empty() {
             // A clear: the conversation starts over, and its title with it;
-            // the next user text saved is the new one.
-            self.session_for_one_use(id)?.catalog.clear_title()?;
+            // the next user text saved is the new one. The entry is in the
+            // log and the head has moved: as for a save's title, a failure
+            // to write the catalog must not make a retry compact twice.
+            if let Ok(s) = self.session_for_one_use(id) {
+                let _ = s.catalog.clear_title();
+            }
         }
         Ok(head)
     }
