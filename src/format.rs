@@ -28,6 +28,7 @@ use crate::chain::EntryHash;
 use crate::error::CorruptKind;
 
 pub(crate) mod catalog;
+pub(crate) mod journal;
 
 /// Current format version: every new segment is written with it.
 pub const FORMAT_VERSION: u32 = 8;

@@ -119,12 +119,26 @@ fn a_buffered_creation_syncs_nothing_until_the_session_first_syncs() {
     assert_eq!(ops[2].1, session);
     assert_eq!(ops[3].1, dir.path().join("sessions"));
     assert!(!session.join("CREATING").exists());
-    // Later syncs are the log's own.
+    // Later syncs go through the store's journal: the first makes its
+    // directory and file durable, then each is one `fdatasync` of it.
     store
         .save_delta(id, &mut head, &[Item::user_text("again")])
         .unwrap();
     store.log(id).unwrap().sync().unwrap();
-    assert_eq!(kinds(&count.take()), ["fdatasync"]);
+    let ops = count.take();
+    assert_eq!(
+        kinds(&ops),
+        ["fsync dir", "fdatasync", "fsync dir", "fdatasync"],
+        "{ops:?}"
+    );
+    assert!(ops[3].1.extension().is_some_and(|e| e == "jnl"), "{ops:?}");
+    store
+        .save_delta(id, &mut head, &[Item::user_text("and again")])
+        .unwrap();
+    store.log(id).unwrap().sync().unwrap();
+    let ops = count.take();
+    assert_eq!(kinds(&ops), ["fdatasync"]);
+    assert!(ops[0].1.extension().is_some_and(|e| e == "jnl"), "{ops:?}");
     // Nor does a creation after the store closed its sessions.
     store.close().unwrap();
     count.take();

@@ -141,7 +141,9 @@ fn a_session_keeps_the_durability_it_was_created_with() {
     impl IoHook for SegSyncs {
         fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
             if let IoOp::Sync { path } = op {
-                if path.extension().is_some_and(|e| e == "seg") {
+                // A journal's sync makes the Sync session's records durable
+                // (the Buffered one never journals).
+                if path.extension().is_some_and(|e| e == "seg" || e == "jnl") {
                     self.0.lock().unwrap().push(path.to_path_buf());
                 }
             }
@@ -172,7 +174,9 @@ fn a_session_keeps_the_durability_it_was_created_with() {
             .lock()
             .unwrap()
             .iter()
-            .filter(|p| p.starts_with(&d))
+            .filter(|p| {
+                p.starts_with(&d) || (id == durable && p.extension().is_some_and(|e| e == "jnl"))
+            })
             .count()
     };
     let (d0, p0) = (synced(durable), synced(plain));
@@ -199,7 +203,7 @@ fn a_session_keeps_the_durability_it_was_created_with() {
             .lock()
             .unwrap()
             .iter()
-            .filter(|p| p.starts_with(&d))
+            .filter(|p| p.starts_with(&d) || p.extension().is_some_and(|e| e == "jnl"))
             .count()
     };
     store.append(durable, head_d, &turn(2, 10)).unwrap();
@@ -209,7 +213,7 @@ fn a_session_keeps_the_durability_it_was_created_with() {
             .lock()
             .unwrap()
             .iter()
-            .filter(|p| p.starts_with(&d))
+            .filter(|p| p.starts_with(&d) || p.extension().is_some_and(|e| e == "jnl"))
             .count()
     };
     assert!(d3 > d2, "the choice held after a reopen");

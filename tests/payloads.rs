@@ -531,8 +531,10 @@ impl Syncs {
 }
 
 /// Whether `path` is a segment file.
+/// Whether a sync of `path` makes records durable: a segment's, or the
+/// store's journal's (which `Sync` commits go through).
 fn is_segment(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "seg")
+    path.extension().is_some_and(|e| e == "seg" || e == "jnl")
 }
 
 /// Whether a recorded sync is the directory `fsync` of `dir`.
@@ -556,6 +558,10 @@ fn a_sync_save_syncs_its_payloads_then_its_records_in_one_group_commit() {
     let (id, mut head) = store
         .create_session(None, RequestConfig::default(), &[Item::user_text("hi")])
         .unwrap();
+    // A first commit makes the journal.
+    store
+        .save_delta(id, &mut head, &[Item::user_text("small")])
+        .unwrap();
     // Two large outputs in one save, in two new shard directories.
     let mut items = turn(0);
     items.push(big_output("c0b", 'z'));
@@ -563,7 +569,7 @@ fn a_sync_save_syncs_its_payloads_then_its_records_in_one_group_commit() {
     store.save_delta(id, &mut head, &items).unwrap();
     let seen = syncs.take();
     let files: Vec<_> = seen.iter().filter(|(k, _)| *k == "fdatasync").collect();
-    // Two payloads, then the segment: three fdatasyncs in all.
+    // Two payloads, then the records (the journal): three fdatasyncs in all.
     assert_eq!(files.len(), 3, "{seen:?}");
     assert!(files[..2].iter().all(|(_, p)| in_payloads(p)), "{seen:?}");
     assert!(is_segment(&files[2].1), "{seen:?}");

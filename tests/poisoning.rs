@@ -254,10 +254,8 @@ fn a_poisoned_session_is_reopened_by_the_next_call() {
     hook.0.store(true, Ordering::SeqCst);
     let turn1 =
         session_store::Turn::new(turn(1, 100), 1).durability(session_store::Durability::Sync);
-    assert!(matches!(
-        store.commit_turn(id, head, &turn1),
-        Err(Error::Io { .. })
-    ));
+    let failed = store.commit_turn(id, head, &turn1);
+    assert!(matches!(failed, Err(Error::Io { .. })), "{failed:?}");
     // While the cause lasts, calls fail (the reopen meets it again).
     let again = store.append(id, head, &turn(2, 10));
     assert!(

@@ -97,7 +97,7 @@ impl Archive {
         progress: impl Fn(Transfer) + Send + Sync,
     ) -> Result<PushReport> {
         if !store.is_read_only() {
-            store.sync(id)?;
+            store.checkpoint(id)?;
         }
         let snap = store.snapshot(id)?;
         let local = snap.archivable();

@@ -6,8 +6,10 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use super::{Log, ReleaseHint};
+use super::journal::JournalPort;
+use super::{Inner, Log, ReleaseHint};
 use crate::error::{Error, Result};
+use crate::format::journal::FrameStart;
 use crate::format::Point;
 use crate::format::FIRST_RECORD_OFFSET;
 use crate::fs::{sync_dir, Hook};
@@ -16,7 +18,11 @@ use crate::segment::Segment;
 
 #[derive(Default)]
 pub(super) struct SyncState {
+    /// Every record below this seq is durable (in its segment, or through
+    /// the store's journal).
     pub(super) durable_next: u64,
+    /// Every record below this seq is durable in its segment alone.
+    pub(super) checkpointed_next: u64,
     pub(super) in_progress: bool,
 }
 
@@ -107,10 +113,40 @@ impl Log {
     /// returns as durable before `work` has run.
     pub(crate) fn on_first_sync(&self, work: super::FirstSync) {
         *self.inner.first_sync.lock() = Some(work);
-        self.inner.sync.lock().durable_next = 0;
+        let mut s = self.inner.sync.lock();
+        s.durable_next = 0;
+        s.checkpointed_next = 0;
+    }
+
+    /// Makes this log's `Sync` commits durable through the store's shared
+    /// journal from now on (see `journal.rs`).
+    pub(crate) fn attach_journal(&self, port: JournalPort) {
+        let _ = self.inner.journal.set(port);
+    }
+
+    /// Blocks until every record appended so far is durable in its segment
+    /// alone, not only through the journal (a checkpoint).
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let next = self.inner.published.lock().tip.next_seq;
+        match next {
+            0 => Ok(()),
+            n => self.wait_synced(n - 1, true),
+        }
+    }
+
+    /// Whether records are durable through the journal only.
+    pub(super) fn journal_only(&self) -> bool {
+        let s = self.inner.sync.lock();
+        s.durable_next > s.checkpointed_next
     }
 
     pub(super) fn wait_durable(&self, seq: u64) -> Result<()> {
+        self.wait_synced(seq, false)
+    }
+
+    /// Blocks until record `seq` is durable; with `checkpoint`, durable in
+    /// its segment alone.
+    fn wait_synced(&self, seq: u64, checkpoint: bool) -> Result<()> {
         let inner = &*self.inner;
         inner.syncs.store(true, Ordering::Relaxed);
         let mut s = inner.sync.lock();
@@ -118,7 +154,11 @@ impl Log {
             if inner.poisoned.load(Ordering::Acquire) {
                 return Err(Error::Poisoned);
             }
-            if s.durable_next > seq {
+            let done = match checkpoint {
+                true => s.checkpointed_next,
+                false => s.durable_next,
+            };
+            if done > seq {
                 return Ok(());
             }
             if s.in_progress {
@@ -127,12 +167,15 @@ impl Log {
             }
             s.in_progress = true;
             drop(s);
-            let result = self.sync_now();
+            let result = self.sync_now(checkpoint);
             s = inner.sync.lock();
             s.in_progress = false;
             match result {
-                Ok(upto) => {
+                Ok((upto, checkpointed)) => {
                     s.durable_next = s.durable_next.max(upto);
+                    if checkpointed {
+                        s.checkpointed_next = s.checkpointed_next.max(upto);
+                    }
                     inner.synced.notify_all();
                 }
                 Err(e) => {
@@ -144,9 +187,21 @@ impl Log {
         }
     }
 
-    /// One group commit, outside the append lock: writes the durable mark of
-    /// the previous commit, then `fdatasync`s the active segment.
-    pub(super) fn sync_now(&self) -> Result<u64> {
+    /// One group commit, outside the append lock: through the journal
+    /// where the log has one (not for a `checkpoint`, nor for a new
+    /// session's first sync); otherwise writes the durable mark of the
+    /// previous commit, then `fdatasync`s the active segment. Returns the
+    /// seq below which all is durable, and whether in the segment alone.
+    pub(super) fn sync_now(&self, checkpoint: bool) -> Result<(u64, bool)> {
+        let journal = match checkpoint || self.inner.first_sync.lock().is_some() {
+            true => None,
+            false => self.inner.journal.get(),
+        };
+        if let Some(port) = journal {
+            if let Some(upto) = self.journal_now(port)? {
+                return Ok((upto, false));
+            }
+        }
         let p = self.inner.published.lock().clone();
         // The store's payloads written since the last sync go first (every
         // record of `p` had its payloads written before it was appended):
@@ -176,7 +231,53 @@ impl Log {
             first()?;
         }
         *seg.synced.lock() = Some(p.tip.point());
-        Ok(p.tip.next_seq)
+        Ok((p.tip.next_seq, true))
+    }
+
+    /// A group commit through the journal: the records past the active
+    /// segment's durable point go to the journal as one frame, made durable
+    /// with one `fdatasync` shared with other sessions' frames. No mark is
+    /// written (a mark vouches for what the segment's own sync covered).
+    /// `None` when the journal does not take the frame.
+    fn journal_now(&self, port: &JournalPort) -> Result<Option<u64>> {
+        let p = self.inner.published.lock().clone();
+        if let Some(payloads) = &self.payloads {
+            payloads.sync_pending()?;
+        }
+        // Records of a segment sealed since the last sync are durable once
+        // the roll is settled (the settle syncs the sealed segment).
+        self.inner.settle.run()?;
+        let seg = p.segments.last().expect("a log always has a segment");
+        let mut start = Point {
+            end: FIRST_RECORD_OFFSET,
+            next_seq: seg.header.first_seq,
+            hash: seg.header.start_hash,
+            session_start: None,
+        };
+        let synced = *seg.synced.lock();
+        let journaled = self.inner.journaled.lock().clone();
+        let journaled = journaled
+            .filter(|(s, _)| s.upgrade().is_some_and(|s| Arc::ptr_eq(&s, seg)))
+            .map(|(_, at)| at);
+        for at in [synced, journaled].into_iter().flatten() {
+            if at.end > start.end {
+                start = at;
+            }
+        }
+        let end = p.tip.end;
+        if end > start.end {
+            let records = seg.records(start.end as usize, end as usize);
+            let frame = FrameStart {
+                session: port.session,
+                seq: start.next_seq,
+                hash: start.hash,
+            };
+            if !port.journal.commit(&frame, records, &self.inner)? {
+                return Ok(None);
+            }
+        }
+        *self.inner.journaled.lock() = Some((Arc::downgrade(seg), p.tip.point()));
+        Ok(Some(p.tip.next_seq))
     }
 
     /// Lets the log go (its lock with it) without making anything durable,
@@ -192,6 +293,12 @@ impl Log {
     pub(crate) fn release(self) -> Result<Option<ReleaseHint>> {
         if self.inner.writer.is_some() {
             self.inner.settle.run()?;
+            // What is durable through the journal only must be durable in
+            // the segment before another writer may take the log: the
+            // journal forgets it at its next rotation.
+            if self.journal_only() {
+                self.checkpoint()?;
+            }
         }
         if self.inner.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
@@ -218,7 +325,7 @@ impl Log {
         if self.inner.writer.is_none() {
             return Ok(());
         }
-        self.sync()?;
+        self.checkpoint()?;
         // A roll with nothing synced after it: settle it, which also gives
         // the last segment a mark, so that the next open need not check the
         // segment before it.
@@ -244,5 +351,29 @@ impl Log {
             return Err(Error::Poisoned);
         }
         Ok(())
+    }
+}
+
+impl Inner {
+    /// Makes every record of the log durable in its segments alone, for the
+    /// journal before it is taken up again; the log's own sync state is
+    /// left as it is (a later close syncs again, which costs little).
+    pub(super) fn checkpoint(&self) -> Result<()> {
+        if self.writer.is_none() {
+            return Ok(());
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        // The segments first: a roll after this leaves the last of them
+        // sealed, and synced here; one before it is settled (which syncs
+        // the segment it sealed).
+        let segments = self.published.lock().segments.clone();
+        self.settle.run()?;
+        let result = segments.last().expect("a log always has a segment").sync();
+        if result.is_err() {
+            self.poisoned.store(true, Ordering::Release);
+        }
+        result
     }
 }

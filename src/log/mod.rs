@@ -25,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -38,10 +38,12 @@ use crate::segment::Segment;
 mod commit;
 pub(crate) mod evicted;
 mod fetched;
+pub(crate) mod journal;
 mod lock;
 mod opening;
 mod reader;
 mod recovery;
+mod replay;
 mod verify;
 mod writer;
 #[cfg(feature = "whitebox")]
@@ -468,6 +470,12 @@ struct Inner {
     /// What the next group commit must make durable besides the records,
     /// after its `fdatasync` (see [`Log::on_first_sync`]).
     first_sync: Mutex<Option<FirstSync>>,
+    /// The store's shared journal, through which `Sync` commits become
+    /// durable once the store attaches it (see `journal.rs`).
+    journal: OnceLock<journal::JournalPort>,
+    /// The point of the active segment below which records are durable
+    /// through the journal (`None` before the first frame).
+    journaled: Mutex<Option<(std::sync::Weak<Segment>, Point)>>,
     /// The writer lock (`None` for a read-only view): see `lock.rs`.
     lock: Mutex<Option<lock::WriterLock>>,
 }
@@ -704,6 +712,16 @@ fn first_seq(p: &Published) -> u64 {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Records durable through the journal only are made durable in the
+        // segment before the lock goes (best effort: a failure leaves them
+        // to the journal's recovery).
+        let journal_only = {
+            let s = self.sync.lock();
+            s.durable_next > s.checkpointed_next
+        };
+        if journal_only {
+            let _ = self.checkpoint();
+        }
         if let Some(w) = &self.writer {
             if let Some(h) = w.lock().prepared.take() {
                 if let Ok(Ok(p)) = h.join() {

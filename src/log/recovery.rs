@@ -398,6 +398,7 @@ impl Log {
                 committed: Condvar::new(),
                 sync: Mutex::new(SyncState {
                     durable_next: o.durable_next,
+                    checkpointed_next: o.durable_next,
                     in_progress: false,
                 }),
                 synced: Condvar::new(),
@@ -408,6 +409,8 @@ impl Log {
                 report: o.report,
                 no_last_recovery: false,
                 first_sync: Mutex::new(None),
+                journal: OnceLock::new(),
+                journaled: Mutex::new(None),
                 lock: Mutex::new(lock.map(super::lock::WriterLock::File)),
             }),
             payloads: None,

@@ -40,12 +40,12 @@ const MAX_KEPT_ENCODE_BUFFER: usize = 8 << 20;
 pub(super) const SEAL_AT_CLOSE_BYTES: u64 = 8 << 20;
 
 /// One record of an encoded batch.
-struct Encoded {
+pub(super) struct Encoded {
     /// Offset of its (blank) header in the batch buffer.
-    start: usize,
-    payload_len: usize,
-    kind: EntryKind,
-    ts: u64,
+    pub(super) start: usize,
+    pub(super) payload_len: usize,
+    pub(super) kind: EntryKind,
+    pub(super) ts: u64,
 }
 
 impl Encoded {
@@ -215,7 +215,7 @@ impl Log {
 
     /// The locked part of [`Log::append_batch`]: the batch's records are
     /// encoded in `buf` with blank headers.
-    fn append_encoded(
+    pub(super) fn append_encoded(
         &self,
         buf: &mut [u8],
         records: &[Encoded],

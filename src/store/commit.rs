@@ -9,7 +9,7 @@ use super::{now_ms, Store};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::item::Item;
-use crate::log::Durability;
+use crate::log::{Durability, Log};
 use crate::schema::{group_delta, LogEntry, LoggedItem, SessionId, SessionOrigin};
 use crate::state::UsageRecord;
 
@@ -235,13 +235,25 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn sync(&self, id: SessionId) -> Result<()> {
+        self.sync_with(id, Log::sync)
+    }
+
+    /// [`Store::sync`], and the records durable in the session's segment
+    /// alone, not only through the journal: what an archive push reads as
+    /// the synced prefix of the active segment.
+    #[cfg_attr(not(feature = "archive"), allow(dead_code))]
+    pub(crate) fn checkpoint(&self, id: SessionId) -> Result<()> {
+        self.sync_with(id, Log::checkpoint)
+    }
+
+    fn sync_with(&self, id: SessionId, sync: fn(&Log) -> Result<()>) -> Result<()> {
         if let Some(log) = self.open_log_here(id) {
-            return log.sync();
+            return sync(&log);
         }
         // Let go unsynced by an eviction (a Buffered store): reopened, its
         // durable point is its lagging mark, and the sync covers the rest.
         if self.inner.released.lock().contains_key(&id) {
-            return self.session(id)?.log.sync();
+            return sync(&self.session(id)?.log);
         }
         // Not open here: its close synced what this store appended.
         match self.exists(id) {

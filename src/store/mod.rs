@@ -52,6 +52,7 @@ use crate::catalog::{self, HeadSlot, Identity, ListCache, CATALOG_FILE};
 use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::fs::{self as hooked_fs, sync_dir, BaseDir, Hook};
+use crate::log::journal::Journal;
 use crate::log::{Log, LogOptions, LOCK_FILE};
 use crate::payload::PayloadArea;
 use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
@@ -59,6 +60,7 @@ use crate::schema::{ArchivedLogEntry, SessionId, SessionOrigin};
 mod budget;
 mod commit;
 mod forks;
+mod journal;
 mod lifecycle;
 mod listing;
 mod names;
@@ -291,6 +293,9 @@ struct Inner {
     viewed: Mutex<HashMap<SessionId, crate::log::ReleaseHint>>,
     /// Set by `Store::abandon`: the last drop closes nothing.
     abandoned: AtomicBool,
+    /// The shared journal of this handle's `Sync` commits (a writable
+    /// store's; see `log::journal` and `store::journal`).
+    journal: Option<Arc<Journal>>,
     /// `Store` values sharing this (an `Arc` count would not tell two last
     /// drops at once apart): the one that takes it to none closes.
     handles: AtomicUsize,
@@ -408,7 +413,11 @@ impl Store {
                 sync_dir(parent.unwrap_or(Path::new(".")), hook)?;
             }
         }
-        Ok(Store::with_parts(root, opts, true))
+        let store = Store::with_parts(root, opts, true);
+        // Before any session is read or written: the records that only a
+        // journal of a handle now gone holds go back into their logs.
+        store.recover_journals()?;
+        Ok(store)
     }
 
     /// The housekeeping an open leaves to the first write (see
@@ -491,6 +500,12 @@ impl Store {
     }
 
     fn with_parts(root: PathBuf, opts: StoreOptions, writable: bool) -> Store {
+        // The handle's token names its journal files: unique, as a fresh
+        // UUID v7 is.
+        let journal = writable.then(|| {
+            let token = SessionId::new_v7().0;
+            Arc::new(Journal::new(&root, token, opts.log.hook.clone()))
+        });
         Store {
             counted: true,
             inner: Arc::new(Inner {
@@ -507,6 +522,7 @@ impl Store {
                 sessions_dir: OnceLock::new(),
                 viewed: Mutex::new(HashMap::new()),
                 abandoned: AtomicBool::new(false),
+                journal,
                 handles: AtomicUsize::new(1),
                 fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),

@@ -641,7 +641,13 @@ impl Store {
             // The first failure stands.
             result = result.and(self.close_sessions(slot, open, Closing::Close));
         }
-        result.and(self.close_released())
+        result = result.and(self.close_released());
+        // Every session closed has checkpointed: the journal holds nothing
+        // the segments do not.
+        match &self.inner.journal {
+            Some(journal) => result.and(journal.close()),
+            None => result,
+        }
     }
 
     /// Closes cleanly the sessions this store let go of dirty (evicted from

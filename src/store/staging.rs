@@ -352,6 +352,7 @@ impl Store {
             opts.initial_segment_size = opts.initial_segment_size.min(FORK_FIRST_SEGMENT_BYTES);
         }
         let log = Log::create_unsynced(dir, opts, lock)?.with_payloads(self.inner.payloads.clone());
+        self.attach_journal(id, &log);
         log.append_batch(entries, Durability::Buffered, ExpectHead::Empty)?;
         let path = dir.join(CATALOG_FILE);
         // A session with nothing of its own to keep that its log (and a
@@ -445,6 +446,9 @@ impl Store {
             }
             Err(_) => None,
         };
+        if let Some(log) = &log {
+            self.attach_journal(id, log);
+        }
         match log {
             Some(log) if !pending => Ok(log),
             Some(log) if log.head().is_some() && fork_is_registered(dir, &log) => {

@@ -177,9 +177,10 @@ pub struct FailSyncs(pub AtomicBool);
 
 impl IoHook for FailSyncs {
     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
-        // The hook sees the store's catalog and list-cache syncs too.
-        let of_a_log =
-            matches!(op, IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg"));
+        // The hook sees the store's catalog and list-cache syncs too; a
+        // log's records are synced in its segment or the store's journal.
+        let records = |p: &std::path::Path| p.extension().is_some_and(|e| e == "seg" || e == "jnl");
+        let of_a_log = matches!(op, IoOp::Sync { path } if records(path));
         if of_a_log && self.0.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected fdatasync failure"));
         }
@@ -217,13 +218,15 @@ impl IoHook for CountOps {
     }
 }
 
-/// Counts the `fdatasync`s of segment files.
+/// Counts the `fdatasync`s that make records durable: of segment files,
+/// and of the store's journal (which `Sync` commits go through).
 #[derive(Default)]
 pub struct SegSyncs(pub AtomicUsize);
 
 impl IoHook for SegSyncs {
     fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
-        if matches!(op, IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg")) {
+        let records = |p: &std::path::Path| p.extension().is_some_and(|e| e == "seg" || e == "jnl");
+        if matches!(op, IoOp::Sync { path } if records(path)) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
         Ok(())

@@ -1,0 +1,389 @@
+//! The shared journal: `Sync` commits of many sessions made durable by one
+//! `fdatasync` between them.
+//!
+//! Each writable store handle owns up to two journal files
+//! (`journal/<token>-0.jnl`, `-1.jnl`), held by `flock` for its life. A
+//! log attached to the journal makes a commit durable by writing the
+//! records its segment holds past its last durable point into the active
+//! file as one frame (session id, the seq and hash it starts from, the
+//! record bytes) and waiting for a group `fdatasync` of that file, which
+//! one leader runs for every frame written before it (the followers wait).
+//! The segment is not synced: the records in it are durable through the
+//! frame until a *checkpoint* (`fdatasync` of the segment) makes them so
+//! on their own.
+//!
+//! A file holds at most [`JOURNAL_MAX`] bytes. When a frame does not fit,
+//! the writer takes up the other file (after the checkpoint of what that
+//! one held, started when it was left, has ended), and a background thread
+//! checkpoints every log with frames in the file left, then marks it clean.
+//! A log checkpoints itself when it closes or lets its lock go
+//! (`Log::close`, `Log::release`, its drop). Recovery is the store's
+//! (`store::journal`): DESIGN.md, "The shared journal".
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::Inner;
+use crate::error::{Error, Result};
+use crate::format::journal::{
+    encode_frame, FrameStart, JournalHeader, FRAME_HEADER_LEN, JOURNAL_HEADER_LEN,
+};
+use crate::fs::{self as hooked_fs, sync_dir, Hook, HookedFile};
+
+/// The most bytes one journal file holds.
+pub(crate) const JOURNAL_MAX: u64 = 32 << 20;
+
+/// Bytes zero-filled at a time ahead of the frames, so that a group sync
+/// rarely has to make a new file length durable.
+const ZERO_CHUNK: u64 = 1 << 20;
+
+/// The directory beneath a store's root that holds its journals.
+pub(crate) const JOURNAL_DIR: &str = "journal";
+
+/// A journal file's name for the handle with `token`, file `k` (0 or 1).
+pub(crate) fn journal_name(token: &[u8; 16], k: usize) -> String {
+    format!("{}-{k}.jnl", hex(token))
+}
+
+/// The owner token a journal file's name starts with, if it is one.
+pub(crate) fn token_of_name(name: &str) -> Option<&str> {
+    let stem = name.strip_suffix(".jnl")?;
+    let (token, k) = stem.rsplit_once('-')?;
+    (token.len() == 32 && matches!(k, "0" | "1")).then_some(token)
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), zeros where
+/// it cannot be read. A journal from another boot than this one may hold
+/// the only durable copy of records, as a power loss came since; one from
+/// this boot whose owner died left its records in the page cache.
+pub(crate) fn boot_id() -> [u8; 16] {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let digits: Vec<u8> = text
+        .bytes()
+        .filter_map(|c| (c as char).to_digit(16).map(|d| d as u8))
+        .collect();
+    let mut id = [0u8; 16];
+    if digits.len() == 32 {
+        for (i, pair) in digits.chunks(2).enumerate() {
+            id[i] = pair[0] << 4 | pair[1];
+        }
+    }
+    id
+}
+
+/// A log's way into its store's journal: the journal and the session id
+/// its frames name.
+#[derive(Clone)]
+pub(crate) struct JournalPort {
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) session: [u8; 16],
+}
+
+/// One of the two journal files.
+struct JFile {
+    file: Arc<HookedFile>,
+    /// Bytes zero-filled (the file's length).
+    zeroed: u64,
+    generation: u64,
+}
+
+#[derive(Default)]
+struct State {
+    files: [Option<JFile>; 2],
+    active: usize,
+    /// Where the next frame goes in the active file.
+    end: u64,
+    /// Frames written, and frames made durable, counted over both files.
+    written: u64,
+    durable: u64,
+    syncing: bool,
+    /// The logs with frames in each file, to checkpoint before it is
+    /// taken up again.
+    clients: [HashMap<usize, Weak<Inner>>; 2],
+    /// The checkpoint of each file left, running.
+    checkpoint: [Option<JoinHandle<Result<()>>>; 2],
+    generation: u64,
+}
+
+/// A store handle's journal (see the module).
+pub(crate) struct Journal {
+    dir: PathBuf,
+    token: [u8; 16],
+    boot: [u8; 16],
+    hook: Hook,
+    state: Mutex<State>,
+    synced: Condvar,
+    /// A group sync failed: the kernel may have dropped the file's pages,
+    /// so no later frame may count on it. Commits sync their segments
+    /// from then on.
+    poisoned: AtomicBool,
+}
+
+impl Journal {
+    /// The journal of a store rooted at `root`, owned by a handle known by
+    /// `token`. Nothing is created until the first frame.
+    pub(crate) fn new(root: &Path, token: [u8; 16], hook: Hook) -> Journal {
+        Journal {
+            dir: root.join(JOURNAL_DIR),
+            token,
+            boot: boot_id(),
+            hook,
+            state: Mutex::new(State::default()),
+            synced: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// The token this handle's journal files are named by.
+    pub(crate) fn token(&self) -> &[u8; 16] {
+        &self.token
+    }
+
+    /// Makes `records` (whole records continuing `start`) durable as one
+    /// frame, with one `fdatasync` shared with every frame written
+    /// meanwhile; `client` is checkpointed before the file is taken up
+    /// again. `Ok(false)`: the journal does not take it (too large, or the
+    /// journal failed before), and the caller syncs its segment instead.
+    pub(super) fn commit(
+        &self,
+        start: &FrameStart,
+        records: &[u8],
+        client: &Arc<Inner>,
+    ) -> Result<bool> {
+        let len = (FRAME_HEADER_LEN + records.len()) as u64;
+        if self.poisoned.load(Ordering::Acquire) || len > JOURNAL_MAX - JOURNAL_HEADER_LEN as u64 {
+            return Ok(false);
+        }
+        let mut s = self.state.lock();
+        let fits = s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX;
+        // A journal that cannot get the room (a full disk) leaves the
+        // commit to its segment's own sync, which needs none.
+        if !fits && self.take_up_next(&mut s).is_err() {
+            return Ok(false);
+        }
+        let frame = encode_frame(s.generation, start, records);
+        let at = s.end;
+        let active = s.active;
+        let f = s.files[active].as_mut().expect("taken up");
+        if at + len > f.zeroed {
+            let to = (at + len).max(f.zeroed + ZERO_CHUNK).min(JOURNAL_MAX);
+            if f.file
+                .write_at(f.zeroed, &vec![0u8; (to - f.zeroed) as usize])
+                .is_err()
+            {
+                return Ok(false);
+            }
+            f.zeroed = to;
+        }
+        // A frame written in part is no frame (its CRC fails), and the
+        // next one overwrites it.
+        if f.file.write_at(at, &frame).is_err() {
+            return Ok(false);
+        }
+        s.end = at + len;
+        s.written += 1;
+        let mine = s.written;
+        s.clients[active].insert(Arc::as_ptr(client) as usize, Arc::downgrade(client));
+        self.wait_durable(s, mine).map(|()| true)
+    }
+
+    /// Waits until frame `mine` is durable, leading a group sync when none
+    /// runs.
+    fn wait_durable<'a>(
+        &'a self,
+        mut s: parking_lot::MutexGuard<'a, State>,
+        mine: u64,
+    ) -> Result<()> {
+        loop {
+            if s.durable >= mine {
+                return Ok(());
+            }
+            if self.poisoned.load(Ordering::Acquire) {
+                return Err(Error::Poisoned);
+            }
+            if s.syncing {
+                self.synced.wait(&mut s);
+                continue;
+            }
+            s.syncing = true;
+            let target = s.written;
+            let file = s.files[s.active].as_ref().expect("taken up").file.clone();
+            drop(s);
+            let result = file.sync();
+            s = self.state.lock();
+            s.syncing = false;
+            match result {
+                Ok(()) => s.durable = s.durable.max(target),
+                Err(_) => self.poisoned.store(true, Ordering::Release),
+            }
+            self.synced.notify_all();
+            result?;
+        }
+    }
+
+    /// Leaves the active file for the other: every frame written to it is
+    /// made durable first, the other's last checkpoint must have ended,
+    /// and a checkpoint of the file left starts in the background.
+    fn take_up_next(&self, s: &mut parking_lot::MutexGuard<'_, State>) -> Result<()> {
+        while s.syncing {
+            self.synced.wait(s);
+        }
+        let left = s.active;
+        let next = match s.files[left] {
+            Some(_) => 1 - left,
+            None => left,
+        };
+        if let Some(f) = &s.files[left] {
+            if s.durable < s.written {
+                let result = f.file.sync();
+                if result.is_err() {
+                    self.poisoned.store(true, Ordering::Release);
+                    self.synced.notify_all();
+                }
+                result?;
+                s.durable = s.written;
+                self.synced.notify_all();
+            }
+        }
+        if let Some(running) = s.checkpoint[next].take() {
+            running
+                .join()
+                .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")))?;
+        }
+        let generation = s.generation + 1;
+        let header = JournalHeader {
+            clean: false,
+            generation,
+            boot: self.boot,
+            token: self.token,
+        };
+        let path = self.dir.join(journal_name(&self.token, next));
+        match &mut s.files[next] {
+            Some(f) => {
+                f.file.write_at(0, &header.encode())?;
+                f.file.sync()?;
+                f.generation = generation;
+            }
+            slot @ None => *slot = Some(self.create(&path, &header)?),
+        }
+        s.clients[next].clear();
+        s.generation = generation;
+        s.active = next;
+        s.end = JOURNAL_HEADER_LEN as u64;
+        if next != left {
+            let clients: Vec<Weak<Inner>> = s.clients[left].drain().map(|(_, c)| c).collect();
+            let f = s.files[left].as_ref().expect("left");
+            let (file, generation) = (f.file.clone(), f.generation);
+            let (boot, token) = (self.boot, self.token);
+            s.checkpoint[left] = Some(std::thread::spawn(move || {
+                checkpoint_all(&clients)?;
+                let clean = JournalHeader {
+                    clean: true,
+                    generation,
+                    boot,
+                    token,
+                };
+                file.write_at(0, &clean.encode())?;
+                file.sync()
+            }));
+        }
+        Ok(())
+    }
+
+    /// Creates journal file `path` (its directory too), zero-filled for a
+    /// first chunk, with `header`; its name durable, and locked.
+    fn create(&self, path: &Path, header: &JournalHeader) -> Result<JFile> {
+        if hooked_fs::create_dir_new(&self.dir, &self.hook)? {
+            sync_dir(self.dir.parent().unwrap_or(Path::new(".")), &self.hook)?;
+        }
+        let file = HookedFile::create(path, &self.hook)?;
+        file.file()
+            .try_lock()
+            .map_err(|_| Error::Locked { path: path.into() })?;
+        let mut first = vec![0u8; ZERO_CHUNK as usize];
+        first[..JOURNAL_HEADER_LEN].copy_from_slice(&header.encode());
+        file.write_at(0, &first)?;
+        file.sync()?;
+        sync_dir(&self.dir, &self.hook)?;
+        Ok(JFile {
+            file: Arc::new(file),
+            zeroed: ZERO_CHUNK,
+            generation: header.generation,
+        })
+    }
+
+    /// At the store's clean close, once every log of it has closed (and
+    /// checkpointed): waits for running checkpoints and removes the files.
+    pub(crate) fn close(&self) -> Result<()> {
+        let mut s = self.state.lock();
+        let mut result = Ok(());
+        for k in 0..2 {
+            if let Some(running) = s.checkpoint[k].take() {
+                let joined = running
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")));
+                result = result.and(joined);
+            }
+        }
+        // Logs still open (a clone of a session handle kept past the
+        // store's close) checkpoint here, or the files stay.
+        for k in 0..2 {
+            let clients: Vec<Weak<Inner>> = s.clients[k].drain().map(|(_, c)| c).collect();
+            result = result.and(checkpoint_all(&clients));
+        }
+        result?;
+        for k in 0..2 {
+            if s.files[k].take().is_some() {
+                let path = self.dir.join(journal_name(&self.token, k));
+                hooked_fs::remove_file(&path, &self.hook)?;
+            }
+        }
+        s.end = 0;
+        Ok(())
+    }
+}
+
+/// Checkpoints every log still open of `clients`: after it, their records
+/// are durable in their segments alone.
+fn checkpoint_all(clients: &[Weak<Inner>]) -> Result<()> {
+    let mut result = Ok(());
+    for client in clients {
+        if let Some(inner) = client.upgrade() {
+            result = result.and(inner.checkpoint());
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_to_their_token() {
+        let token = [0xab; 16];
+        let name = journal_name(&token, 1);
+        assert_eq!(token_of_name(&name), Some(hex(&token).as_str()));
+        assert_eq!(token_of_name("x-1.jnl"), None);
+        assert_eq!(token_of_name(&name.replace("-1", "-2")), None);
+    }
+
+    #[test]
+    fn the_boot_id_reads_here() {
+        // Linux: never all zeros; elsewhere zeros, which recovery takes as
+        // "another boot" (the safe reading).
+        if Path::new("/proc/sys/kernel/random/boot_id").exists() {
+            assert_ne!(boot_id(), [0; 16]);
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The shared journal: `Sync` commits of different sessions made durable by
+//! one `fdatasync` of the store handle's journal, and what recovery makes
+//! of a journal its owner left (a power loss before the segments were
+//! synced, a killed process, a journal sync that failed).
+//!
+//! The crash images here are built from the I/O hook's record: every file
+//! keeps the writes a later `fdatasync` of it covered, and loses the rest
+//! (zeros where nothing durable was under them). Each such test also
+//! builds the image with the journal's syncs left out, and shows that
+//! acknowledged turns are then lost: the test fails if the shared sync is
+//! skipped.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use session_store::log::{IoHook, IoOp};
+use session_store::{
+    Durability, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions, Turn,
+};
+
+fn is_journal(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "jnl")
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Write(PathBuf, u64, Vec<u8>),
+    Sync(PathBuf),
+}
+
+/// Records writes and syncs, and (when armed) holds the first journal sync
+/// after a frame until `hold_for` frames are written, so that several
+/// sessions' commits wait on one sync.
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<Event>>,
+    frames: AtomicUsize,
+    hold_for: AtomicUsize,
+    held: AtomicBool,
+}
+
+impl IoHook for Recorder {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        match op {
+            IoOp::Write { path, offset, data } => {
+                if is_journal(path) && data.starts_with(b"SSJF") {
+                    self.frames.fetch_add(1, Ordering::SeqCst);
+                }
+                let e = Event::Write(path.to_path_buf(), *offset, data.to_vec());
+                self.events.lock().unwrap().push(e);
+            }
+            IoOp::Sync { path } => {
+                let hold = self.hold_for.load(Ordering::SeqCst);
+                if is_journal(path)
+                    && hold > 0
+                    && self.frames.load(Ordering::SeqCst) > 0
+                    && !self.held.swap(true, Ordering::SeqCst)
+                {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while self.frames.load(Ordering::SeqCst) < hold && Instant::now() < deadline {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                self.events
+                    .lock()
+                    .unwrap()
+                    .push(Event::Sync(path.to_path_buf()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn syncs_since(&self, from: usize) -> (usize, usize) {
+        let events = self.events.lock().unwrap();
+        let syncs = events[from..].iter().filter_map(|e| match e {
+            Event::Sync(p) => Some(is_journal(p)),
+            _ => None,
+        });
+        syncs.fold((0, 0), |(j, s), journal| match journal {
+            true => (j + 1, s),
+            false => (j, s + 1),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.events.lock().unwrap().len()
+    }
+}
+
+fn sync_store(root: &Path, hook: Arc<Recorder>) -> Store {
+    let log = LogOptions::default()
+        .durability(Durability::Sync)
+        .hook(hook);
+    Store::open_with(root, StoreOptions::default().log(log)).unwrap()
+}
+
+fn turn_items(session: usize, turn: usize) -> Vec<Item> {
+    vec![
+        Item::user_text(format!(
+            "session {session} turn {turn}: {}",
+            "q".repeat(700)
+        )),
+        Item::assistant_text(format!("answer {session}/{turn}: {}", "a".repeat(2200))),
+    ]
+}
+
+/// Commits `turns` Sync turns to each session from a thread of its own;
+/// returns how many each had acknowledged.
+fn commit_concurrently(store: &Store, ids: &[SessionId], turns: usize) -> Vec<usize> {
+    thread::scope(|s| {
+        let workers: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| {
+                s.spawn(move || {
+                    let mut head = store.restore(id).unwrap().head.unwrap();
+                    let done = store.restore(id).unwrap().turn_count as usize;
+                    for t in done..done + turns {
+                        let items = turn_items(k, t);
+                        let turn = Turn::new(&items[..], t as u64 + 1);
+                        head = store.commit_turn(id, head, &turn).unwrap();
+                    }
+                    done + turns
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    })
+}
+
+fn create_sessions(store: &Store, n: usize) -> Vec<SessionId> {
+    (0..n)
+        .map(|_| {
+            let config = RequestConfig::model("gpt-5");
+            store.create_session(None, config, &[]).unwrap().0
+        })
+        .collect()
+}
+
+#[test]
+fn sync_commits_of_several_sessions_share_one_fdatasync() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(dir.path(), hook.clone());
+    let ids = create_sessions(&store, 4);
+    // One turn each first: the journal file exists from then on.
+    commit_concurrently(&store, &ids[..1], 1);
+    let from = hook.len();
+    hook.hold_for.store(4, Ordering::SeqCst);
+    let acked = commit_concurrently(&store, &ids, 1);
+    let (journal, segments) = hook.syncs_since(from);
+    // The first leader's sync waited for all four frames; at most one more
+    // sync covers the three written while it ran.
+    assert_eq!(segments, 0, "no segment was synced for a commit");
+    assert!(journal <= 2, "{journal} journal syncs for 4 commits");
+    for (id, n) in ids.iter().zip(acked) {
+        assert_eq!(store.restore(*id).unwrap().turn_count, n as u64);
+    }
+    store.close().unwrap();
+    // A clean close leaves no journal behind.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("journal"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Copies `root` to `out` as a power loss after `events` could leave it:
+/// each file keeps what a sync of it covered; a write after its file's last
+/// sync is undone (zeros, or the synced bytes under it). With
+/// `skip_journal_syncs`, the journal's syncs count for nothing.
+fn crash_image(root: &Path, out: &Path, events: &[Event], skip_journal_syncs: bool) {
+    copy_tree(root, out);
+    let mut durable: HashMap<&Path, Vec<(u64, &[u8])>> = HashMap::new();
+    let mut pending: HashMap<&Path, Vec<(u64, &[u8])>> = HashMap::new();
+    for e in events {
+        match e {
+            Event::Write(p, off, data) => pending.entry(p).or_default().push((*off, data)),
+            Event::Sync(p) if skip_journal_syncs && is_journal(p) => {}
+            Event::Sync(p) => {
+                let moved = pending.remove(p.as_path()).unwrap_or_default();
+                durable.entry(p).or_default().extend(moved);
+            }
+        }
+    }
+    for (path, writes) in pending {
+        let target = out.join(path.strip_prefix(root).unwrap());
+        let Ok(mut bytes) = std::fs::read(&target) else {
+            continue;
+        };
+        let kept = durable.get(path).map(Vec::as_slice).unwrap_or_default();
+        for (off, data) in writes {
+            let (from, to) = (off as usize, off as usize + data.len());
+            let to = to.min(bytes.len());
+            if from >= to {
+                continue;
+            }
+            bytes[from..to].fill(0);
+            for &(k_off, k_data) in kept {
+                let (k_from, k_to) = (k_off as usize, k_off as usize + k_data.len());
+                let (a, b) = (from.max(k_from), to.min(k_to));
+                if a < b {
+                    bytes[a..b].copy_from_slice(&k_data[a - k_from..b - k_from]);
+                }
+            }
+        }
+        std::fs::write(&target, bytes).unwrap();
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// How many of `acked` turns each session of the image at `root` holds.
+fn turns_kept(root: &Path, ids: &[SessionId]) -> Vec<u64> {
+    let store = Store::open(root).unwrap();
+    ids.iter()
+        .map(|&id| store.restore(id).map_or(0, |s| s.turn_count))
+        .collect()
+}
+
+#[test]
+fn turns_acknowledged_by_one_journal_sync_survive_a_power_loss_before_the_checkpoint() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("store");
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(&root, hook.clone());
+    let ids = create_sessions(&store, 6);
+    let acked = commit_concurrently(&store, &ids, 12);
+    // The power fails here: after the acknowledgements, before any close
+    // or checkpoint synced a segment.
+    let events = hook.events.lock().unwrap().clone();
+    let (journal, segments) = {
+        let syncs = events.iter().filter_map(|e| match e {
+            Event::Sync(p) => Some(is_journal(p)),
+            _ => None,
+        });
+        syncs.fold(
+            (0, 0),
+            |(j, s), is| if is { (j + 1, s) } else { (j, s + 1) },
+        )
+    };
+    assert!(journal > 0 && journal < 6 * 12, "{journal} journal syncs");
+    let image = work.path().join("image");
+    crash_image(&root, &image, &events, false);
+    let acked: Vec<u64> = acked.into_iter().map(|n| n as u64).collect();
+    assert_eq!(turns_kept(&image, &ids), acked, "{segments} segment syncs");
+    // Every turn intact, in order; the journal is gone once recovered.
+    let reopened = Store::open(&image).unwrap();
+    for (k, id) in ids.iter().enumerate() {
+        let state = reopened.restore(*id).unwrap();
+        let want: Vec<Item> = (0..12).flat_map(|t| turn_items(k, t)).collect();
+        assert_eq!(state.history, want);
+        assert!(reopened.verify(*id).unwrap().damage.is_none());
+    }
+    let journals = std::fs::read_dir(image.join("journal")).unwrap().count();
+    assert_eq!(journals, 0);
+    // Without the journal's syncs, the same crash loses acknowledged turns.
+    let skipped = work.path().join("skipped");
+    crash_image(&root, &skipped, &events, true);
+    let kept = turns_kept(&skipped, &ids);
+    assert!(
+        kept.iter().zip(&acked).any(|(k, a)| k < a),
+        "the test cannot see the journal: {kept:?} of {acked:?}"
+    );
+    store.abandon();
+}
+
+#[test]
+fn a_journal_that_rotated_recovers_what_its_files_hold() {
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let root = work.path().join("store");
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(&root, hook.clone());
+    let ids = create_sessions(&store, 4);
+    // About 3 KiB a commit over 4 sessions: more than two 32 MiB files.
+    let acked = commit_concurrently(&store, &ids, 6000);
+    let events = hook.events.lock().unwrap().clone();
+    let files: std::collections::BTreeSet<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Sync(p) if is_journal(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(files.len(), 2, "both journal files taken up: {files:?}");
+    let image = work.path().join("image");
+    crash_image(&root, &image, &events, false);
+    let acked: Vec<u64> = acked.into_iter().map(|n| n as u64).collect();
+    assert_eq!(turns_kept(&image, &ids), acked);
+    store.abandon();
+}
+
+fn shm() -> PathBuf {
+    match Path::new("/dev/shm").is_dir() {
+        true => PathBuf::from("/dev/shm"),
+        false => std::env::temp_dir(),
+    }
+}
+
+/// Fails every journal `fdatasync` once `fail` is set.
+struct FailJournalSync {
+    fail: AtomicBool,
+}
+
+impl IoHook for FailJournalSync {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        match op {
+            IoOp::Sync { path } if is_journal(path) && self.fail.load(Ordering::SeqCst) => {
+                Err(io::Error::other("injected journal fdatasync failure"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn a_failed_journal_sync_acknowledges_nothing_and_later_commits_sync_their_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(FailJournalSync {
+        fail: AtomicBool::new(false),
+    });
+    let log = LogOptions::default()
+        .durability(Durability::Sync)
+        .hook(hook.clone());
+    let store = Store::open_with(dir.path(), StoreOptions::default().log(log)).unwrap();
+    let ids = create_sessions(&store, 2);
+    commit_concurrently(&store, &ids, 1);
+    hook.fail.store(true, Ordering::SeqCst);
+    let head = store.restore(ids[0]).unwrap().head.unwrap();
+    let items = turn_items(0, 1);
+    let failed = store.commit_turn(ids[0], head, &Turn::new(&items[..], 2));
+    assert!(
+        failed.is_err(),
+        "a commit whose sync failed was acknowledged"
+    );
+    // The other session's next commit does not count on the journal.
+    let head = store.restore(ids[1]).unwrap().head.unwrap();
+    let items = turn_items(1, 1);
+    store
+        .commit_turn(ids[1], head, &Turn::new(&items[..], 2))
+        .unwrap();
+    assert_eq!(store.restore(ids[1]).unwrap().turn_count, 2);
+}
+
+const ROLE: &str = "SESSION_STORE_JOURNAL_CHILD";
+
+/// The child side of the kill test: commits Sync turns to the sessions
+/// named in its role from a thread each, printing each acknowledgement,
+/// until it is killed.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let (root, ids) = role.split_once('|').expect("root|ids");
+    let ids: Vec<SessionId> = ids.split(',').map(|s| s.parse().unwrap()).collect();
+    let log = LogOptions::default().durability(Durability::Sync);
+    let store = Store::open_with(root, StoreOptions::default().log(log)).unwrap();
+    thread::scope(|s| {
+        for (k, &id) in ids.iter().enumerate() {
+            let store = &store;
+            s.spawn(move || {
+                let mut head = store.restore(id).unwrap().head.unwrap();
+                for t in 0.. {
+                    let items = turn_items(k, t);
+                    head = store
+                        .commit_turn(id, head, &Turn::new(&items[..], t as u64 + 1))
+                        .unwrap();
+                    println!("ACK {k} {}", t + 1);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_killed_writer_loses_no_acknowledged_turn_and_its_journal_is_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = {
+        let store = Store::open(dir.path()).unwrap();
+        let ids = create_sessions(&store, 4);
+        store.close().unwrap();
+        ids
+    };
+    let list: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(ROLE, format!("{}|{}", dir.path().display(), list.join(",")))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_millis(700));
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut acked = [0u64; 4];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(rest) = line.strip_prefix("ACK ") {
+            let (k, n) = rest.split_once(' ').unwrap();
+            let k: usize = k.parse().unwrap();
+            acked[k] = acked[k].max(n.parse().unwrap());
+        }
+    }
+    assert!(
+        acked.iter().all(|&n| n > 0),
+        "the child committed: {acked:?}"
+    );
+    let journal = dir.path().join("journal");
+    assert!(std::fs::read_dir(&journal).unwrap().count() > 0);
+    let store = Store::open(dir.path()).unwrap();
+    for (k, id) in ids.iter().enumerate() {
+        let state = store.restore(*id).unwrap();
+        assert!(
+            state.turn_count >= acked[k],
+            "{k}: {} < {}",
+            state.turn_count,
+            acked[k]
+        );
+        assert!(store.verify(*id).unwrap().damage.is_none());
+    }
+    assert_eq!(std::fs::read_dir(&journal).unwrap().count(), 0);
+}
