@@ -32,6 +32,10 @@ fn is_journal(path: &Path) -> bool {
 enum Event {
     Write(PathBuf, u64, Vec<u8>),
     Sync(PathBuf),
+    Create(PathBuf),
+    Rename(PathBuf, PathBuf),
+    Link(PathBuf, PathBuf),
+    Remove(PathBuf),
 }
 
 /// Records writes and syncs, and (when armed) holds the first journal sync
@@ -71,6 +75,22 @@ impl IoHook for Recorder {
                     .lock()
                     .unwrap()
                     .push(Event::Sync(path.to_path_buf()));
+            }
+            IoOp::Allocate { path, .. } | IoOp::Create { path } => {
+                let e = Event::Create(path.to_path_buf());
+                self.events.lock().unwrap().push(e);
+            }
+            IoOp::Rename { from, to } => {
+                let e = Event::Rename(from.to_path_buf(), to.to_path_buf());
+                self.events.lock().unwrap().push(e);
+            }
+            IoOp::Link { from, to } => {
+                let e = Event::Link(from.to_path_buf(), to.to_path_buf());
+                self.events.lock().unwrap().push(e);
+            }
+            IoOp::Remove { path } => {
+                let e = Event::Remove(path.to_path_buf());
+                self.events.lock().unwrap().push(e);
             }
             _ => {}
         }
@@ -155,7 +175,8 @@ fn sync_commits_of_several_sessions_share_one_fdatasync() {
     // One turn each first: the journal file exists from then on.
     commit_concurrently(&store, &ids[..1], 1);
     let from = hook.len();
-    hook.hold_for.store(4, Ordering::SeqCst);
+    let written = hook.frames.load(Ordering::SeqCst);
+    hook.hold_for.store(written + 4, Ordering::SeqCst);
     let acked = commit_concurrently(&store, &ids, 1);
     let (journal, segments) = hook.syncs_since(from);
     // The first leader's sync waited for all four frames; at most one more
@@ -179,33 +200,99 @@ fn sync_commits_of_several_sessions_share_one_fdatasync() {
 /// sync is undone (zeros, or the synced bytes under it). With
 /// `skip_journal_syncs`, the journal's syncs count for nothing.
 fn crash_image(root: &Path, out: &Path, events: &[Event], skip_journal_syncs: bool) {
-    copy_tree(root, out);
-    let mut durable: HashMap<&Path, Vec<(u64, &[u8])>> = HashMap::new();
-    let mut pending: HashMap<&Path, Vec<(u64, &[u8])>> = HashMap::new();
-    for e in events {
+    crash_image_at(root, out, events, events.len(), None, skip_journal_syncs);
+}
+
+/// [`crash_image`] for a power loss after `events[..at]` (the tree holds
+/// the writes of all of `events`: those from `at` on are undone too), where
+/// with `landed` each unsynced write before `at` reached the disk or not,
+/// as the seed says. Files are followed through renames and links: the
+/// image holds the names there were at the crash (every directory
+/// operation before it lands), each with what its file kept.
+fn crash_image_at(
+    root: &Path,
+    out: &Path,
+    events: &[Event],
+    at: usize,
+    mut landed: Option<&mut u64>,
+    skip_journal_syncs: bool,
+) {
+    type Writes<'a> = Vec<(u64, &'a [u8], bool)>;
+    let mut names: HashMap<PathBuf, usize> = HashMap::new();
+    let mut names_at = None;
+    let mut inodes = 0usize;
+    let mut inode = |names: &mut HashMap<PathBuf, usize>, p: &Path| {
+        *names.entry(p.to_path_buf()).or_insert_with(|| {
+            inodes += 1;
+            inodes
+        })
+    };
+    let mut durable: HashMap<usize, Writes<'_>> = HashMap::new();
+    let mut pending: HashMap<usize, Writes<'_>> = HashMap::new();
+    let mut managed = std::collections::HashSet::new();
+    for (k, e) in events.iter().enumerate() {
+        if k == at {
+            names_at = Some(names.clone());
+        }
         match e {
-            Event::Write(p, off, data) => pending.entry(p).or_default().push((*off, data)),
-            Event::Sync(p) if skip_journal_syncs && is_journal(p) => {}
+            Event::Write(p, off, data) => {
+                let i = inode(&mut names, p);
+                let lands = k < at && landed.as_deref_mut().is_some_and(coin);
+                pending.entry(i).or_default().push((*off, data, lands));
+            }
             Event::Sync(p) => {
-                let moved = pending.remove(p.as_path()).unwrap_or_default();
-                durable.entry(p).or_default().extend(moved);
+                let i = inode(&mut names, p);
+                if k < at && !(skip_journal_syncs && is_journal(p)) {
+                    let moved = pending.remove(&i).unwrap_or_default();
+                    durable.entry(i).or_default().extend(moved);
+                }
+            }
+            Event::Create(p) => {
+                managed.insert(p.clone());
+                names.remove(p);
+                inode(&mut names, p);
+            }
+            Event::Rename(from, to) => {
+                managed.extend([from.clone(), to.clone()]);
+                if let Some(i) = names.remove(from) {
+                    names.insert(to.clone(), i);
+                }
+            }
+            Event::Link(from, to) => {
+                managed.insert(to.clone());
+                if let Some(&i) = names.get(from) {
+                    names.insert(to.clone(), i);
+                }
+            }
+            Event::Remove(p) => {
+                managed.insert(p.clone());
+                names.remove(p);
             }
         }
     }
-    for (path, writes) in pending {
-        let target = out.join(path.strip_prefix(root).unwrap());
-        let Ok(mut bytes) = std::fs::read(&target) else {
+    let names_at = names_at.unwrap_or_else(|| names.clone());
+    copy_tree(root, out);
+    let inside = |p: &Path| out.join(p.strip_prefix(root).unwrap());
+    for p in &managed {
+        let _ = std::fs::remove_file(inside(p));
+    }
+    for (name, i) in &names_at {
+        // The file's bytes now, under a name it has now.
+        let Some((now, _)) = names.iter().find(|(_, j)| *j == i) else {
             continue;
         };
-        let kept = durable.get(path).map(Vec::as_slice).unwrap_or_default();
-        for (off, data) in writes {
-            let (from, to) = (off as usize, off as usize + data.len());
-            let to = to.min(bytes.len());
+        let Ok(mut bytes) = std::fs::read(now) else {
+            continue;
+        };
+        let kept = durable.get(i).map(Vec::as_slice).unwrap_or_default();
+        let writes = pending.get(i).map(Vec::as_slice).unwrap_or_default();
+        for &(off, data, _) in writes {
+            let (from, to) = (off as usize, (off as usize + data.len()).min(bytes.len()));
             if from >= to {
                 continue;
             }
             bytes[from..to].fill(0);
-            for &(k_off, k_data) in kept {
+            for &(k_off, k_data, _) in kept {
                 let (k_from, k_to) = (k_off as usize, k_off as usize + k_data.len());
                 let (a, b) = (from.max(k_from), to.min(k_to));
                 if a < b {
@@ -213,8 +300,23 @@ fn crash_image(root: &Path, out: &Path, events: &[Event], skip_journal_syncs: bo
                 }
             }
         }
-        std::fs::write(&target, bytes).unwrap();
+        for &(off, data, lands) in writes {
+            let from = off as usize;
+            let to = (from + data.len()).min(bytes.len());
+            if lands && from < to {
+                bytes[from..to].copy_from_slice(&data[..to - from]);
+            }
+        }
+        std::fs::write(inside(name), bytes).unwrap();
     }
+}
+
+/// A fair coin from `seed` (xorshift).
+fn coin(seed: &mut u64) -> bool {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed & 1 == 1
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -281,6 +383,87 @@ fn turns_acknowledged_by_one_journal_sync_survive_a_power_loss_before_the_checkp
         kept.iter().zip(&acked).any(|(k, a)| k < a),
         "the test cannot see the journal: {kept:?} of {acked:?}"
     );
+    store.abandon();
+}
+
+/// Power losses at random points of a workload whose sessions roll often
+/// (16 KiB first segments) and mix `Buffered` turns with `Sync` ones: every
+/// turn a `Sync` commit acknowledged before the crash point is there after
+/// recovery, in order, and nothing else but whole turns.
+#[test]
+fn every_acknowledged_turn_survives_power_losses_at_random_points() {
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let root = work.path().join("store");
+    let hook = Arc::new(Recorder::default());
+    let log = LogOptions::default()
+        .durability(Durability::Sync)
+        .initial_segment_size(16 << 10)
+        .segment_size(64 << 10)
+        .hook(hook.clone());
+    let store = Store::open_with(&root, StoreOptions::default().log(log)).unwrap();
+    let ids = create_sessions(&store, 4);
+    let start = hook.len();
+    // (session, turns acknowledged, the event count when it returned)
+    let acks = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for (k, &id) in ids.iter().enumerate() {
+            let (store, hook, acks) = (&store, &hook, &acks);
+            s.spawn(move || {
+                let mut head = store.restore(id).unwrap().head.unwrap();
+                for t in 0..60 {
+                    // Two Buffered turns, then a Sync one, which makes all
+                    // three durable: a segment sealed meanwhile holds
+                    // records no frame has.
+                    let items = turn_items(k, t);
+                    let durability = match t % 3 {
+                        2 => Durability::Sync,
+                        _ => Durability::Buffered,
+                    };
+                    let turn = Turn::new(&items[..], t as u64 + 1).durability(durability);
+                    head = store.commit_turn(id, head, &turn).unwrap();
+                    if durability == Durability::Sync {
+                        acks.lock().unwrap().push((k, t as u64 + 1, hook.len()));
+                    }
+                }
+            });
+        }
+    });
+    let events = hook.events.lock().unwrap().clone();
+    let acks = acks.into_inner().unwrap();
+    // `JOURNAL_CRASH_TRIALS` and `JOURNAL_CRASH_SEED` widen the search.
+    let env =
+        |name: &str, default: u64| std::env::var(name).map_or(default, |v| v.parse().unwrap());
+    let mut seed = env("JOURNAL_CRASH_SEED", 0x9e37_79b9_7f4a_7c15);
+    for trial in 0..env("JOURNAL_CRASH_TRIALS", 24) {
+        coin(&mut seed);
+        let at = start + (seed % (events.len() - start) as u64) as usize;
+        let image = work.path().join(format!("crash-{trial}"));
+        let mut landed = seed;
+        crash_image_at(&root, &image, &events, at, Some(&mut landed), false);
+        let reopened = Store::open(&image).unwrap();
+        for (k, id) in ids.iter().enumerate() {
+            let acked = acks
+                .iter()
+                .filter(|(s, _, when)| *s == k && *when <= at)
+                .map(|(_, n, _)| *n)
+                .max()
+                .unwrap_or(0);
+            let state = reopened.restore(*id).unwrap();
+            let why = format!("trial {trial}, crash at event {at}, session {k}");
+            assert!(
+                state.turn_count >= acked,
+                "{why}: {} < {acked}",
+                state.turn_count
+            );
+            let want: Vec<Item> = (0..state.turn_count as usize)
+                .flat_map(|t| turn_items(k, t))
+                .collect();
+            assert_eq!(state.history, want, "{why}");
+            assert!(reopened.verify(*id).unwrap().damage.is_none(), "{why}");
+        }
+        drop(reopened);
+        std::fs::remove_dir_all(&image).unwrap();
+    }
     store.abandon();
 }
 

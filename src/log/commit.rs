@@ -244,9 +244,6 @@ impl Log {
         if let Some(payloads) = &self.payloads {
             payloads.sync_pending()?;
         }
-        // Records of a segment sealed since the last sync are durable once
-        // the roll is settled (the settle syncs the sealed segment).
-        self.inner.settle.run()?;
         let seg = p.segments.last().expect("a log always has a segment");
         let mut start = Point {
             end: FIRST_RECORD_OFFSET,
@@ -254,11 +251,27 @@ impl Log {
             hash: seg.header.start_hash,
             session_start: None,
         };
-        let synced = *seg.synced.lock();
         let journaled = self.inner.journaled.lock().clone();
-        let journaled = journaled
-            .filter(|(s, _)| s.upgrade().is_some_and(|s| Arc::ptr_eq(&s, seg)))
-            .map(|(_, at)| at);
+        let journaled_in = |s: &Arc<Segment>| {
+            journaled
+                .as_ref()
+                .filter(|(j, _)| j.upgrade().is_some_and(|j| Arc::ptr_eq(&j, s)))
+                .map(|(_, at)| *at)
+        };
+        // A segment sealed since the last frame: its records are durable
+        // once the roll is settled (the settle syncs it), unless every one
+        // of them is in the journal already. Then the settle is left to its
+        // thread or the checkpoint: recovery takes a roll that never
+        // settled for a torn one, and the frames write the records again.
+        let sealed = p.segments.len().checked_sub(2).map(|k| &p.segments[k]);
+        let covered = sealed
+            .and_then(journaled_in)
+            .is_some_and(|at| at.next_seq == seg.header.first_seq);
+        if !covered {
+            self.inner.settle.run()?;
+        }
+        let synced = *seg.synced.lock();
+        let journaled = journaled_in(seg);
         for at in [synced, journaled].into_iter().flatten() {
             if at.end > start.end {
                 start = at;

@@ -144,6 +144,11 @@ impl Journal {
         }
     }
 
+    /// Whether commits go through the journal (it has not failed).
+    pub(crate) fn takes_frames(&self) -> bool {
+        !self.poisoned.load(Ordering::Acquire)
+    }
+
     /// The token this handle's journal files are named by.
     pub(crate) fn token(&self) -> &[u8; 16] {
         &self.token

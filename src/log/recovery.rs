@@ -334,7 +334,9 @@ impl Log {
             )));
         }
         let mut paths = paths;
-        if let LastRoll::Torn = last_roll(&paths, &None, past_mark.map(|p| p.check))? {
+        if let LastRoll::Torn | LastRoll::Unreadable(_) =
+            last_roll(&paths, &None, past_mark.map(|p| p.check))?
+        {
             // What a recovering writer removes.
             paths.pop();
         }
@@ -483,7 +485,7 @@ fn create_first_segment(
     let seg = if durable {
         let prep = Prepared::create(dir.join("first.prep"), len, space, hook)?;
         let h = header(prep.len());
-        prep.activate(dir, h, true, hook)?
+        prep.activate(dir, h, (true, true), hook)?
     } else {
         let prep = Prepared::create_unsynced(dir.join(segment_name(0)), len, space, hook)?;
         let h = header(prep.len());
@@ -531,16 +533,23 @@ fn open_recovering(
         if paths.is_empty() {
             break create_first_segment(dir, opts, hook, true)?;
         }
+        // The segment before an unsettled roll, intact, perhaps only in the
+        // page cache: made durable before anything is written after it,
+        // the payloads its records name first.
+        let keep = |prev: &Segment| -> Result<()> {
+            past.payloads.map_or(Ok(()), |p| (p.sync)())?;
+            prev.sync()?;
+            sync_dir(dir, hook)
+        };
         let successor = match last_roll(&paths, hook, past.payloads.map(|p| p.check))? {
             LastRoll::Settled => None,
             LastRoll::Holds(prev) => {
-                // Intact, perhaps only in the page cache: make it durable
-                // before anything is written after it, the payloads its
-                // records name first.
-                past.payloads.map_or(Ok(()), |p| (p.sync)())?;
-                prev.sync()?;
-                sync_dir(dir, hook)?;
+                keep(&prev)?;
                 None
+            }
+            LastRoll::Unreadable(prev) => {
+                keep(&prev)?;
+                paths.pop()
             }
             LastRoll::Torn => paths.pop(),
         };
@@ -596,9 +605,13 @@ enum LastRoll {
     Settled,
     /// Unsettled, but the segment before it holds its records and its seal.
     Holds(Box<Segment>),
+    /// As `Holds`, but the last segment's header does not read: the roll
+    /// into it never settled, and nothing in it was durable.
+    Unreadable(Box<Segment>),
     /// Unsettled, and the segment before it is torn (a power failure before
-    /// its `fdatasync`): no record after the tear was ever durable, the last
-    /// segment's included.
+    /// its `fdatasync`), or the last segment's header never became durable:
+    /// no record after the tear was ever durable, the last segment's
+    /// included.
     Torn,
 }
 
@@ -610,20 +623,28 @@ fn last_roll(
     let [.., (_, prev), (_, last)] = paths else {
         return Ok(LastRoll::Settled);
     };
-    // A segment that does not open is damage that `open_segments` reports
-    // (and Salvage cuts), as it did before rolls settled late.
-    let Ok(last) = Segment::open(last, false, hook) else {
-        return Ok(LastRoll::Settled);
+    // A last segment whose header does not read is a roll that never
+    // settled: a roll writes the header unsynced, and the settle syncs it
+    // with the first mark, before anything in the segment is vouched for.
+    // Nothing in it was ever durable. Any other failure to open is damage
+    // that `open_segments` reports (and Salvage cuts).
+    let unreadable = match Segment::open(last, false, hook) {
+        Ok(last) => {
+            if last.read_mark().is_some() || matches!(last.read_footer(false), Ok(Some(_))) {
+                return Ok(LastRoll::Settled);
+            }
+            false
+        }
+        Err(Error::Corrupt { .. }) => true,
+        Err(_) => return Ok(LastRoll::Settled),
     };
-    if last.read_mark().is_some() || matches!(last.read_footer(false), Ok(Some(_))) {
-        return Ok(LastRoll::Settled);
-    }
     let Ok(prev) = Segment::open(prev, false, hook) else {
         return Ok(LastRoll::Settled);
     };
     let f = match prev.read_footer(true) {
         Ok(Some(f)) => f,
         Ok(None) | Err(Error::Corrupt { .. }) => return Ok(LastRoll::Torn),
+        Err(_) if unreadable => return Ok(LastRoll::Torn),
         Err(e) => return Err(e),
     };
     let h = prev.header;
@@ -646,10 +667,10 @@ fn last_roll(
             past_mark,
         },
     );
-    Ok(if scan.agrees_with(&f) {
-        LastRoll::Holds(Box::new(prev))
-    } else {
-        LastRoll::Torn
+    Ok(match scan.agrees_with(&f) {
+        true if unreadable => LastRoll::Unreadable(Box::new(prev)),
+        true => LastRoll::Holds(Box::new(prev)),
+        false => LastRoll::Torn,
     })
 }
 

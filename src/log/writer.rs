@@ -383,9 +383,16 @@ impl Log {
     }
 
     /// How this log's next segment gets its disk space: sparse until the
-    /// log first syncs, zero-filled from then on.
+    /// log first syncs its segment for a commit, zero-filled from then on.
+    /// A log whose commits go through the store's journal syncs its
+    /// segments only at checkpoints: sparse too.
     fn space(&self) -> Space {
-        match self.inner.syncs.load(Ordering::Relaxed) {
+        let journaled = self
+            .inner
+            .journal
+            .get()
+            .is_some_and(|p| p.journal.takes_frames());
+        match self.inner.syncs.load(Ordering::Relaxed) && !journaled {
             true => Space::Zeroed,
             false => Space::Sparse,
         }
@@ -546,7 +553,7 @@ impl Log {
             start_hash: w.tip.hash,
         };
         // An empty active segment has the same name; the rename replaces it.
-        let seg = Arc::new(prepared.activate(&inner.dir, header, false, hook)?);
+        let seg = Arc::new(prepared.activate(&inner.dir, header, (empty, false), hook)?);
         // The lock moves with the active segment: a parked session then
         // holds the one descriptor it writes through.
         // (A segment made just now is nobody else's to have locked.)

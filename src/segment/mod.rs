@@ -151,24 +151,31 @@ impl Prepared {
         self.map.len() as u64
     }
 
-    /// Writes the header, makes it durable and gives the file its final name.
+    /// Writes the header and gives the file its final name.
     ///
-    /// With `durable_name`, the directory is synced too. A roll leaves that
-    /// to `Settle`, off the append lock: recovery tells a successor whose
-    /// predecessor never became durable (see `Log::open`).
+    /// With `sync_header`, the header is synced before the rename; with
+    /// `sync_name`, the directory after it. A roll out of a segment with
+    /// records leaves both to `Settle`, off the append lock and the saving
+    /// thread: until the settle has synced the successor (its header and
+    /// first mark together), nothing in it is vouched for, and recovery
+    /// takes a last segment whose header does not read for a roll that
+    /// never settled (see `last_roll`). A roll out of an empty segment,
+    /// whose rename replaces the log's only segment, syncs the header.
     pub(crate) fn activate(
         self,
         dir: &Path,
         header: SegmentHeader,
-        durable_name: bool,
+        (sync_header, sync_name): (bool, bool),
         hook: &Hook,
     ) -> Result<Segment> {
         let Prepared { file, map } = self;
         file.write_at(0, &header.encode())?;
-        file.sync()?;
+        if sync_header {
+            file.sync()?;
+        }
         let final_path = dir.join(segment_name(header.first_seq));
         crate::fs::rename(file.path(), &final_path, hook)?;
-        if durable_name {
+        if sync_name {
             sync_dir(dir, hook)?;
         }
         let file = ParkableFile::new(file.renamed(&final_path), true);
