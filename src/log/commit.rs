@@ -260,13 +260,15 @@ impl Log {
         };
         // A segment sealed since the last frame: its records are durable
         // once the roll is settled (the settle syncs it), unless every one
-        // of them is in the journal already. Then the settle is left to its
-        // thread or the checkpoint: recovery takes a roll that never
-        // settled for a torn one, and the frames write the records again.
+        // of them is in the journal already. Then the settle is left for
+        // later (see `Writer::settle_later`): recovery takes a roll that
+        // never settled for a torn one, and the frames write the records
+        // again. A frame already in this segment was covered so.
         let sealed = p.segments.len().checked_sub(2).map(|k| &p.segments[k]);
-        let covered = sealed
-            .and_then(journaled_in)
-            .is_some_and(|at| at.next_seq == seg.header.first_seq);
+        let covered = journaled_in(seg).is_some()
+            || sealed
+                .and_then(journaled_in)
+                .is_some_and(|at| at.next_seq == seg.header.first_seq);
         if !covered {
             self.inner.settle.run()?;
         }

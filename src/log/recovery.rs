@@ -380,6 +380,7 @@ impl Log {
                 prep_counter: 0,
                 writeback_from: o.tip.end,
                 populated_to: o.tip.end,
+                settle_later: false,
             })
         });
         let poisoned = Arc::new(AtomicBool::new(false));

@@ -123,6 +123,10 @@ pub(super) struct Writer {
     /// Offset up to which the active segment's pages were asked for
     /// (`segment::ahead`).
     pub(super) populated_to: u64,
+    /// The last roll's settle is left for later (a log whose commits go
+    /// through the journal): `maybe_prepare` starts it on a thread once
+    /// the new segment is half full.
+    pub(super) settle_later: bool,
 }
 
 impl Log {
@@ -398,7 +402,32 @@ impl Log {
         }
     }
 
+    /// Runs the last roll's settle on a thread of its own. A failure
+    /// poisons the log and the next append reports it. If no thread can be
+    /// had, whatever needs the settle does it.
+    fn settle_in_background(&self) {
+        let settle = self.inner.settle.clone();
+        let _ = std::thread::Builder::new()
+            .name("session-store-settle".into())
+            .spawn(move || settle.run());
+    }
+
+    /// Whether this log's commits go through the store's journal.
+    fn journal_takes_frames(&self) -> bool {
+        self.inner
+            .journal
+            .get()
+            .is_some_and(|p| p.journal.takes_frames())
+    }
+
     pub(super) fn maybe_prepare(&self, w: &mut Writer) {
+        if w.settle_later {
+            let half = w.segments.last().is_some_and(|s| w.tip.end >= s.len() / 2);
+            if half && self.inner.opts.prepare_ahead && !self.is_parked() {
+                w.settle_later = false;
+                self.settle_in_background();
+            }
+        }
         // A sparse file is made in an instant: only zero-filled ones are
         // worth a thread.
         if !self.inner.opts.prepare_ahead
@@ -564,13 +593,14 @@ impl Log {
             sealed,
             successor: seg.clone(),
         });
-        if inner.opts.prepare_ahead {
-            let settle = inner.settle.clone();
-            // A failure poisons the log and the next append reports it. If
-            // no thread can be had, whatever needs the settle does it.
-            let _ = std::thread::Builder::new()
-                .name("session-store-settle".into())
-                .spawn(move || settle.run());
+        // A log whose commits go through the journal needs the settle only
+        // for a commit that finds records of the sealed segment in no
+        // frame, a checkpoint or the next roll: it is left until the new
+        // segment is half full (`maybe_prepare`), so that young sessions
+        // do not pay three syncs a roll while nothing waits for them.
+        w.settle_later = self.journal_takes_frames();
+        if inner.opts.prepare_ahead && !w.settle_later {
+            self.settle_in_background();
         }
         if !w.active_sealed && empty {
             w.segments.pop();
