@@ -119,8 +119,10 @@ fn non_finite_floats_are_refused_before_anything_is_written() {
 }
 
 /// A process killed after a roll wrote the seal but before its fdatasync
-/// leaves a sealed last segment that is only in the page cache; the next
-/// writer must make it durable before it builds a successor on it.
+/// leaves a sealed segment that is only in the page cache, and after it
+/// the successor the roll named without a sync (the settle that would
+/// have synced both failed); the next writer must make the sealed one
+/// durable before anything is vouched for after it.
 #[test]
 fn a_seal_left_unsynced_is_synced_on_reopen() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -179,7 +181,7 @@ fn a_seal_left_unsynced_is_synced_on_reopen() {
                 .to_string_lossy()
                 .ends_with(".seg"))
             .count(),
-        1
+        2
     );
 
     let reopen = Arc::new(Hook::default());

@@ -27,8 +27,9 @@ pub(super) struct SyncState {
 }
 
 /// What a roll leaves to do off the append lock: `fdatasync` the segment it
-/// sealed, fsync the directory (which makes its successor's name durable),
-/// then give the successor its first mark and sync it. Done by a background
+/// sealed, then the successor (its header), fsync the directory (which
+/// makes its successor's name durable), then give the successor its first
+/// mark and sync it. Done by a background
 /// thread, or by whatever needs it first: a group commit (before it syncs the
 /// successor), the next roll (before it writes its seal), or `close`.
 /// Until the successor has a mark, recovery checks the sealed segment (see
@@ -71,6 +72,11 @@ impl Settle {
                 }
                 sealed.sync()?;
             }
+            // The successor's header, written unsynced at the roll, before
+            // any mark is written beside it: recovery takes a header that
+            // does not read beside no valid mark for a roll that never
+            // settled, and beside a valid one for damage.
+            u.successor.sync()?;
             sync_dir(&self.dir, &self.hook)?;
             if u.successor.mark.lock().is_none() {
                 let h = u.successor.header;

@@ -169,6 +169,10 @@ impl Journal {
         if self.poisoned.load(Ordering::Acquire) || len > JOURNAL_MAX - JOURNAL_HEADER_LEN as u64 {
             return Ok(false);
         }
+        // Encoded before the lock, for the generation the file has now
+        // (encoded again in the rare case that a rotation comes between).
+        let generation = self.state.lock().generation;
+        let mut frame = encode_frame(generation, start, records);
         let mut s = self.state.lock();
         let fits = s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX;
         // A journal that cannot get the room (a full disk) leaves the
@@ -176,7 +180,9 @@ impl Journal {
         if !fits && self.take_up_next(&mut s).is_err() {
             return Ok(false);
         }
-        let frame = encode_frame(s.generation, start, records);
+        if s.generation != generation {
+            frame = encode_frame(s.generation, start, records);
+        }
         let at = s.end;
         let active = s.active;
         let f = s.files[active].as_mut().expect("taken up");

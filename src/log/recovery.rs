@@ -18,7 +18,7 @@ use super::{
 };
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
-use crate::format::{SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION};
+use crate::format::{Mark, SegmentHeader, FIRST_RECORD_OFFSET, FORMAT_VERSION, SEGMENT_HEADER_LEN};
 use crate::fs::{self as hooked_fs, io_err, sync_dir, Hook};
 use crate::payload::PayloadArea;
 use crate::segment::{
@@ -624,11 +624,12 @@ fn last_roll(
     let [.., (_, prev), (_, last)] = paths else {
         return Ok(LastRoll::Settled);
     };
-    // A last segment whose header does not read is a roll that never
-    // settled: a roll writes the header unsynced, and the settle syncs it
-    // with the first mark, before anything in the segment is vouched for.
-    // Nothing in it was ever durable. Any other failure to open is damage
-    // that `open_segments` reports (and Salvage cuts).
+    // A last segment whose header does not read, and that holds no valid
+    // mark, is a roll that never settled: a roll writes the header
+    // unsynced, and the settle syncs it with the first mark, before
+    // anything in the segment is vouched for. Nothing in it was ever
+    // durable. Any other failure to open is damage that `open_segments`
+    // reports (and Salvage cuts).
     let unreadable = match Segment::open(last, false, hook) {
         Ok(last) => {
             if last.read_mark().is_some() || matches!(last.read_footer(false), Ok(Some(_))) {
@@ -636,7 +637,12 @@ fn last_roll(
             }
             false
         }
-        Err(Error::Corrupt { .. }) => true,
+        // With a valid mark, the settle did sync the header: damage.
+        Err(Error::Corrupt {
+            kind: CorruptKind::Magic | CorruptKind::Crc { .. } | CorruptKind::Version { .. },
+            offset,
+            ..
+        }) if offset < SEGMENT_HEADER_LEN as u64 && !holds_a_mark(last)? => true,
         Err(_) => return Ok(LastRoll::Settled),
     };
     let Ok(prev) = Segment::open(prev, false, hook) else {
@@ -720,4 +726,18 @@ fn cut_at(
     }
     sync_dir(dir, hook)?;
     Ok(removed)
+}
+
+/// Whether the segment file at `path` holds a valid durable mark in its
+/// header's slots (read raw: its header may not decode).
+fn holds_a_mark(path: &Path) -> Result<bool> {
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    let read = File::open(path).and_then(|f| {
+        use std::os::unix::fs::FileExt;
+        f.read_at(&mut header, 0)
+    });
+    match read {
+        Ok(_) => Ok(Mark::newest(&header).is_some()),
+        Err(e) => Err(Error::io("read", path, e)),
+    }
 }
