@@ -621,3 +621,72 @@ fn a_killed_writer_loses_no_acknowledged_turn_and_its_journal_is_recovered() {
     }
     assert_eq!(std::fs::read_dir(&journal).unwrap().count(), 0);
 }
+
+/// Whatever bytes an orphaned journal holds (garbage, a valid header with
+/// garbage frames, a real journal with bytes flipped), opening the store
+/// never panics, and every session still holds at least what its segments
+/// held (frames that do not continue a log are never applied).
+#[test]
+fn a_damaged_orphan_journal_never_panics_and_never_rewrites_history() {
+    use proptest::prelude::*;
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let root = work.path().join("store");
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(&root, hook);
+    let ids = create_sessions(&store, 2);
+    commit_concurrently(&store, &ids, 3);
+    let journal: Vec<u8> = {
+        let dir = root.join("journal");
+        let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap();
+        std::fs::read(file.path()).unwrap()
+    };
+    store.close().unwrap();
+    let want: Vec<Vec<Item>> = ids
+        .iter()
+        .map(|id| {
+            Store::open_read_only(&root)
+                .unwrap()
+                .restore(*id)
+                .unwrap()
+                .history
+        })
+        .collect();
+    let base = work.path().join("base");
+    copy_tree(&root, &base);
+    let used = journal.iter().rposition(|&b| b != 0).unwrap_or(0) + 1;
+    let cases = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..4096),
+        proptest::collection::vec((0..used, any::<u8>()), 1..8).prop_map(move |flips| {
+            let mut bytes = journal.clone();
+            bytes.truncate(used);
+            for (at, b) in flips {
+                bytes[at] ^= b.max(1);
+            }
+            bytes
+        }),
+    ];
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 64,
+        ..ProptestConfig::default()
+    });
+    let n = AtomicUsize::new(0);
+    runner
+        .run(&cases, |bytes| {
+            let k = n.fetch_add(1, Ordering::SeqCst);
+            let image = work.path().join(format!("case-{k}"));
+            copy_tree(&base, &image);
+            std::fs::create_dir_all(image.join("journal")).unwrap();
+            let name = format!("{}-0.jnl", "ab".repeat(16));
+            std::fs::write(image.join("journal").join(name), &bytes).unwrap();
+            let opened = Store::open(&image);
+            prop_assert!(opened.is_ok(), "{:?}", opened.err());
+            let store = opened.unwrap();
+            for (id, want) in ids.iter().zip(&want) {
+                prop_assert_eq!(&store.restore(*id).unwrap().history, want);
+            }
+            drop(store);
+            std::fs::remove_dir_all(&image).unwrap();
+            Ok(())
+        })
+        .unwrap();
+}
