@@ -30,32 +30,7 @@ impl Log {
             seq,
             kind,
         };
-        // The frame's own chain first: each record whole, in seq order,
-        // linked to the one before.
-        let mut found = Vec::new();
-        let (mut seq, mut hash, mut at) = (start.seq, start.hash, 0usize);
-        while at < records.len() {
-            let r = format::read_record(records, at).map_err(|k| corrupt(at, Some(seq), k))?;
-            format::check_record_crc(r.body).map_err(|k| corrupt(at, Some(seq), k))?;
-            if r.header.seq != seq {
-                let kind = CorruptKind::SeqGap {
-                    expected: seq,
-                    found: r.header.seq,
-                };
-                return Err(corrupt(at, Some(seq), kind));
-            }
-            if r.header.prev_hash != hash {
-                let kind = CorruptKind::ChainLink {
-                    expected: hash,
-                    actual: r.header.prev_hash,
-                };
-                return Err(corrupt(at, Some(seq), kind));
-            }
-            hash = format::record_link(r.body);
-            found.push((at, r));
-            at += r.header.record_len();
-            seq += 1;
-        }
+        let found = frame_records(start, records, &corrupt)?;
         let (next, head) = {
             let p = self.inner.published.lock();
             (p.tip.next_seq, p.tip.hash)
@@ -129,4 +104,39 @@ impl Log {
         }
         Ok(written.len())
     }
+}
+
+/// A frame's records with their offsets in it, checked against the frame's
+/// own chain: each whole, its CRC right, in seq order from `start`, linked
+/// to the one before.
+fn frame_records<'a>(
+    start: &FrameStart,
+    records: &'a [u8],
+    corrupt: &dyn Fn(usize, Option<u64>, CorruptKind) -> Error,
+) -> Result<Vec<(usize, format::RecordRef<'a>)>> {
+    let mut found = Vec::new();
+    let (mut seq, mut hash, mut at) = (start.seq, start.hash, 0usize);
+    while at < records.len() {
+        let r = format::read_record(records, at).map_err(|k| corrupt(at, Some(seq), k))?;
+        format::check_record_crc(r.body).map_err(|k| corrupt(at, Some(seq), k))?;
+        if r.header.seq != seq {
+            let kind = CorruptKind::SeqGap {
+                expected: seq,
+                found: r.header.seq,
+            };
+            return Err(corrupt(at, Some(seq), kind));
+        }
+        if r.header.prev_hash != hash {
+            let kind = CorruptKind::ChainLink {
+                expected: hash,
+                actual: r.header.prev_hash,
+            };
+            return Err(corrupt(at, Some(seq), kind));
+        }
+        hash = format::record_link(r.body);
+        found.push((at, r));
+        at += r.header.record_len();
+        seq += 1;
+    }
+    Ok(found)
 }
