@@ -53,7 +53,7 @@ const _: () = assert!(FRAME_HEADER_LEN.is_multiple_of(RECORD_ALIGN));
 pub(crate) struct JournalHeader {
     /// Every frame it holds was checkpointed: nothing to recover.
     pub(crate) clean: bool,
-    /// Increases each time the file is taken up again; frames carry it.
+    /// Drawn afresh (random) each time the file is taken up; frames carry it.
     pub(crate) generation: u64,
     /// The kernel's boot id when the file was taken up (zeros if unknown).
     pub(crate) boot: [u8; 16],

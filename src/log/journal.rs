@@ -271,7 +271,17 @@ impl Journal {
                 .join()
                 .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")))?;
         }
-        let generation = s.generation + 1;
+        // A fresh random generation: frames of the file's earlier use stop
+        // the reading, and no record's content can mimic a frame of the
+        // next one by guessing its number.
+        let before = s.files[next].as_ref().map_or(0, |f| f.generation);
+        let generation = loop {
+            let random = crate::id::SessionId::new_v7().0;
+            let g = u64::from_le_bytes(random[8..16].try_into().expect("8 bytes"));
+            if g != 0 && g != before && g != s.generation {
+                break g;
+            }
+        };
         let header = JournalHeader {
             clean: false,
             generation,
