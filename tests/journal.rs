@@ -690,3 +690,33 @@ fn a_damaged_orphan_journal_never_panics_and_never_rewrites_history() {
         })
         .unwrap();
 }
+
+/// A `Buffered` store's eviction lets a session go without a sync, but not
+/// one whose records are durable through the journal only: the release
+/// syncs its segment first (the release, or the drop right behind it),
+/// since the journal forgets it at its rotation.
+#[test]
+fn an_evicted_session_with_journal_only_records_syncs_its_segment_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(Recorder::default());
+    let log = LogOptions::default().hook(hook.clone());
+    let opts = StoreOptions::default().log(log).max_open_sessions(1);
+    let store = Store::open_with(dir.path(), opts).unwrap();
+    let a = create_sessions(&store, 1)[0];
+    store.sync(a).unwrap();
+    let head = store.restore(a).unwrap().head.unwrap();
+    let items = turn_items(0, 0);
+    let turn = Turn::new(&items[..], 1).durability(Durability::Sync);
+    store.commit_turn(a, head, &turn).unwrap();
+    let from = hook.len();
+    assert_eq!(hook.syncs_since(from), (0, 0));
+    // A second session takes the one open slot: A is let go.
+    let b = create_sessions(&store, 1)[0];
+    store.restore(b).unwrap();
+    let a_dir = store.session_dir(a);
+    let synced_a = hook.events.lock().unwrap()[from..].iter().any(|e| {
+        matches!(e, Event::Sync(p) if p.starts_with(&a_dir) && p.extension().is_some_and(|x| x == "seg"))
+    });
+    assert!(synced_a, "A's segment was not synced when it was let go");
+    store.close().unwrap();
+}
