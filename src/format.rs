@@ -31,7 +31,7 @@ pub(crate) mod catalog;
 pub(crate) mod journal;
 
 /// Current format version: every new segment is written with it.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The oldest version still read.
 pub const OLDEST_VERSION: u32 = 1;
 
@@ -279,9 +279,7 @@ impl Mark {
     /// The newest valid mark in a header (of the version the header names),
     /// if any.
     pub fn newest(header: &[u8]) -> Option<Mark> {
-        let version = header
-            .get(HDR_VERSION..HDR_VERSION + 4)
-            .map(|_| u32_at(header, HDR_VERSION))?;
+        let version = header_version(header)?;
         (0..2)
             .filter_map(|i| {
                 let at = MARK_SLOT_0 + i * MARK_SLOT_LEN;
@@ -650,6 +648,14 @@ pub fn decode_index(b: &[u8], expected_crc: u32) -> Result<Vec<IndexEntry>, Corr
 /// CRC32 of index bytes.
 pub fn index_crc(b: &[u8]) -> u32 {
     crc(b)
+}
+
+/// The format version a segment header names (unchecked: the header's CRC
+/// is the opener's to check), if the bytes reach it.
+pub fn header_version(header: &[u8]) -> Option<u32> {
+    header
+        .get(HDR_VERSION..HDR_VERSION + 4)
+        .map(|_| u32_at(header, HDR_VERSION))
 }
 
 #[cfg(test)]

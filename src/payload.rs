@@ -448,12 +448,13 @@ impl PayloadArea {
     pub(crate) fn check_record(
         &self,
         bytes: &[u8],
+        version: u32,
         pending: bool,
     ) -> std::result::Result<(), String> {
-        let Ok(entry) = crate::schema::LogEntry::access_archive(bytes) else {
+        let Ok(entry) = crate::schema::read_archive(bytes, version) else {
             return Ok(());
         };
-        for r in entry.items().iter().filter_map(|i| i.payload_ref()) {
+        for r in entry.get().items().iter().filter_map(|i| i.payload_ref()) {
             if let Err(problem) = self.read(&r) {
                 return Err(format!(
                     "payload {}: {problem}",

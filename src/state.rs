@@ -263,8 +263,12 @@ impl RestoredState {
                 self.config = config.to_owned_config();
                 self.history.clear();
                 self.extend_resolved(history.as_slice(), payloads, seq)?;
-                self.forked_from = forked_from.as_ref().map(|o| o.get());
-                self.compacted_from = compacted_from.as_ref().map(|o| o.get());
+                self.forked_from = forked_from
+                    .as_ref()
+                    .map(|o| crate::schema::ArchivedSessionOrigin::get(o));
+                self.compacted_from = compacted_from
+                    .as_ref()
+                    .map(|o| crate::schema::ArchivedSessionOrigin::get(o));
             }
             ArchivedLogEntry::UserInput { .. }
             | ArchivedLogEntry::AssistantItems { .. }
@@ -570,7 +574,7 @@ impl Snapshot {
             } => Some(ForkLink {
                 parent: parent.get(),
                 seq: seq.to_native(),
-                hash: hash.get(),
+                hash: crate::chain::ArchivedEntryHash::get(hash),
             }),
             _ => None,
         })

@@ -691,6 +691,60 @@ fn a_damaged_orphan_journal_never_panics_and_never_rewrites_history() {
         .unwrap();
 }
 
+/// A journal of another layout version (version 1 framed format 8's
+/// records) is never replayed, since its records would land in a format 9
+/// segment, and never removed: the open leaves it in place and the
+/// sessions read as their segments hold them.
+#[test]
+fn an_orphan_journal_of_another_version_is_left_in_place_unread() {
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let root = work.path().join("store");
+    let store = sync_store(&root, Arc::new(Recorder::default()));
+    let ids = create_sessions(&store, 2);
+    commit_concurrently(&store, &ids, 3);
+    let mut journal: Vec<u8> = {
+        let dir = root.join("journal");
+        let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap();
+        std::fs::read(file.path()).unwrap()
+    };
+    store.close().unwrap();
+    let want: Vec<Vec<Item>> = ids.iter().map(|id| store_history(&root, *id)).collect();
+    // The header as version 1 wrote it: the version field, its CRC again.
+    journal[8..12].copy_from_slice(&1u32.to_le_bytes());
+    journal[12] = 0;
+    let crc = crc32fast::hash(&journal[8..64]);
+    journal[4..8].copy_from_slice(&crc.to_le_bytes());
+    let orphan = root
+        .join("journal")
+        .join(format!("{}-0.jnl", "cd".repeat(16)));
+    std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
+    std::fs::write(&orphan, &journal).unwrap();
+    let store = Store::open(&root).unwrap();
+    for (id, want) in ids.iter().zip(&want) {
+        assert_eq!(&store.restore(*id).unwrap().history, want);
+    }
+    store.close().unwrap();
+    assert_eq!(std::fs::read(&orphan).unwrap(), journal, "left as it was");
+    // As version 2 (this layout's), the same file is an orphan to recover.
+    journal[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32fast::hash(&journal[8..64]);
+    journal[4..8].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&orphan, &journal).unwrap();
+    Store::open(&root).unwrap().close().unwrap();
+    assert!(
+        !orphan.exists(),
+        "a journal of this version is recovered and removed"
+    );
+}
+
+fn store_history(root: &Path, id: SessionId) -> Vec<Item> {
+    Store::open_read_only(root)
+        .unwrap()
+        .restore(id)
+        .unwrap()
+        .history
+}
+
 /// A `Buffered` store's eviction lets a session go without a sync, but not
 /// one whose records are durable through the journal only: the release
 /// syncs its segment first (the release, or the drop right behind it),

@@ -33,6 +33,7 @@ const SCHEMAS: &[(u32, usize, usize, usize, Option<&str>)] = &[
     (6, 11, 7, 13, None),
     (7, 11, 7, 13, None),
     (8, 12, 7, 13, Some("schema_v6")),
+    (9, 12, 7, 13, Some("format_v9")),
 ];
 
 /// `LoggedItem`'s variants, by tag: a new one fails to compile here.

@@ -8,7 +8,7 @@ use crate::format::{
     self, Footer, SegmentHeader, FIRST_RECORD_OFFSET, FOOTER_LEN, MARK_SLOT_0, MARK_SLOT_LEN,
     SEGMENT_HEADER_LEN,
 };
-use crate::schema::{LogEntry, LoggedPayloadRef};
+use crate::schema::LoggedPayloadRef;
 use crate::segment::{scan_bytes, ScanMode};
 
 use super::ObjectKind;
@@ -136,14 +136,15 @@ fn payload_refs(bytes: &[u8], first_seq: u64) -> Vec<(u64, LoggedPayloadRef)> {
     let mut out = Vec::new();
     let mut at = FIRST_RECORD_OFFSET as usize;
     let mut seq = first_seq;
+    let version = format::header_version(bytes).unwrap_or(format::FORMAT_VERSION);
     while let Ok(Some(rec)) = format::next_record(bytes, at) {
         at += rec.len();
         seq += 1;
         // The scan accessed every record's archive already.
-        let Ok(entry) = LogEntry::access_archive(rec.payload()) else {
+        let Ok(entry) = crate::schema::read_archive(rec.payload(), version) else {
             continue;
         };
-        for r in entry.items().iter().filter_map(|i| i.payload_ref()) {
+        for r in entry.get().items().iter().filter_map(|i| i.payload_ref()) {
             if seen.insert(r.hash) {
                 out.push((seq - 1, r));
             }

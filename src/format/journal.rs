@@ -23,8 +23,9 @@ use crate::chain::EntryHash;
 pub(crate) const JOURNAL_MAGIC: [u8; 4] = *b"SSJN";
 /// A frame's magic.
 pub(crate) const FRAME_MAGIC: [u8; 4] = *b"SSJF";
-/// The journal layout's version.
-pub(crate) const JOURNAL_VERSION: u32 = 1;
+/// The journal layout's version: 2 from segment format 9 on, whose records
+/// its frames hold (version 1's held format 8's, and is never replayed).
+pub(crate) const JOURNAL_VERSION: u32 = 2;
 /// Header length; the first frame starts here.
 pub(crate) const JOURNAL_HEADER_LEN: usize = 64;
 /// A frame's header length; its records follow.
@@ -74,6 +75,16 @@ impl JournalHeader {
         let c = crc(&b[8..]);
         b[H_CRC..H_CRC + 4].copy_from_slice(&c.to_le_bytes());
         b
+    }
+
+    /// The version of a whole header in `b` (magic and CRC) of another
+    /// version than this layout's: a journal whose frames hold records of
+    /// another segment format, never replayed and never removed.
+    pub(crate) fn other_version(b: &[u8]) -> Option<u32> {
+        let b = b.get(..JOURNAL_HEADER_LEN)?;
+        let version = u32_at(b, H_VERSION);
+        let whole = b[..4] == JOURNAL_MAGIC && u32_at(b, H_CRC) == crc(&b[8..]);
+        (whole && version != JOURNAL_VERSION).then_some(version)
     }
 
     /// The header in `b`, if it is one (magic, CRC and version).

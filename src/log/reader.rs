@@ -1,13 +1,17 @@
 //! Readers: snapshots of the committed prefix, record views, the iterator.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use rkyv::util::AlignedVec;
 
 use super::Published;
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{self, RecordRef, FIRST_RECORD_OFFSET};
 use crate::payload::{resolve_logged, with_payload, PayloadArea};
-use crate::schema::{ArchivedLogEntry, EntryKind, LogEntry};
+use crate::schema::{
+    convert_legacy, converted, ArchivedLogEntry, EntryKind, LogEntry, COMPACT_ROOT_VERSION,
+};
 use crate::segment::Segment;
 
 pub(super) fn snapshot_of(p: &Published) -> Snapshot {
@@ -32,6 +36,7 @@ pub(super) fn snapshot_of(p: &Published) -> Snapshot {
         last_session_start: p.tip.last_session_start,
         evicted: p.evicted,
         payloads: None,
+        legacy: OnceLock::new(),
     }
 }
 
@@ -48,6 +53,10 @@ pub struct Snapshot {
     pub(super) evicted: Option<(u64, EntryHash)>,
     /// Where references to large items resolve (the store's payload area).
     pub(super) payloads: Option<Arc<PayloadArea>>,
+    /// The entries of records in segments before version 9, converted to
+    /// the current root as they are first read (by seq from
+    /// [`Snapshot::first_seq`]); made at the first such read.
+    legacy: OnceLock<Box<[OnceLock<AlignedVec>]>>,
 }
 
 /// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
@@ -613,7 +622,8 @@ impl Snapshot {
         let h = rec.header;
         let len = rec.len();
         rec.check_crc().map_err(corrupt)?;
-        let entry = LogEntry::access_archive(rec.payload())
+        let entry = self
+            .entry_of(seg, at.seq, rec.payload())
             .map_err(|e| corrupt(CorruptKind::InvalidArchive(e)))?;
         let kind = EntryKind::from_code(h.kind).ok_or_else(|| {
             corrupt(CorruptKind::InvalidArchive(format!(
@@ -638,5 +648,43 @@ impl Snapshot {
             payload_len: h.payload_len,
             payloads: self.payloads.as_deref(),
         })
+    }
+
+    /// The checked entry of record `seq`'s `payload` in `seg`: in place, or
+    /// converted from a segment before version 9 once per snapshot.
+    fn entry_of<'s>(
+        &'s self,
+        seg: &Segment,
+        seq: u64,
+        payload: &'s [u8],
+    ) -> std::result::Result<&'s ArchivedLogEntry, String> {
+        if seg.header.version >= COMPACT_ROOT_VERSION {
+            return LogEntry::access_archive(payload);
+        }
+        let slots = self.legacy.get_or_init(|| {
+            // Older segments are a prefix of the log: a writer rolls off one
+            // before its first append.
+            let end = self
+                .segs
+                .iter()
+                .find(|(s, _)| s.header.version >= COMPACT_ROOT_VERSION)
+                .map_or(self.next_seq, |(s, _)| s.header.first_seq);
+            let n = end.saturating_sub(self.first_seq());
+            (0..n).map(|_| OnceLock::new()).collect()
+        });
+        let slot = seq
+            .checked_sub(self.first_seq())
+            .and_then(|i| slots.get(i as usize))
+            .ok_or_else(|| {
+                format!(
+                    "record {seq} of a version {} segment is past the older segments",
+                    seg.header.version
+                )
+            })?;
+        if let Some(done) = slot.get() {
+            return Ok(converted(done));
+        }
+        let archive = convert_legacy(payload)?;
+        Ok(converted(slot.get_or_init(|| archive)))
     }
 }

@@ -143,7 +143,9 @@ impl Log {
     ) -> Result<Log> {
         // What the check finds is noted for the store's next sync, which
         // runs before this open writes a mark over it.
-        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, true));
+        let check = |bytes: &[u8], version: u32| {
+            payloads.map_or(Ok(()), |a| a.check_record(bytes, version, true))
+        };
         let sync = || payloads.map_or(Ok(()), |a| a.sync_pending());
         let past_mark = payloads.map(|_| PayloadCheck {
             check: &check,
@@ -311,7 +313,9 @@ impl Log {
         marker: Option<&str>,
         hint: Option<&ReleaseHint>,
     ) -> Result<Log> {
-        let check = |bytes: &[u8]| payloads.map_or(Ok(()), |a| a.check_record(bytes, false));
+        let check = |bytes: &[u8], version: u32| {
+            payloads.map_or(Ok(()), |a| a.check_record(bytes, version, false))
+        };
         let never = || Ok(());
         let past_mark = payloads.map(|_| PayloadCheck {
             check: &check,

@@ -31,6 +31,7 @@
 // every item written by hand here is documented.
 #![allow(missing_docs)]
 
+use rkyv::with::{AsBox, MapNiche};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -40,6 +41,7 @@ mod archived;
 mod borrowed;
 mod ids;
 mod item;
+mod legacy;
 mod line;
 mod parts;
 mod search;
@@ -51,13 +53,15 @@ pub(crate) use crate::json::some_json_text;
 pub use crate::json::{JsonText, MAX_JSON_DEPTH};
 pub(crate) use borrowed::EntryRef;
 use borrowed::ItemRef;
-pub use ids::{RequestConfig, SessionId, SessionOrigin, WorkerResult};
+pub use ids::{ArchivedSessionOrigin, RequestConfig, SessionId, SessionOrigin, WorkerResult};
 pub(crate) use item::ArchivedLoggedRole;
 pub use item::{
     ArchivedLoggedCoreItem, ArchivedLoggedExtended, ArchivedLoggedItem, ArchivedLoggedItemOf,
     ItemExtension, LoggedCoreItem, LoggedExtended, LoggedForm, LoggedItem, LoggedItemOf,
     LoggedPayloadRef, LoggedRole, LoggedStatus,
 };
+pub use legacy::COMPACT_ROOT_VERSION;
+pub(crate) use legacy::{convert_legacy, converted, read_archive};
 #[cfg(feature = "whitebox")]
 pub use line::JSON_GROWTH;
 pub use line::MAX_LINE_BYTES;
@@ -95,15 +99,18 @@ pub enum LogEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         system_prompt: Option<String>,
         /// Request settings.
+        #[rkyv(with = AsBox)]
         config: RequestConfig,
         /// The history this session starts with (replaces any before).
         history: Vec<LoggedItem>,
         /// Set in a fork (and kept by its compactions): the parent and the
         /// entry it was forked at.
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[rkyv(with = MapNiche<AsBox>)]
         forked_from: Option<SessionOrigin>,
         /// Set by a compaction: the session and head it compacted.
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[rkyv(with = MapNiche<AsBox>)]
         compacted_from: Option<SessionOrigin>,
     },
     /// One user message.
@@ -164,6 +171,7 @@ pub enum LogEntry {
         /// Timestamp, ms.
         ts: u64,
         /// The new settings.
+        #[rkyv(with = AsBox)]
         config: RequestConfig,
     },
     /// Token usage of one model call.
@@ -213,6 +221,7 @@ pub enum LogEntry {
         /// apart from a wire line's own `seq`).
         parent_seq: u64,
         /// That entry's hash, checked at every restore.
+        #[rkyv(with = AsBox)]
         parent_hash: crate::chain::EntryHash,
     },
 }
@@ -623,7 +632,9 @@ mod tests {
 
     /// Schema 2 reads schema 1 archives as they are only while these sizes and
     /// alignments hold: a `Vec` of items or parts strides by them, and rkyv
-    /// finds the root entry at the end of the payload by its size.
+    /// finds the root entry at the end of the payload by its size: 232
+    /// bytes up to format 8 (read as [`legacy::LegacyLogEntry`]), 56 from
+    /// format 9 on.
     #[test]
     fn archived_layout_is_schema_1s() {
         use std::mem::{align_of, size_of};
@@ -646,6 +657,13 @@ mod tests {
             (
                 size_of::<ArchivedLogEntry>(),
                 align_of::<ArchivedLogEntry>()
+            ),
+            (56, 8)
+        );
+        assert_eq!(
+            (
+                size_of::<legacy::ArchivedLegacyLogEntry>(),
+                align_of::<legacy::ArchivedLegacyLogEntry>()
             ),
             (232, 8)
         );

@@ -65,8 +65,10 @@ pub(crate) struct ScanMode<'p> {
     pub(crate) past_mark: Option<RecordCheck<'p>>,
 }
 
-/// What [`ScanMode::past_mark`] runs: `Err` names what is wrong.
-pub(crate) type RecordCheck<'p> = &'p (dyn Fn(&[u8]) -> std::result::Result<(), String> + Sync);
+/// What [`ScanMode::past_mark`] runs, on a record's payload and its
+/// segment's format version: `Err` names what is wrong.
+pub(crate) type RecordCheck<'p> =
+    &'p (dyn Fn(&[u8], u32) -> std::result::Result<(), String> + Sync);
 
 /// Where a batch whose last record a scan has not met began, and the scan's
 /// state before it.
@@ -107,6 +109,8 @@ pub(crate) fn scan_bytes(
     mode: ScanMode<'_>,
 ) -> Scan {
     let mut scan = Scan::empty(from, next_seq, hash);
+    // A record's archive is read as its segment's version wrote it.
+    let version = format::header_version(bytes).unwrap_or(format::FORMAT_VERSION);
     let trusted = mode
         .trusted
         .filter(|m| m.end >= from && (m.end as usize) <= bytes.len());
@@ -150,7 +154,14 @@ pub(crate) fn scan_bytes(
         let in_trusted = trusted.is_some_and(|m| (off as u64) < m.end);
         let expected_hash = hash_known.then_some(hash);
         let mark_at_end = trusted.filter(|m| rec_end as u64 == m.end);
-        let checked = check_record(&rec, next_seq, expected_hash, mark_at_end, in_trusted, mode);
+        let checked = check_record(
+            &rec,
+            next_seq,
+            expected_hash,
+            mark_at_end,
+            in_trusted,
+            (mode, version),
+        );
         if let Err(kind) = checked {
             scan.stop = Some((off as u64, seq, kind));
             break;
@@ -280,14 +291,15 @@ impl BatchStart {
 /// The checks of one record of a scan that expects `next_seq`, chained from
 /// `hash` when it is known: its CRC (unless below a trusted mark, and the
 /// mode does not ask), seq, link, the mark's hash if the record ends at the
-/// mark, and (if the mode asks) its archive.
+/// mark, and (if the mode asks) its archive, as the segment's `version`
+/// wrote it.
 fn check_record(
     rec: &format::RecordRef<'_>,
     next_seq: u64,
     hash: Option<EntryHash>,
     mark_at_end: Option<Mark>,
     in_trusted: bool,
-    mode: ScanMode<'_>,
+    (mode, version): (ScanMode<'_>, u32),
 ) -> Result<(), CorruptKind> {
     let h = rec.header;
     if mode.crc_below_mark || !in_trusted {
@@ -320,11 +332,10 @@ fn check_record(
         }
     }
     if mode.check_archives {
-        crate::schema::LogEntry::access_archive(rec.payload())
-            .map_err(CorruptKind::InvalidArchive)?;
+        crate::schema::read_archive(rec.payload(), version).map_err(CorruptKind::InvalidArchive)?;
     }
     if let Some(check) = mode.past_mark.filter(|_| !in_trusted) {
-        check(rec.payload()).map_err(CorruptKind::Payload)?;
+        check(rec.payload(), version).map_err(CorruptKind::Payload)?;
     }
     Ok(())
 }

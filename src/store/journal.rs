@@ -73,7 +73,11 @@ impl Store {
             }
         }
         let mut sessions: BTreeMap<[u8; 16], Vec<Frame<'_>>> = BTreeMap::new();
+        let mut kept: HashSet<&Path> = HashSet::new();
         for o in &orphans {
+            if JournalHeader::other_version(&o.bytes).is_some() {
+                kept.insert(o.path.as_path());
+            }
             let Some(header) = JournalHeader::decode(&o.bytes) else {
                 continue;
             };
@@ -85,7 +89,6 @@ impl Store {
                 sessions.entry(start.session).or_default().push(frame);
             }
         }
-        let mut kept: HashSet<&Path> = HashSet::new();
         for (id, mut frames) in sessions {
             frames.sort_by_key(|(start, _, _)| start.seq);
             if self.replay_session(SessionId(id), &frames).is_err() {

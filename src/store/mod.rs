@@ -666,8 +666,12 @@ fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
             compacted_from,
             ..
         }) => (
-            forked_from.as_ref().map(|o| o.get()),
-            compacted_from.as_ref().map(|o| o.get()),
+            forked_from
+                .as_ref()
+                .map(|o| crate::schema::ArchivedSessionOrigin::get(o)),
+            compacted_from
+                .as_ref()
+                .map(|o| crate::schema::ArchivedSessionOrigin::get(o)),
         ),
         Some(ArchivedLogEntry::ForkedFrom {
             parent,
@@ -676,7 +680,7 @@ fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
         }) => (
             Some(SessionOrigin {
                 session_id: parent.get(),
-                at_hash: hash.get(),
+                at_hash: crate::chain::ArchivedEntryHash::get(hash),
             }),
             None,
         ),

@@ -15,7 +15,6 @@ use crate::log::Log;
 use crate::payload::RETIRED_DIR;
 use crate::payload::{PayloadCollection, PayloadDamage};
 use crate::schema::{ArchivedLogEntry, LogEntry, LoggedItem, LoggedPayloadRef, SessionId};
-use rkyv::option::ArchivedOption;
 
 /// An entry with its large items replaced by references, and the archives
 /// of those items (with the references that name them), not yet written.
@@ -307,10 +306,7 @@ pub(crate) fn payload_count(log: &Log, recorded: Option<&HeadSlot>) -> u64 {
             r.seq == first
                 || !matches!(
                     r.entry,
-                    ArchivedLogEntry::SessionStart {
-                        compacted_from: ArchivedOption::Some(_),
-                        ..
-                    }
+                    ArchivedLogEntry::SessionStart { compacted_from, .. } if compacted_from.is_some()
                 )
         })
         .flat_map(|r| r.entry.items().iter().filter_map(|i| i.payload_ref()))
