@@ -206,6 +206,57 @@ mod tests {
 
     /// A temporary directory on a filesystem whose files have pages to
     /// bring in, or `None` (and a line saying the test was skipped).
+    /// A read-only open of a log of several segments asks for the sealed
+    /// ones' bytes at once (`segment::prefetch`): pages of their records
+    /// that neither the open (the header, the footer) nor any read touched
+    /// come into the page cache. Skipped where dropped pages stay.
+    #[cfg(feature = "whitebox")]
+    #[test]
+    fn a_read_only_open_of_several_segments_asks_for_the_sealed_ones_at_once() {
+        let Some(dir) = disk_tempdir() else { return };
+        let opts = LogOptions {
+            prepare_ahead: false,
+            populate_ahead: false,
+            ..LogOptions::default()
+                .durability(Durability::Buffered)
+                .segment_size(256 << 10)
+        };
+        let log = Log::open(dir.path(), opts).unwrap();
+        let mut i = 0;
+        while log.segment_paths().len() < 3 {
+            log.append(&entry(i)).unwrap();
+            i += 1;
+        }
+        let paths = log.segment_paths();
+        log.close().unwrap();
+        let files: Vec<std::fs::File> = paths
+            .iter()
+            .map(|p| std::fs::File::open(p).unwrap())
+            .collect();
+        let middle = |f: &std::fs::File| mmap::resident_pages(f, 64 << 10, 192 << 10);
+        for f in &files {
+            f.sync_all().unwrap();
+            mmap::drop_cached(f).unwrap();
+        }
+        if files[..2].iter().any(|f| middle(f) != 0) {
+            eprintln!("skipped: dropped pages stay in the page cache here");
+            return;
+        }
+        let view = Log::open_read_only(dir.path()).unwrap();
+        for f in &files[..2] {
+            let started = Instant::now();
+            while middle(f) < 32 && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(
+                middle(f),
+                32,
+                "a sealed segment's records asked for at the open"
+            );
+        }
+        drop(view);
+    }
+
     fn disk_tempdir() -> Option<tempfile::TempDir> {
         let dir = tempfile::tempdir().unwrap();
         if in_memory(dir.path()) {
