@@ -973,7 +973,7 @@ fn replay_rows(run: &mut Runner, w: &Workload, dirs: &Dirs) {
     let open_log = || {
         let mut s = RestoredState::default();
         for rec in snap.iter() {
-            s.apply_archived(rec.expect("record").entry)
+            s.apply_archived(rec.expect("record").entry())
                 .expect("applies");
         }
         s.history
@@ -1369,7 +1369,7 @@ fn rss_child(mode: &str, dir: &Path) {
             let mut n = 0u64;
             for (i, rec) in snap.iter().enumerate() {
                 let rec = rec.expect("record");
-                for item in rec.entry.items() {
+                for item in rec.entry().items() {
                     black_box(item.to_item());
                     n += 1;
                 }

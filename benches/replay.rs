@@ -28,7 +28,7 @@ fn replay(c: &mut Criterion) {
         b.iter(|| {
             let mut n = 0usize;
             for rec in snap.iter() {
-                n += rec.expect("record").entry.items().len();
+                n += rec.expect("record").entry().items().len();
             }
             assert_eq!(n as u64, items);
             n
@@ -48,7 +48,7 @@ fn replay(c: &mut Criterion) {
             let mut state = RestoredState::default();
             for rec in snap.iter() {
                 state
-                    .apply_archived(rec.expect("record").entry)
+                    .apply_archived(rec.expect("record").entry())
                     .expect("applies");
             }
             assert_eq!(state.history.len() as u64, items);

@@ -103,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     fs::write(dir.join("footer"), &first[first.len() - 128..])?;
     let snap = log.snapshot();
     for (i, rec) in snap.iter().take(4).enumerate() {
-        let entry = rec?.entry.to_entry();
+        let entry = rec?.entry().to_entry();
         fs::write(
             dir.join(format!("archive-{i}")),
             entry.to_archive().as_slice(),
@@ -139,7 +139,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, rec) in items_log.snapshot().iter().take(8).enumerate() {
         fs::write(
             corpus.join(format!("decode_record/archive-schema2-{i}")),
-            rec?.entry.to_entry().to_archive().as_slice(),
+            rec?.entry().to_entry().to_archive().as_slice(),
         )?;
     }
 
@@ -183,7 +183,7 @@ fn wire_lines(log: &Log) -> Result<String, Box<dyn std::error::Error>> {
             rec.seq,
             &rec.hash,
             prev,
-            &rec.entry.to_entry(),
+            &rec.entry().to_entry(),
         ));
         lines.push('\n');
     }

@@ -240,7 +240,7 @@ impl RestoredState {
     ///
     /// Example: [the module](crate::state#example).
     pub fn apply_record(&mut self, rec: &RecordView<'_>) -> Result<()> {
-        self.apply_resolved(rec.entry, rec.payloads, rec.seq)
+        self.apply_resolved(rec.entry(), rec.payloads, rec.seq)
     }
 
     fn apply_resolved(
@@ -565,7 +565,7 @@ impl Snapshot {
         let Some(rec) = self.iter().next() else {
             return Ok(None);
         };
-        Ok(match rec?.entry {
+        Ok(match rec?.entry() {
             ArchivedLogEntry::ForkedFrom {
                 parent,
                 parent_seq: seq,

@@ -49,7 +49,7 @@ fn read_pass(log: &Log, round: u64) -> Vec<(u64, EntryHash, EntryHash)> {
             assert_eq!(rec.prev_hash, EntryHash::genesis());
         }
         assert_eq!(
-            rec.entry.to_entry(),
+            rec.entry().to_entry(),
             entry(rec.seq, size(rec.seq)),
             "seq {} is not the record written",
             rec.seq

@@ -184,3 +184,47 @@ fn a_records_root_takes_56_bytes_whatever_its_kind() {
     }
     assert_eq!(snap.iter().count(), entries().len());
 }
+
+/// A log of older segments is read through their own layout: every read
+/// path gives what a restore gives, the history tail too, which lends
+/// items from entries it converted (`Taken::Converted`), and a writer's
+/// appends go on in format 9 segments beside them.
+#[test]
+fn a_log_of_older_segments_reads_the_same_through_every_path() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/schema_v1");
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(&fixture).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let log = session_store::Log::open(dir.path(), Default::default()).unwrap();
+    for e in entries().into_iter().skip(3) {
+        log.append(&e).unwrap();
+    }
+    log.close().unwrap();
+    let log = session_store::Log::open_read_only(dir.path()).unwrap();
+    assert_eq!(log.verify().damage, None);
+    let history = log.restore().unwrap().history;
+    assert!(history.len() > 4, "items of both layouts");
+    let snap = log.snapshot();
+    for limit in [None, Some(1), Some(3), Some(history.len())] {
+        let tail = snap.history_tail(limit).unwrap().items;
+        let want = &history[history.len() - limit.unwrap_or(history.len())..];
+        assert_eq!(tail, want, "limit {limit:?}");
+    }
+    let read: Vec<LogEntry> = snap
+        .iter()
+        .map(|r| r.unwrap().to_entry().unwrap())
+        .collect();
+    let versions: Vec<u32> = log
+        .segment_paths()
+        .iter()
+        .map(|p| {
+            let b = std::fs::read(p).unwrap();
+            u32::from_le_bytes(b[8..12].try_into().unwrap())
+        })
+        .collect();
+    assert!(versions.first() < versions.last(), "{versions:?}");
+    assert_eq!(*versions.last().unwrap(), FORMAT_VERSION);
+    assert_eq!(&read[read.len() - (entries().len() - 3)..], &entries()[3..]);
+}

@@ -79,7 +79,7 @@ fn a_fork_holds_one_small_entry_and_restores_the_parents_history() {
     let snap = store.snapshot(fork).unwrap();
     let rec = snap.iter().next().unwrap().unwrap();
     let line = session_store::wire::parse_line(&rec.wire_line().unwrap(), 1).unwrap();
-    assert_eq!(line.entry, rec.entry.to_entry());
+    assert_eq!(line.entry, rec.entry().to_entry());
     assert_eq!((line.seq, line.hash), (Some(0), Some(rec.hash)));
     // Its log holds one record, whatever the parent's size.
     assert!(store.snapshot(fork).unwrap().bytes() < 512);
@@ -165,7 +165,7 @@ fn a_fork_reads_its_parent_from_the_last_session_start_at_or_before_the_fork_poi
             if rec.seq > seq {
                 break;
             }
-            copy.apply_archived(rec.entry).unwrap();
+            copy.apply_archived(rec.entry()).unwrap();
         }
         assert_eq!(
             resumed(&store.restore(f).unwrap()),

@@ -43,7 +43,7 @@ fn export_lines(store: &Store, id: SessionId) -> Vec<String> {
             rec.seq,
             &rec.hash,
             prev.as_ref(),
-            &rec.entry.to_entry(),
+            &rec.entry().to_entry(),
         ));
         prev = Some(rec.hash);
     }

@@ -777,7 +777,7 @@ fn assert_save_delta_writes_what_group_delta_does(turns: &[Vec<Item>]) {
     let snap = store.snapshot(id).unwrap();
     let records: Vec<_> = snap.iter().map(|r| r.unwrap()).collect();
     let owned = Log::open(dir.path().join("owned"), LogOptions::default()).unwrap();
-    owned.append(&records[0].entry.to_entry()).unwrap();
+    owned.append(&records[0].entry().to_entry()).unwrap();
     let mut next = 1;
     for turn in turns {
         let ts = records.get(next).map_or(0, |r| r.ts);

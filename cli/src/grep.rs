@@ -185,7 +185,7 @@ fn search_session(store: &Store, id: SessionId, re: &Regex, a: &Args) -> Found {
                 }
             }
         };
-        rec.entry.searchable_texts(&mut on_text);
+        rec.entry().searchable_texts(&mut on_text);
         // Items kept in the store's payload area are searched there.
         let payloads = rec.for_each_payload_item(&mut |item| item.searchable_texts(&mut on_text));
         if let Err(e) = payloads {

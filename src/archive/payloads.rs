@@ -201,7 +201,7 @@ pub(crate) fn refs_in_ranges(
             if rec.seq > last {
                 break;
             }
-            for r in rec.entry.items().iter().filter_map(|i| i.payload_ref()) {
+            for r in rec.entry().items().iter().filter_map(|i| i.payload_ref()) {
                 if seen.insert(r.hash) {
                     out.push(r);
                 }

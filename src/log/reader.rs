@@ -1,17 +1,13 @@
 //! Readers: snapshots of the committed prefix, record views, the iterator.
 
-use std::sync::{Arc, OnceLock};
-
-use rkyv::util::AlignedVec;
+use std::sync::Arc;
 
 use super::Published;
 use crate::chain::EntryHash;
 use crate::error::{CorruptKind, Error, Result};
 use crate::format::{self, RecordRef, FIRST_RECORD_OFFSET};
 use crate::payload::{resolve_logged, with_payload, PayloadArea};
-use crate::schema::{
-    convert_legacy, converted, ArchivedLogEntry, EntryKind, LogEntry, COMPACT_ROOT_VERSION,
-};
+use crate::schema::{read_archive, ArchivedLogEntry, EntryArchive, EntryKind, LogEntry};
 use crate::segment::Segment;
 
 pub(super) fn snapshot_of(p: &Published) -> Snapshot {
@@ -36,7 +32,6 @@ pub(super) fn snapshot_of(p: &Published) -> Snapshot {
         last_session_start: p.tip.last_session_start,
         evicted: p.evicted,
         payloads: None,
-        legacy: OnceLock::new(),
     }
 }
 
@@ -53,16 +48,14 @@ pub struct Snapshot {
     pub(super) evicted: Option<(u64, EntryHash)>,
     /// Where references to large items resolve (the store's payload area).
     pub(super) payloads: Option<Arc<PayloadArea>>,
-    /// The entries of records in segments before version 9, converted to
-    /// the current root as they are first read (by seq from
-    /// [`Snapshot::first_seq`]); made at the first such read.
-    legacy: OnceLock<Box<[OnceLock<AlignedVec>]>>,
 }
 
-/// One record, borrowed from the map: validated (CRC, then rkyv bytecheck), never copied.
+/// One record, borrowed from the map: validated (CRC, then rkyv bytecheck),
+/// never copied (but for a record of a segment before format 9, whose entry
+/// the view holds converted: DESIGN.md, "Schema versions").
 ///
 /// Example: [`Snapshot::iter`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RecordView<'a> {
     /// Sequence number.
     pub seq: u64,
@@ -74,8 +67,8 @@ pub struct RecordView<'a> {
     pub hash: EntryHash,
     /// The previous record's hash.
     pub prev_hash: EntryHash,
-    /// The archived entry.
-    pub entry: &'a ArchivedLogEntry,
+    /// The archived entry ([`RecordView::entry`]).
+    entry: EntryArchive<'a>,
     /// Payload length in bytes.
     pub payload_len: u32,
     /// Where the entry's references to large items resolve.
@@ -191,7 +184,7 @@ impl Snapshot {
     /// let mut texts = Vec::new();
     /// for record in snap.iter() {
     ///     let record = record?; // checked (CRC, archive) as it is read
-    ///     texts.extend(record.entry.items().iter().filter_map(|item| item.to_item().text()));
+    ///     texts.extend(record.entry().items().iter().filter_map(|item| item.to_item().text()));
     /// }
     /// assert_eq!(texts, ["What changed?", "Two commits."]);
     /// let answer = snap.iter_from(2).next().expect("seq 2 is there")?;
@@ -310,6 +303,23 @@ impl Snapshot {
 }
 
 impl RecordView<'_> {
+    /// The archived entry, checked.
+    ///
+    /// Example: [`Snapshot::iter`].
+    pub fn entry(&self) -> &ArchivedLogEntry {
+        self.entry.get()
+    }
+}
+
+impl<'a> RecordView<'a> {
+    /// The entry, as the record holds it (borrowed for the snapshot's
+    /// life) or converted from an older segment's layout.
+    pub(crate) fn into_archive(self) -> EntryArchive<'a> {
+        self.entry
+    }
+}
+
+impl RecordView<'_> {
     /// Calls `f` with each item of this entry that is kept in the store's
     /// payload area, read and checked (length, BLAKE3, archive), in order.
     ///
@@ -332,7 +342,7 @@ impl RecordView<'_> {
         &self,
         f: &mut dyn FnMut(&crate::schema::ArchivedLoggedItem),
     ) -> Result<()> {
-        for item in self.entry.items() {
+        for item in self.entry().items() {
             if let Some(r) = item.payload_ref() {
                 with_payload(self.payloads, self.seq, &r, |i| f(i))?;
             }
@@ -345,8 +355,8 @@ impl RecordView<'_> {
     ///
     /// Example: [`Snapshot::iter`].
     pub fn to_entry(&self) -> Result<LogEntry> {
-        let mut entry = self.entry.to_entry();
-        let archived = self.entry.items();
+        let mut entry = self.entry().to_entry();
+        let archived = self.entry().items();
         if archived.iter().any(|i| i.payload_ref().is_some()) {
             for (item, a) in entry.items_mut().iter_mut().zip(archived) {
                 if a.payload_ref().is_some() {
@@ -622,8 +632,7 @@ impl Snapshot {
         let h = rec.header;
         let len = rec.len();
         rec.check_crc().map_err(corrupt)?;
-        let entry = self
-            .entry_of(seg, at.seq, rec.payload())
+        let entry = read_archive(rec.payload(), seg.header.version)
             .map_err(|e| corrupt(CorruptKind::InvalidArchive(e)))?;
         let kind = EntryKind::from_code(h.kind).ok_or_else(|| {
             corrupt(CorruptKind::InvalidArchive(format!(
@@ -648,43 +657,5 @@ impl Snapshot {
             payload_len: h.payload_len,
             payloads: self.payloads.as_deref(),
         })
-    }
-
-    /// The checked entry of record `seq`'s `payload` in `seg`: in place, or
-    /// converted from a segment before version 9 once per snapshot.
-    fn entry_of<'s>(
-        &'s self,
-        seg: &Segment,
-        seq: u64,
-        payload: &'s [u8],
-    ) -> std::result::Result<&'s ArchivedLogEntry, String> {
-        if seg.header.version >= COMPACT_ROOT_VERSION {
-            return LogEntry::access_archive(payload);
-        }
-        let slots = self.legacy.get_or_init(|| {
-            // Older segments are a prefix of the log: a writer rolls off one
-            // before its first append.
-            let end = self
-                .segs
-                .iter()
-                .find(|(s, _)| s.header.version >= COMPACT_ROOT_VERSION)
-                .map_or(self.next_seq, |(s, _)| s.header.first_seq);
-            let n = end.saturating_sub(self.first_seq());
-            (0..n).map(|_| OnceLock::new()).collect()
-        });
-        let slot = seq
-            .checked_sub(self.first_seq())
-            .and_then(|i| slots.get(i as usize))
-            .ok_or_else(|| {
-                format!(
-                    "record {seq} of a version {} segment is past the older segments",
-                    seg.header.version
-                )
-            })?;
-        if let Some(done) = slot.get() {
-            return Ok(converted(done));
-        }
-        let archive = convert_legacy(payload)?;
-        Ok(converted(slot.get_or_init(|| archive)))
     }
 }

@@ -178,9 +178,16 @@ impl From<LegacyLogEntry> for LogEntry {
 
 /// A record's entry, checked: in place in the record (version 9 on), or
 /// converted from an older segment's root into an archive of its own.
+#[derive(Clone)]
 pub(crate) enum EntryArchive<'a> {
     InPlace(&'a ArchivedLogEntry),
     Converted(AlignedVec),
+}
+
+impl std::fmt::Debug for EntryArchive<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 impl EntryArchive<'_> {

@@ -61,7 +61,7 @@ pub use item::{
     LoggedPayloadRef, LoggedRole, LoggedStatus,
 };
 pub use legacy::COMPACT_ROOT_VERSION;
-pub(crate) use legacy::{convert_legacy, converted, read_archive};
+pub(crate) use legacy::{converted, read_archive, EntryArchive};
 #[cfg(feature = "whitebox")]
 pub use line::JSON_GROWTH;
 pub use line::MAX_LINE_BYTES;

@@ -105,7 +105,7 @@ impl ArchivedLogEntry {
     /// let mut hits = Vec::new();
     /// for record in store.snapshot(id)?.iter() {
     ///     let record = record?;
-    ///     record.entry.searchable_texts(&mut |text| if text.contains("timeout") { hits.push(record.seq) });
+    ///     record.entry().searchable_texts(&mut |text| if text.contains("timeout") { hits.push(record.seq) });
     /// }
     /// assert_eq!(hits, [2]);
     /// # Ok(()) }

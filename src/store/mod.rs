@@ -660,7 +660,7 @@ fn log_origins(log: &Log) -> (Option<SessionOrigin>, Option<SessionOrigin>) {
     let from = snap.last_session_start().unwrap_or(snap.first_seq());
     // Read archived: a SessionStart's history is not decoded for this.
     let start = snap.iter_from(from).next().and_then(|r| r.ok());
-    match start.map(|r| r.entry) {
+    match start.as_ref().map(|r| r.entry()) {
         Some(ArchivedLogEntry::SessionStart {
             forked_from,
             compacted_from,

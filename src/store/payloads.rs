@@ -199,7 +199,7 @@ impl Store {
         // The local records: an evicted prefix's payloads are the archive's.
         for rec in snap.iter_from(snap.first_seq()) {
             let rec = rec?;
-            for r in rec.entry.items().iter().filter_map(|i| i.payload_ref()) {
+            for r in rec.entry().items().iter().filter_map(|i| i.payload_ref()) {
                 // One check per payload and record is enough: a record that
                 // repeats a payload repeats its verdict.
                 if !checked.insert((rec.seq, r.hash)) {
@@ -277,7 +277,8 @@ impl Store {
 fn mark_references(log: &Log, referenced: &mut HashSet<[u8; 32]>) -> Result<()> {
     let snap = log.snapshot();
     for rec in snap.iter_from(snap.first_seq()) {
-        let items = rec?.entry.items();
+        let rec = rec?;
+        let items = rec.entry().items();
         referenced.extend(items.iter().filter_map(|i| i.payload_ref().map(|r| r.hash)));
     }
     Ok(())
@@ -305,10 +306,13 @@ pub(crate) fn payload_count(log: &Log, recorded: Option<&HeadSlot>) -> u64 {
         .filter(|r| {
             r.seq == first
                 || !matches!(
-                    r.entry,
+                    r.entry(),
                     ArchivedLogEntry::SessionStart { compacted_from, .. } if compacted_from.is_some()
                 )
         })
-        .flat_map(|r| r.entry.items().iter().filter_map(|i| i.payload_ref()))
+        .flat_map(|r| {
+            let refs: Vec<_> = r.entry().items().iter().filter_map(|i| i.payload_ref()).collect();
+            refs
+        })
         .fold(0u64, |n, r| n.saturating_add(r.len))
 }

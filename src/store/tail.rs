@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::item::{Item, ItemView};
 use crate::log::{RecordView, Snapshot};
 use crate::payload::{payload_item, read_payload};
-use crate::schema::{ArchivedLogEntry, LogEntry, SessionId};
+use crate::schema::{converted, ArchivedLogEntry, EntryArchive, LogEntry, SessionId};
 use crate::schema::{ArchivedLoggedItem, LoggedPayloadRef};
 
 /// The last items of a session's live history, from [`Store::history_tail`].
@@ -200,6 +200,7 @@ impl Snapshot {
             want: limit.unwrap_or(usize::MAX),
             hidden: 0,
             items: Vec::new(),
+            converted: Vec::new(),
             payloads: None,
         };
         match limit {
@@ -229,7 +230,7 @@ impl Snapshot {
     fn own_len(&self) -> Result<u64> {
         let mut len = 0u64;
         for rec in self.iter_from(self.live_from()) {
-            len = match rec?.entry {
+            len = match rec?.entry() {
                 ArchivedLogEntry::ItemsRemoved { count, .. } => {
                     len.saturating_sub(count.to_native())
                 }
@@ -268,6 +269,9 @@ struct Taker<'a> {
     hidden: u64,
     /// The items taken, last first.
     items: Vec<Taken<'a>>,
+    /// The entries of records of segments before format 9, converted
+    /// (`Taken::Converted` names them by place).
+    converted: Vec<rkyv::util::AlignedVec>,
     /// Where the payloads of items kept in the store's payload area are.
     payloads: Option<&'a crate::payload::PayloadArea>,
 }
@@ -277,6 +281,8 @@ struct Taker<'a> {
 enum Taken<'a> {
     Inline(&'a ArchivedLoggedItem),
     Payload(u64, LoggedPayloadRef),
+    /// Item `.1` of the entry `Taker::converted[.0]`.
+    Converted(usize, usize),
 }
 
 impl<'a> Taker<'a> {
@@ -284,7 +290,29 @@ impl<'a> Taker<'a> {
     /// whether more items are wanted.
     fn take(&mut self, rec: RecordView<'a>) -> bool {
         self.payloads = self.payloads.or(rec.payloads);
-        let entry = rec.entry;
+        let seq = rec.seq;
+        match rec.into_archive() {
+            EntryArchive::InPlace(entry) => {
+                self.take_items(entry, seq, |_, item| Taken::Inline(item))
+            }
+            EntryArchive::Converted(bytes) => {
+                let at = self.converted.len();
+                let more = self.take_items(converted(&bytes), seq, |i, _| Taken::Converted(at, i));
+                self.converted.push(bytes);
+                more
+            }
+        }
+    }
+
+    /// [`Taker::take`] of `entry`, the entry of record `seq`: `inline`
+    /// makes what is taken of an item in the record, from its place and
+    /// the item.
+    fn take_items<'e>(
+        &mut self,
+        entry: &'e ArchivedLogEntry,
+        seq: u64,
+        inline: impl Fn(usize, &'e ArchivedLoggedItem) -> Taken<'a>,
+    ) -> bool {
         if let ArchivedLogEntry::ItemsRemoved { count, .. } = entry {
             self.hidden = self.hidden.saturating_add(count.to_native());
             return self.items.len() < self.want;
@@ -294,13 +322,13 @@ impl<'a> Taker<'a> {
             .len()
             .saturating_sub(usize::try_from(self.hidden).unwrap_or(usize::MAX));
         self.hidden = self.hidden.saturating_sub(all.len() as u64);
-        for item in all[..shown].iter().rev() {
+        for (i, item) in all[..shown].iter().enumerate().rev() {
             if self.items.len() == self.want {
                 break;
             }
             self.items.push(match item.payload_ref() {
-                None => Taken::Inline(item),
-                Some(r) => Taken::Payload(rec.seq, r),
+                None => inline(i, item),
+                Some(r) => Taken::Payload(seq, r),
             });
         }
         self.items.len() < self.want
@@ -321,7 +349,7 @@ impl<'a> Taker<'a> {
         }
         let wanted = self.items.iter().filter_map(|t| match t {
             Taken::Payload(seq, r) => Some((seq, r)),
-            Taken::Inline(_) => None,
+            Taken::Inline(_) | Taken::Converted(..) => None,
         });
         let held_items = held
             .iter()
@@ -335,6 +363,10 @@ impl<'a> Taker<'a> {
             .filter_map(|t| match t {
                 Taken::Inline(item) => Some(ItemView::stored(item)),
                 Taken::Payload(..) => from_area.next().map(ItemView::stored),
+                Taken::Converted(at, i) => {
+                    let entry = converted(&self.converted[*at]);
+                    Some(ItemView::stored(&entry.items()[*i]))
+                }
             })
             .collect();
         items.reverse();
