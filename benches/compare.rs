@@ -597,6 +597,20 @@ enum Removals {
 /// noisy neighbour slows every system alike rather than one of them, each
 /// in a fresh directory, whose files go as `removals` says. Returns each
 /// system's results and the directory of its last run.
+/// The order of `n` systems in repetition `rep`: the repetition's first
+/// system is `rep % n`, and the others follow in an order drawn from `rep`
+/// (seeded, the same in every run), so that a system's predecessor changes
+/// from one repetition to the next.
+fn run_order(n: usize, rep: usize) -> Vec<usize> {
+    let first = rep % n.max(1);
+    let mut rest: Vec<usize> = (0..n).filter(|&i| i != first).collect();
+    let mut rng = common::Rng::new(0x5eed_0000 + rep as u64);
+    for i in (1..rest.len()).rev() {
+        rest.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    std::iter::once(first).chain(rest).take(n).collect()
+}
+
 fn interleave_dirs<T>(
     reps: usize,
     runs: &mut [DirRun<'_, T>],
@@ -609,11 +623,12 @@ fn interleave_dirs<T>(
     // the process has not used yet ran up to 2.6× slower, and whichever
     // system went first paid for it.
     for rep in 0..=reps {
-        // Each repetition starts one system later, so that no system always
-        // runs first or right after the same one (two runs of the same code
-        // in one repetition came out 1.4× apart by their place alone).
-        for k in 0..runs.len() {
-            let i = (k + rep) % runs.len();
+        // Each repetition runs the systems in another order, so that no
+        // system always runs first or right after the same one (two runs of
+        // the same code in one repetition came out 1.4× apart by their place
+        // alone; a rotation kept each system behind the same one, whose
+        // writeback it then shared).
+        for i in run_order(runs.len(), rep) {
             let run = &mut runs[i];
             // Each system's previous files go before it runs (so that it
             // reuses the memory they held rather than the next system), or
@@ -644,9 +659,9 @@ fn medians(reps: usize, cases: &[&dyn Fn() -> f64]) -> Vec<f64> {
     for f in cases {
         f();
     }
-    for _ in 0..reps {
-        for (i, f) in cases.iter().enumerate() {
-            times[i].push(f());
+    for rep in 0..reps {
+        for i in run_order(cases.len(), rep) {
+            times[i].push(cases[i]());
         }
     }
     times.into_iter().map(common::median).collect()

@@ -524,6 +524,13 @@ pub fn allocated(dir: &Path) -> (u64, u64) {
 /// pages are clean and can go), then `posix_fadvise(DONTNEED)`. Directories
 /// stay cached: a resume finds them hot more often than not. Returns the
 /// files dropped.
+/// Waits until every dirty page of the machine is written (`sync(1)`), so
+/// that a cold read that follows does not share the disk with the writeback
+/// of whatever ran before it (another system's files, say).
+pub fn settle_writeback() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 pub fn drop_from_page_cache(dir: &Path) -> usize {
     let mut n = 0;
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -36,7 +36,9 @@ use session_store::{
 };
 
 use super::common::{self, Rng};
-use super::{fresh, sqlite_open, sqlite_save, BareGroupCommit, Batch, Jsonl, ITEMS_SCHEMA};
+use super::{
+    fresh, run_order, sqlite_open, sqlite_save, BareGroupCommit, Batch, Jsonl, ITEMS_SCHEMA,
+};
 
 /// Bytes of each of a turn's four items, about.
 const ITEM_BYTES: usize = 3_000;
@@ -300,8 +302,7 @@ pub fn run(quick: bool, reps: usize) {
         // counts.
         let mut runs: Vec<Vec<Run>> = vec![Vec::new(); systems.len()];
         for rep in 0..=reps {
-            for k in 0..systems.len() {
-                let i = (k + rep) % systems.len();
+            for i in run_order(systems.len(), rep) {
                 let d = fresh();
                 let r = systems[i](d.path());
                 if rep > 0 {

@@ -582,6 +582,7 @@ fn pass(system: System, dir: &Path, w: &Sessions) -> Pass {
     let (file_bytes, dir_bytes) = common::allocated(dir);
     let replay_s = system.replay(dir, w);
     common::drop_from_page_cache(dir);
+    common::settle_writeback();
     let cold_replay_s = system.replay(dir, w);
     Pass {
         create_s,
@@ -1023,6 +1024,7 @@ fn read_floor(w: &Sessions, layout: FloorLayout, cold: bool) -> f64 {
     }
     if cold {
         common::drop_from_page_cache(dir.path());
+        common::settle_writeback();
     }
     let start = Instant::now();
     let histories: Vec<(Vec<u8>, Vec<Item>)> = w
@@ -1113,7 +1115,12 @@ fn list_figures(root: &Path, sessions: usize, reps: usize) -> ListFigures {
         secs
     };
     let cold = || {
-        std::fs::remove_file(&cache).expect("delete list.cache");
+        // Gone already when this ran last (the order of the cases changes
+        // from one repetition to the next).
+        match std::fs::remove_file(&cache) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("delete list.cache: {e}"),
+            _ => {}
+        }
         list()
     };
     let as_written = || {
@@ -1228,7 +1235,7 @@ fn print_report(r: &Report) {
 
 fn print_targets(reports: &[Report]) {
     println!();
-    println!("Notes: turns/s and MB/s count `save_delta` (or the peer's save) only: creating the sessions is its own column, opening and closing are outside every clock. MB/s counts the items' JSON for every system. Latency is per save; p50–max are medians over the repetitions of each one's percentile, worst is the slowest save of all repetitions. CPU ÷ wall is the process's CPU time (every thread, user and system, in 10 ms ticks) over the saves' wall time: above 1, a system's own threads worked beside the saving one (session-store's page-cache worker; SQLite and redb run none). Disk is `st_blocks × 512` of everything under the system's directory after closing; the directories' share is shown apart. Replay opens afresh (inside the clock) and restores every session into owned items; the peers read and parse their records. Cold replay is the same after every file of the system was synced and dropped from the page cache (`posix_fadvise(DONTNEED)`; directories stay cached).");
+    println!("Notes: turns/s and MB/s count `save_delta` (or the peer's save) only: creating the sessions is its own column, opening and closing are outside every clock. MB/s counts the items' JSON for every system. Latency is per save; p50–max are medians over the repetitions of each one's percentile, worst is the slowest save of all repetitions. CPU ÷ wall is the process's CPU time (every thread, user and system, in 10 ms ticks) over the saves' wall time: above 1, a system's own threads worked beside the saving one (session-store's page-cache worker; SQLite and redb run none). Disk is `st_blocks × 512` of everything under the system's directory after closing; the directories' share is shown apart. Replay opens afresh (inside the clock) and restores every session into owned items; the peers read and parse their records. Cold replay is the same after every file of the system was synced and dropped from the page cache (`posix_fadvise(DONTNEED)`; directories stay cached) and the machine's writeback had ended (`sync(1)`).");
     println!();
     println!("Targets (issue 14), this run:");
     for r in reports {
