@@ -189,24 +189,34 @@ pub(crate) fn scan_bytes(
         scan.end = off as u64;
         scan.next_seq = next_seq;
     }
-    if let Some(b) = batch_open {
-        scan.cut_before(&b);
-        last_start = b.last_start;
-        match b.hash {
-            Some(h) => {
-                hash = h;
-                hash_known = true;
-            }
-            None => hash_known = false,
-        }
-    }
-    scan.last_hash = match (hash_known, last_start) {
-        (true, _) | (false, None) => hash,
-        // The bounds from the first pass: the bytes are not re-parsed, since
-        // another process's writer may be changing bytes beyond its commit.
-        (false, Some((at, body_end))) => format::record_link(&bytes[at..body_end]),
-    };
+    scan.finish(bytes, batch_open, last_start, hash_known.then_some(hash));
     scan
+}
+
+impl Scan {
+    /// Ends a scan whose walk stopped: a batch whose last record it did not
+    /// meet is cut off, and the last hash is set, from `hash` (the chain's
+    /// where it was hashed) or else from the last record's bytes.
+    fn finish(
+        &mut self,
+        bytes: &[u8],
+        batch_open: Option<BatchStart>,
+        mut last_start: Option<(usize, usize)>,
+        mut hash: Option<EntryHash>,
+    ) {
+        if let Some(b) = batch_open {
+            self.cut_before(&b);
+            last_start = b.last_start;
+            hash = b.hash;
+        }
+        self.last_hash = match (hash, last_start) {
+            (Some(h), _) => h,
+            (None, None) => self.last_hash,
+            // The bounds from the first pass: the bytes are not re-parsed, since
+            // another process's writer may be changing bytes beyond its commit.
+            (None, Some((at, body_end))) => format::record_link(&bytes[at..body_end]),
+        };
+    }
 }
 
 impl Scan {
