@@ -93,86 +93,64 @@ pub(crate) enum LegacyLogEntry {
     },
 }
 
+/// The same variant of the other enum, every field moved over by name.
+macro_rules! same_variant {
+    ($old:expr, $($variant:ident { $($field:ident),* }),* $(,)?) => {
+        match $old {
+            $(LegacyLogEntry::$variant { $($field),* } => LogEntry::$variant { $($field),* },)*
+        }
+    };
+}
+
 impl From<LegacyLogEntry> for LogEntry {
     fn from(old: LegacyLogEntry) -> LogEntry {
-        use LegacyLogEntry as L;
-        match old {
-            L::SessionStart {
+        same_variant!(
+            old,
+            SessionStart {
                 ts,
                 system_prompt,
                 config,
                 history,
                 forked_from,
-                compacted_from,
-            } => LogEntry::SessionStart {
-                ts,
-                system_prompt,
-                config,
-                history,
-                forked_from,
-                compacted_from,
+                compacted_from
             },
-            L::UserInput { ts, item } => LogEntry::UserInput { ts, item },
-            L::AssistantItems { ts, items } => LogEntry::AssistantItems { ts, items },
-            L::ToolResults { ts, items } => LogEntry::ToolResults { ts, items },
-            L::HookInjectedItems { ts, items } => LogEntry::HookInjectedItems { ts, items },
-            L::TurnEnd { ts, turn_count } => LogEntry::TurnEnd { ts, turn_count },
-            L::RunCompleted {
+            UserInput { ts, item },
+            AssistantItems { ts, items },
+            ToolResults { ts, items },
+            HookInjectedItems { ts, items },
+            TurnEnd { ts, turn_count },
+            RunCompleted {
                 ts,
                 interrupted,
-                result,
-            } => LogEntry::RunCompleted {
-                ts,
-                interrupted,
-                result,
+                result
             },
-            L::RunErrored {
+            RunErrored {
                 ts,
                 interrupted,
-                message,
-            } => LogEntry::RunErrored {
-                ts,
-                interrupted,
-                message,
+                message
             },
-            L::ConfigChanged { ts, config } => LogEntry::ConfigChanged { ts, config },
-            L::LlmUsage {
+            ConfigChanged { ts, config },
+            LlmUsage {
                 ts,
                 history_len,
                 input_total_tokens,
                 cache_read_tokens,
                 cache_write_tokens,
-                output_tokens,
-            } => LogEntry::LlmUsage {
-                ts,
-                history_len,
-                input_total_tokens,
-                cache_read_tokens,
-                cache_write_tokens,
-                output_tokens,
+                output_tokens
             },
-            L::Extension {
+            Extension {
                 ts,
                 domain,
-                payload,
-            } => LogEntry::Extension {
-                ts,
-                domain,
-                payload,
+                payload
             },
-            L::ItemsRemoved { ts, count } => LogEntry::ItemsRemoved { ts, count },
-            L::ForkedFrom {
+            ItemsRemoved { ts, count },
+            ForkedFrom {
                 ts,
                 parent,
                 parent_seq,
-                parent_hash,
-            } => LogEntry::ForkedFrom {
-                ts,
-                parent,
-                parent_seq,
-                parent_hash,
+                parent_hash
             },
-        }
+        )
     }
 }
 
