@@ -6,14 +6,7 @@ fn predicates() {
     assert!(!Item::user_text("x").is_assistant_output());
     assert!(Item::assistant_text("x").is_assistant_output());
     assert!(Item::system_text("x").is_system_message());
-    let call = Item::ToolCall {
-        extra: Default::default(),
-        id: None,
-        call_id: "c".into(),
-        name: "n".into(),
-        arguments: "{}".into(),
-        status: None,
-    };
+    let call = Item::tool_call("c", "n", "{}");
     assert!(call.is_tool_call() && call.is_assistant_output());
     assert_eq!(call.call_id(), Some("c"));
 }
@@ -27,14 +20,7 @@ fn call_predicates_agree_with_the_call_link() {
     let items = [
         Item::user_text("x"),
         Item::assistant_text("x"),
-        Item::ToolCall {
-            extra: Default::default(),
-            id: None,
-            call_id: "c".into(),
-            name: "n".into(),
-            arguments: "{}".into(),
-            status: None,
-        },
+        Item::tool_call("c", "n", "{}"),
         Item::CustomToolCall {
             extra: Default::default(),
             id: None,

@@ -310,9 +310,9 @@ pub(crate) fn payload_count(log: &Log, recorded: Option<&HeadSlot>) -> u64 {
                     ArchivedLogEntry::SessionStart { compacted_from, .. } if compacted_from.is_some()
                 )
         })
-        .flat_map(|r| {
-            let refs: Vec<_> = r.entry().items().iter().filter_map(|i| i.payload_ref()).collect();
-            refs
+        .map(|r| {
+            let refs = r.entry().items().iter().filter_map(|i| i.payload_ref());
+            refs.fold(0u64, |n, p| n.saturating_add(p.len))
         })
-        .fold(0u64, |n, r| n.saturating_add(r.len))
+        .fold(0u64, u64::saturating_add)
 }
