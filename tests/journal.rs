@@ -41,12 +41,18 @@ enum Event {
 /// Records writes and syncs, and (when armed) holds the first journal sync
 /// after a frame until `hold_for` frames are written, so that several
 /// sessions' commits wait on one sync.
+///
+/// Armed with `stall_first_frame`, the next frame's write waits half a
+/// second before it is made (and recorded), or fails then with
+/// `fail_stalled`: a frame still being written while others land.
 #[derive(Default)]
 struct Recorder {
     events: Mutex<Vec<Event>>,
     frames: AtomicUsize,
     hold_for: AtomicUsize,
     held: AtomicBool,
+    stall_first_frame: AtomicBool,
+    fail_stalled: AtomicBool,
 }
 
 impl IoHook for Recorder {
@@ -54,6 +60,12 @@ impl IoHook for Recorder {
         match op {
             IoOp::Write { path, offset, data } => {
                 if is_journal(path) && data.starts_with(b"SSJF") {
+                    if self.stall_first_frame.swap(false, Ordering::SeqCst) {
+                        thread::sleep(Duration::from_millis(500));
+                        if self.fail_stalled.load(Ordering::SeqCst) {
+                            return Err(io::Error::other("injected frame write failure"));
+                        }
+                    }
                     self.frames.fetch_add(1, Ordering::SeqCst);
                 }
                 let e = Event::Write(path.to_path_buf(), *offset, data.to_vec());
@@ -490,6 +502,64 @@ fn a_journal_that_rotated_recovers_what_its_files_hold() {
     let acked: Vec<u64> = acked.into_iter().map(|n| n as u64).collect();
     assert_eq!(turns_kept(&image, &ids), acked);
     store.abandon();
+}
+
+/// Two sessions commit a turn each, the second 100 ms after the first,
+/// whose frame's write is stalled for half a second (and fails then, with
+/// `fail`); then the power fails. Returns whether each turn was
+/// acknowledged, and how many turns each session's image holds.
+fn stalled_first_frame(fail: bool) -> (Vec<bool>, Vec<u64>) {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("store");
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(&root, hook.clone());
+    let ids = create_sessions(&store, 2);
+    hook.fail_stalled.store(fail, Ordering::SeqCst);
+    hook.stall_first_frame.store(true, Ordering::SeqCst);
+    let acked: Vec<bool> = thread::scope(|s| {
+        let workers: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| {
+                let store = &store;
+                let worker = s.spawn(move || {
+                    let head = store.restore(id).unwrap().head.unwrap();
+                    let items = turn_items(k, 0);
+                    store
+                        .commit_turn(id, head, &Turn::new(&items[..], 1))
+                        .is_ok()
+                });
+                thread::sleep(Duration::from_millis(100));
+                worker
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let events = hook.events.lock().unwrap().clone();
+    let image = work.path().join("image");
+    crash_image(&root, &image, &events, false);
+    let kept = turns_kept(&image, &ids);
+    store.abandon();
+    (acked, kept)
+}
+
+/// Frames are written outside the journal's lock, so they land out of
+/// order: a sync that began while an earlier frame was still being
+/// written covers neither it nor those after it.
+#[test]
+fn a_frame_still_being_written_is_not_acknowledged_by_a_sync_begun_before_it_landed() {
+    let (acked, kept) = stalled_first_frame(false);
+    assert_eq!(acked, [true, true]);
+    assert_eq!(kept, [1, 1], "an acknowledged turn lost to a power loss");
+}
+
+/// A frame whose write failed stops the journal's reading: the frames
+/// written after it, whose writes went well, sync their segments.
+#[test]
+fn frames_after_one_that_failed_to_write_sync_their_segments() {
+    let (acked, kept) = stalled_first_frame(true);
+    assert_eq!(acked, [true, true], "a fallback to the segment's sync");
+    assert_eq!(kept, [1, 1], "an acknowledged turn lost to a power loss");
 }
 
 fn shm() -> PathBuf {

@@ -20,13 +20,13 @@
 //! (`Log::close`, `Log::release`, its drop). Recovery is the store's
 //! (`store::journal`): DESIGN.md, "The shared journal".
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::Inner;
 use crate::error::{Error, Result};
@@ -97,22 +97,70 @@ struct JFile {
     generation: u64,
 }
 
-#[derive(Default)]
 struct State {
     files: [Option<JFile>; 2],
     active: usize,
     /// Where the next frame goes in the active file.
     end: u64,
-    /// Frames written, and frames made durable, counted over both files.
+    /// Frames given a place, counted over both files (the n-th frame is
+    /// frame n).
+    reserved: u64,
+    /// Every frame up to this one is written (frames land out of order:
+    /// those past it that have, in `landed`).
     written: u64,
+    landed: BTreeSet<u64>,
+    /// The first frame whose write failed (`u64::MAX`: none).
+    broken: u64,
+    /// Frames made durable.
     durable: u64,
+    /// A group sync failed: no frame not yet durable ever will be.
+    sync_failed: bool,
     syncing: bool,
+    /// The last frame the running sync covers.
+    sync_target: u64,
+    /// Syncs ended: the running one (or the next) is sync `epoch`, whose
+    /// waiters sleep on `synced[epoch & 1]`.
+    epoch: u64,
     /// The logs with frames in each file, to checkpoint before it is
     /// taken up again.
     clients: [HashMap<usize, Weak<Inner>>; 2],
     /// The checkpoint of each file left, running.
     checkpoint: [Option<JoinHandle<Result<()>>>; 2],
     generation: u64,
+}
+
+impl State {
+    fn new() -> State {
+        State {
+            files: [None, None],
+            active: 0,
+            end: 0,
+            reserved: 0,
+            written: 0,
+            landed: BTreeSet::new(),
+            broken: u64::MAX,
+            durable: 0,
+            sync_failed: false,
+            syncing: false,
+            sync_target: 0,
+            epoch: 0,
+            clients: [HashMap::new(), HashMap::new()],
+            checkpoint: [None, None],
+            generation: 0,
+        }
+    }
+
+    /// Frame `n`'s write has returned (well or not).
+    fn land(&mut self, n: u64) {
+        if n == self.written + 1 {
+            self.written = n;
+            while self.landed.remove(&(self.written + 1)) {
+                self.written += 1;
+            }
+        } else {
+            self.landed.insert(n);
+        }
+    }
 }
 
 /// A store handle's journal (see the module).
@@ -122,7 +170,7 @@ pub(crate) struct Journal {
     boot: [u8; 16],
     hook: Hook,
     state: Mutex<State>,
-    synced: Condvar,
+    synced: [Condvar; 2],
     /// A group sync failed: the kernel may have dropped the file's pages,
     /// so no later frame may count on it. Commits sync their segments
     /// from then on.
@@ -138,8 +186,8 @@ impl Journal {
             token,
             boot: boot_id(),
             hook,
-            state: Mutex::new(State::default()),
-            synced: Condvar::new(),
+            state: Mutex::new(State::new()),
+            synced: [Condvar::new(), Condvar::new()],
             poisoned: AtomicBool::new(false),
         }
     }
@@ -159,6 +207,10 @@ impl Journal {
     /// meanwhile; `client` is checkpointed before the file is taken up
     /// again. `Ok(false)`: the journal does not take it (too large, or the
     /// journal failed before), and the caller syncs its segment instead.
+    ///
+    /// The frame's place is taken under the lock and its bytes written
+    /// outside it, so that the writes of many sessions overlap; a group
+    /// sync covers only frames up to the first still being written.
     pub(super) fn commit(
         &self,
         start: &FrameStart,
@@ -177,7 +229,7 @@ impl Journal {
         let fits = s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX;
         // A journal that cannot get the room (a full disk) leaves the
         // commit to its segment's own sync, which needs none.
-        if !fits && self.take_up_next(&mut s).is_err() {
+        if !fits && self.take_up_next(&mut s, len).is_err() {
             return Ok(false);
         }
         if s.generation != generation {
@@ -196,58 +248,105 @@ impl Journal {
             }
             f.zeroed = to;
         }
-        // A frame written in part is no frame (its CRC fails), and the
-        // next one overwrites it.
-        if f.file.write_at(at, &frame).is_err() {
-            return Ok(false);
-        }
+        let file = f.file.clone();
         s.end = at + len;
-        s.written += 1;
-        let mine = s.written;
+        s.reserved += 1;
+        let mine = s.reserved;
         s.clients[active].insert(Arc::as_ptr(client) as usize, Arc::downgrade(client));
-        self.wait_durable(s, mine).map(|()| true)
+        drop(s);
+        let wrote = file.write_at(at, &frame);
+        let mut s = self.state.lock();
+        s.land(mine);
+        if wrote.is_err() {
+            // A frame written in part is no frame: reading stops there, so
+            // no frame after it may count on the journal, nor may this one.
+            // They sync their segments instead.
+            self.poisoned.store(true, Ordering::Release);
+            s.broken = s.broken.min(mine);
+            self.wake_all();
+        }
+        self.wait_durable(s, mine)
     }
 
-    /// Waits until frame `mine` is durable, leading a group sync when none
-    /// runs.
-    fn wait_durable<'a>(
-        &'a self,
-        mut s: parking_lot::MutexGuard<'a, State>,
-        mine: u64,
-    ) -> Result<()> {
+    /// Waits until frame `mine` (written) is durable, leading a group sync
+    /// when none runs. `Ok(false)`: a frame at or before it was not
+    /// written, so the caller syncs its segment.
+    ///
+    /// The waiters of the running sync sleep on one condition variable,
+    /// those of the next on the other: a sync's end wakes the frames it
+    /// covered and one waiter to lead the next, not every waiter.
+    fn wait_durable<'a>(&'a self, mut s: MutexGuard<'a, State>, mine: u64) -> Result<bool> {
         loop {
-            if s.durable >= mine {
-                return Ok(());
+            if mine >= s.broken {
+                return Ok(false);
             }
-            if self.poisoned.load(Ordering::Acquire) {
+            if s.durable >= mine {
+                return Ok(true);
+            }
+            if s.sync_failed {
                 return Err(Error::Poisoned);
             }
-            if s.syncing {
-                self.synced.wait(&mut s);
+            // Sync `epoch` runs (or runs next, when none does).
+            let covered = s.syncing && mine <= s.sync_target;
+            if s.syncing || mine > s.written {
+                let next = s.epoch + u64::from(!covered && s.syncing);
+                self.synced[(next & 1) as usize].wait(&mut s);
                 continue;
             }
             s.syncing = true;
             let target = s.written;
+            s.sync_target = target;
             let file = s.files[s.active].as_ref().expect("taken up").file.clone();
             drop(s);
             let result = file.sync();
             s = self.state.lock();
             s.syncing = false;
+            let ended = s.epoch;
+            s.epoch += 1;
             match result {
-                Ok(()) => s.durable = s.durable.max(target),
-                Err(_) => self.poisoned.store(true, Ordering::Release),
+                Ok(()) => {
+                    s.durable = s.durable.max(target);
+                    self.synced[(ended & 1) as usize].notify_all();
+                    // One of those that came meanwhile leads the next.
+                    self.synced[(s.epoch & 1) as usize].notify_one();
+                }
+                Err(_) => {
+                    self.poisoned.store(true, Ordering::Release);
+                    s.sync_failed = true;
+                    self.wake_all();
+                }
             }
-            self.synced.notify_all();
             result?;
+        }
+    }
+
+    /// Wakes every waiter, to look again (a failure, a rotation).
+    fn wake_all(&self) {
+        for c in &self.synced {
+            c.notify_all();
         }
     }
 
     /// Leaves the active file for the other: every frame written to it is
     /// made durable first, the other's last checkpoint must have ended,
     /// and a checkpoint of the file left starts in the background.
-    fn take_up_next(&self, s: &mut parking_lot::MutexGuard<'_, State>) -> Result<()> {
-        while s.syncing {
-            self.synced.wait(s);
+    fn take_up_next(&self, s: &mut MutexGuard<'_, State>, len: u64) -> Result<()> {
+        // Frames still being written land first (each takes the lock
+        // once, so this ends); a sync running ends first.
+        while s.syncing || s.written < s.reserved {
+            if s.syncing {
+                let e = s.epoch;
+                self.synced[(e & 1) as usize].wait(s);
+            } else {
+                MutexGuard::unlocked(s, std::thread::yield_now);
+            }
+        }
+        // Another writer took the next file up meanwhile.
+        if s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX {
+            return Ok(());
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
         }
         let left = s.active;
         let next = match s.files[left] {
@@ -259,11 +358,11 @@ impl Journal {
                 let result = f.file.sync();
                 if result.is_err() {
                     self.poisoned.store(true, Ordering::Release);
-                    self.synced.notify_all();
+                    s.sync_failed = true;
                 }
+                self.wake_all();
                 result?;
                 s.durable = s.written;
-                self.synced.notify_all();
             }
         }
         if let Some(running) = s.checkpoint[next].take() {
