@@ -342,3 +342,69 @@ fn the_benchmarks_sealed_records_chain_to_the_head_save_delta_leaves() {
     assert_eq!(seq, 1 + 2 * TURN_KINDS.len() as u64);
     assert_eq!(kinds(&store, id)[1..], [TURN_KINDS, TURN_KINDS].concat());
 }
+
+/// `commit_turn` archives its items straight from the borrowed `Item`s (or,
+/// with one for the payload area, from owned entries), and its usage and
+/// `TurnEnd` from their mirrors: either way its records are the ones
+/// `save_entries` writes for the same entries, byte for byte.
+#[test]
+fn a_committed_turn_writes_the_records_its_entries_would() {
+    for big in [false, true] {
+        let dir = tempdir();
+        let store = open(dir.path());
+        let mut items = turn(7, 2000);
+        items.push(Item::user_text("and a plain one"));
+        if big {
+            items.push(result("call_big", &"x".repeat(40 << 10)));
+        }
+        let usage = UsageRecord {
+            ts: 5,
+            history_len: 9,
+            input_total_tokens: 812,
+            cache_read_tokens: 700,
+            cache_write_tokens: 12,
+            output_tokens: 40,
+        };
+        let config = RequestConfig::model("m1");
+        let (a, start) = store.create_session(None, config.clone(), &[]).unwrap();
+        let turn = session_store::Turn::new(&items[..], 3).usage(usage);
+        store.commit_turn(a, start, &turn).unwrap();
+        let ts = store
+            .snapshot(a)
+            .unwrap()
+            .iter_from(1)
+            .next()
+            .unwrap()
+            .unwrap()
+            .ts;
+        let (b, mut head) = store.create_session(None, config, &[]).unwrap();
+        let mut entries = session_store::group_delta(&items, ts);
+        entries.push(usage.entry(ts));
+        entries.push(LogEntry::TurnEnd { ts, turn_count: 3 });
+        store.save_entries(b, &mut head, &entries).unwrap();
+        let lines = |id| {
+            let mut out = Vec::new();
+            store
+                .export_entries(id, |e| {
+                    // The chain differs from the first record on (the
+                    // sessions start apart); the entries must not.
+                    let mut v: serde_json::Value = serde_json::from_str(&e.wire_line()).unwrap();
+                    let line = v.as_object_mut().unwrap();
+                    line.remove("hash");
+                    line.remove("prev_hash");
+                    out.push(v);
+                    Ok(())
+                })
+                .unwrap();
+            out.split_off(1)
+        };
+        assert_eq!(lines(a), lines(b), "big: {big}");
+        let (ia, ib) = (
+            store.info(a).unwrap().unwrap(),
+            store.info(b).unwrap().unwrap(),
+        );
+        assert_eq!((ia.entries, ia.bytes), (ib.entries, ib.bytes), "big: {big}");
+        assert_eq!(ia.payload_bytes, ib.payload_bytes, "big: {big}");
+        assert_eq!(ia.payload_bytes > 0, big);
+    }
+}

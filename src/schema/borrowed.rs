@@ -38,10 +38,61 @@ use crate::item::{ContentPart, Item, ItemView, ToolOutput};
 #[rkyv(as = ArchivedLogEntry)]
 #[repr(u8)]
 pub(crate) enum EntryRef<'a> {
-    UserInput { ts: u64, item: ItemRef<'a> } = 1,
-    AssistantItems { ts: u64, items: Vec<ItemRef<'a>> } = 2,
-    ToolResults { ts: u64, items: Vec<ItemRef<'a>> } = 3,
-    HookInjectedItems { ts: u64, items: Vec<ItemRef<'a>> } = 4,
+    UserInput {
+        ts: u64,
+        item: ItemRef<'a>,
+    } = 1,
+    AssistantItems {
+        ts: u64,
+        items: Vec<ItemRef<'a>>,
+    } = 2,
+    ToolResults {
+        ts: u64,
+        items: Vec<ItemRef<'a>>,
+    } = 3,
+    HookInjectedItems {
+        ts: u64,
+        items: Vec<ItemRef<'a>>,
+    } = 4,
+    TurnEnd {
+        ts: u64,
+        turn_count: u64,
+    } = 5,
+    LlmUsage {
+        ts: u64,
+        history_len: u64,
+        input_total_tokens: u64,
+        cache_read_tokens: u64,
+        cache_write_tokens: u64,
+        output_tokens: u64,
+    } = 9,
+}
+
+impl EntryRef<'_> {
+    /// The mirror of an entry that ends a turn (`TurnEnd`, `LlmUsage`),
+    /// which owns nothing to borrow; `None` for any other.
+    pub(crate) fn turn_tail(entry: &super::LogEntry) -> Option<EntryRef<'static>> {
+        use super::LogEntry;
+        match *entry {
+            LogEntry::TurnEnd { ts, turn_count } => Some(EntryRef::TurnEnd { ts, turn_count }),
+            LogEntry::LlmUsage {
+                ts,
+                history_len,
+                input_total_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
+                output_tokens,
+            } => Some(EntryRef::LlmUsage {
+                ts,
+                history_len,
+                input_total_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
+                output_tokens,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl Archivable for EntryRef<'_> {
@@ -51,6 +102,8 @@ impl Archivable for EntryRef<'_> {
             EntryRef::AssistantItems { .. } => EntryKind::AssistantItems,
             EntryRef::ToolResults { .. } => EntryKind::ToolResults,
             EntryRef::HookInjectedItems { .. } => EntryKind::HookInjectedItems,
+            EntryRef::TurnEnd { .. } => EntryKind::TurnEnd,
+            EntryRef::LlmUsage { .. } => EntryKind::LlmUsage,
         }
     }
 
@@ -68,11 +121,13 @@ impl Archivable for EntryRef<'_> {
             EntryRef::UserInput { ts, .. }
             | EntryRef::AssistantItems { ts, .. }
             | EntryRef::ToolResults { ts, .. }
-            | EntryRef::HookInjectedItems { ts, .. } => *ts,
+            | EntryRef::HookInjectedItems { ts, .. }
+            | EntryRef::TurnEnd { ts, .. }
+            | EntryRef::LlmUsage { ts, .. } => *ts,
         }
     }
 
-    /// History items hold no float: nothing to refuse.
+    /// History items and counters hold no float: nothing to refuse.
     fn check(&self) -> Result<()> {
         Ok(())
     }
@@ -387,8 +442,9 @@ impl<'a> ItemRef<'a> {
 #[cfg(test)]
 mod tests {
     use super::super::{group_delta, group_delta_borrowed};
+    use super::EntryRef;
     use crate::item::{ContentPart, Item, Role, ToolOutput};
-    use crate::schema::JsonText;
+    use crate::schema::{JsonText, LogEntry};
 
     fn s(text: &str) -> String {
         text.to_owned()
@@ -632,5 +688,35 @@ mod tests {
             assert_same_archives(std::slice::from_ref(item), u64::MAX);
         }
         assert_same_archives(&[], 0);
+        // The entries that end a turn.
+        let tails = [
+            LogEntry::TurnEnd {
+                ts: 7,
+                turn_count: u64::MAX,
+            },
+            LogEntry::LlmUsage {
+                ts: 1,
+                history_len: 2,
+                input_total_tokens: 3,
+                cache_read_tokens: 4,
+                cache_write_tokens: 5,
+                output_tokens: u64::MAX,
+            },
+        ];
+        for o in &tails {
+            let b = EntryRef::turn_tail(o).expect("a turn's tail");
+            let b_bytes = rkyv::to_bytes::<rkyv::rancor::Error>(&b).expect("archives");
+            assert_eq!(o.to_archive().as_slice(), b_bytes.as_slice(), "{o:?}");
+            assert_eq!(
+                (o.kind(), o.ts()),
+                (super::Archivable::kind(&b), super::Archivable::ts(&b))
+            );
+        }
+        let other = LogEntry::RunErrored {
+            ts: 0,
+            interrupted: false,
+            message: "no".into(),
+        };
+        assert!(EntryRef::turn_tail(&other).is_none());
     }
 }

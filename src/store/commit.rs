@@ -10,7 +10,7 @@ use crate::chain::EntryHash;
 use crate::error::{Error, Result};
 use crate::item::Item;
 use crate::log::{Durability, Log};
-use crate::schema::{group_delta, LogEntry, LoggedItem, SessionId, SessionOrigin};
+use crate::schema::{LogEntry, LoggedItem, SessionId, SessionOrigin};
 use crate::state::UsageRecord;
 
 /// One turn of a session, committed by [`Store::commit_turn`]: its new
@@ -62,18 +62,15 @@ impl<'a> Turn<'a> {
         self
     }
 
-    /// The entries this turn appends: the grouped items, then the usage,
-    /// then the `TurnEnd`, all stamped `ts`.
-    fn entries(&self, ts: u64) -> Vec<LogEntry> {
-        let mut entries = group_delta(&self.items, ts);
-        if let Some(u) = self.usage {
-            entries.push(u.entry(ts));
-        }
-        entries.push(LogEntry::TurnEnd {
+    /// The entries that end this turn, after its items: the usage, then
+    /// the `TurnEnd`, stamped `ts`.
+    fn tail(&self, ts: u64) -> Vec<LogEntry> {
+        let usage = self.usage.map(|u| u.entry(ts));
+        let end = LogEntry::TurnEnd {
             ts,
             turn_count: self.turn_count,
-        });
-        entries
+        };
+        usage.into_iter().chain([end]).collect()
     }
 }
 
@@ -132,8 +129,11 @@ impl Store {
         head: EntryHash,
         turn: &Turn<'_>,
     ) -> Result<EntryHash> {
-        let entries = turn.entries(now_ms());
-        self.append_entries(id, head, &entries, turn.durability)
+        let ts = now_ms();
+        let mut head = head;
+        let tail = turn.tail(ts);
+        self.save_items(id, &mut head, &turn.items, ts, &tail, turn.durability)?;
+        Ok(head)
     }
 
     /// Appends entries as one batch if the head is `head`, with this call's

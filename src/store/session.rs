@@ -11,8 +11,8 @@ use crate::export::WireLine;
 use crate::item::Item;
 use crate::log::{entry_hash, Durability, ExpectHead, Log, RecoveryReport, Snapshot};
 use crate::schema::{
-    group_delta, group_delta_borrowed, item_text_len_bound, Archivable, LogEntry, LoggedItem,
-    SessionId, SessionOrigin,
+    group_delta, group_delta_borrowed, item_text_len_bound, Archivable, EntryRef, LogEntry,
+    LoggedItem, SessionId, SessionOrigin,
 };
 use crate::state::RestoredState;
 
@@ -40,19 +40,46 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn save_delta(&self, id: SessionId, head: &mut EntryHash, items: &[Item]) -> Result<()> {
-        // Archived from the borrowed items: the same bytes as `group_delta`'s
-        // entries, without a copy of every string first.
-        let ts = now_ms();
+        self.save_items(id, head, items, now_ms(), &[], None)
+    }
+
+    /// Appends `items` grouped as [`Store::save_delta`] groups them, stamped
+    /// `ts`, then `tail` (the entries that end a turn), as one batch if the
+    /// head is `head`; advances `head`.
+    pub(super) fn save_items(
+        &self,
+        id: SessionId,
+        head: &mut EntryHash,
+        items: &[Item],
+        ts: u64,
+        tail: &[LogEntry],
+        durability: Option<Durability>,
+    ) -> Result<()> {
         let title = || items.iter().find_map(user_item_text);
+        let saved = Saved {
+            durability,
+            origins: None,
+        };
         let threshold = self.payload_threshold();
-        if items.iter().any(|i| item_text_len_bound(i) >= threshold) {
+        let mirrored: Option<Vec<EntryRef<'static>>> =
+            tail.iter().map(EntryRef::turn_tail).collect();
+        match mirrored {
+            // Archived from the borrowed items: the same bytes as
+            // `group_delta`'s entries, without a copy of every string first.
+            Some(mirrored) if items.iter().all(|i| item_text_len_bound(i) < threshold) => {
+                let mut entries = group_delta_borrowed(items, ts);
+                entries.extend(mirrored);
+                self.save_archivable(id, head, &entries, saved, title)
+            }
             // Some item may go to the payload area: the owned entries, with
             // those items replaced by references.
-            let (entries, _payloads) = self.externalize_owned(group_delta(items, ts))?;
-            return self.save_archivable(id, head, &entries, Saved::default(), title);
+            _ => {
+                let mut entries = group_delta(items, ts);
+                entries.extend_from_slice(tail);
+                let (entries, _payloads) = self.externalize_owned(entries)?;
+                self.save_archivable(id, head, &entries, saved, title)
+            }
         }
-        let entries = group_delta_borrowed(items, ts);
-        self.save_archivable(id, head, &entries, Saved::default(), title)
     }
 
     /// Appends log entries as one batch if the session's head is `head`, and
