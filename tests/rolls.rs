@@ -189,55 +189,6 @@ fn an_oversized_record_discards_a_prepared_segment() {
     oversized_round_trip(o, &sizes);
 }
 
-/// Records which thread made each prepared segment file.
-#[derive(Default)]
-struct Makers(std::sync::Mutex<Vec<(std::thread::ThreadId, PathBuf)>>);
-
-impl IoHook for Makers {
-    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
-        if let IoOp::Allocate { path, .. } | IoOp::Create { path } = op {
-            if path.to_string_lossy().contains("/next-") {
-                let me = std::thread::current().id();
-                self.0.lock().unwrap().push((me, path.to_path_buf()));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A log that never syncs its segments gets sparse ones, and those are
-/// prepared ahead too: making a file can take a millisecond on a busy file
-/// system, which the append that rolls would otherwise wait for.
-#[test]
-fn a_sparse_next_segment_is_made_ahead_not_in_the_append_that_rolls() {
-    let dir = tempfile::tempdir().unwrap();
-    let makers = Arc::new(Makers::default());
-    let mut o = opts(SEG).hook(makers.clone());
-    o.prepare_ahead = true;
-    let log = Log::open(dir.path(), o).unwrap();
-    let mut want = Vec::new();
-    for i in 0.. {
-        let e = entry(i, 600);
-        log.append(&e).unwrap();
-        want.push(e);
-        if log.segment_paths().len() == 3 {
-            break;
-        }
-    }
-    let made = makers.0.lock().unwrap().clone();
-    assert!(made.len() >= 2, "{made:?}");
-    let me = std::thread::current().id();
-    assert!(
-        made.iter().all(|(t, _)| *t != me),
-        "made in the append: {made:?}"
-    );
-    assert_eq!(entries(&log), want);
-    drop(log);
-    let log = Log::open(dir.path(), opts(SEG)).unwrap();
-    assert_eq!(entries(&log), want);
-    assert_eq!(prep_files(dir.path()), Vec::<PathBuf>::new());
-}
-
 /// A record at least as large as the default segment size (64 MiB).
 #[test]
 fn a_record_larger_than_the_default_segment() {

@@ -428,10 +428,13 @@ impl Log {
                 self.settle_in_background();
             }
         }
-        // A sparse file too: making a file can take a millisecond on a
-        // busy file system (ext4 looks past recently freed inodes), which
-        // a commit that rolls would wait for.
-        if !self.inner.opts.prepare_ahead || w.prepared.is_some() || self.is_parked() {
+        // A sparse file is made in an instant: only zero-filled ones are
+        // worth a thread.
+        if !self.inner.opts.prepare_ahead
+            || w.prepared.is_some()
+            || self.space() == Space::Sparse
+            || self.is_parked()
+        {
             return;
         }
         let Some(seg) = w.segments.last() else { return };
