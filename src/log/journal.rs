@@ -115,6 +115,11 @@ struct State {
     durable: u64,
     /// A group sync failed: no frame not yet durable ever will be.
     sync_failed: bool,
+    /// A rotation is under way (`take_up_next`).
+    rotating: bool,
+    /// A checkpoint of a file left failed: its frames may be the only
+    /// durable copy of records, so the files stay for the next open.
+    keep_files: bool,
     syncing: bool,
     /// The last frame the running sync covers.
     sync_target: u64,
@@ -141,6 +146,8 @@ impl State {
             broken: u64::MAX,
             durable: 0,
             sync_failed: false,
+            rotating: false,
+            keep_files: false,
             syncing: false,
             sync_target: 0,
             epoch: 0,
@@ -171,6 +178,8 @@ pub(crate) struct Journal {
     hook: Hook,
     state: Mutex<State>,
     synced: [Condvar; 2],
+    /// Signalled when a rotation ends.
+    rotated: Condvar,
     /// A group sync failed: the kernel may have dropped the file's pages,
     /// so no later frame may count on it. Commits sync their segments
     /// from then on.
@@ -188,6 +197,7 @@ impl Journal {
             hook,
             state: Mutex::new(State::new()),
             synced: [Condvar::new(), Condvar::new()],
+            rotated: Condvar::new(),
             poisoned: AtomicBool::new(false),
         }
     }
@@ -226,7 +236,7 @@ impl Journal {
         let generation = self.state.lock().generation;
         let mut frame = encode_frame(generation, start, records);
         let mut s = self.state.lock();
-        let fits = s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX;
+        let fits = !s.rotating && s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX;
         // A journal that cannot get the room (a full disk) leaves the
         // commit to its segment's own sync, which needs none.
         if !fits && self.take_up_next(&mut s, len).is_err() {
@@ -293,10 +303,14 @@ impl Journal {
                 self.synced[(next & 1) as usize].wait(&mut s);
                 continue;
             }
+            // A journal closed meanwhile (a log kept open past its
+            // store's close): the caller syncs its segment.
+            let Some(file) = s.files[s.active].as_ref().map(|f| f.file.clone()) else {
+                return Ok(false);
+            };
             s.syncing = true;
             let target = s.written;
             s.sync_target = target;
-            let file = s.files[s.active].as_ref().expect("taken up").file.clone();
             drop(s);
             let result = file.sync();
             s = self.state.lock();
@@ -331,15 +345,10 @@ impl Journal {
     /// made durable first, the other's last checkpoint must have ended,
     /// and a checkpoint of the file left starts in the background.
     fn take_up_next(&self, s: &mut MutexGuard<'_, State>, len: u64) -> Result<()> {
-        // Frames still being written land first (each takes the lock
-        // once, so this ends); a sync running ends first.
-        while s.syncing || s.written < s.reserved {
-            if s.syncing {
-                let e = s.epoch;
-                self.synced[(e & 1) as usize].wait(s);
-            } else {
-                MutexGuard::unlocked(s, std::thread::yield_now);
-            }
+        // One rotation at a time; a frame that does not fit meanwhile
+        // waits for it, and no frame takes a place in the file being left.
+        while s.rotating {
+            self.rotated.wait(s);
         }
         // Another writer took the next file up meanwhile.
         if s.files[s.active].is_some() && s.end + len <= JOURNAL_MAX {
@@ -347,6 +356,26 @@ impl Journal {
         }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
+        }
+        s.rotating = true;
+        let result = self.rotate(s);
+        s.rotating = false;
+        self.rotated.notify_all();
+        result
+    }
+
+    /// [`Journal::take_up_next`]'s rotation, once no other runs.
+    fn rotate(&self, s: &mut MutexGuard<'_, State>) -> Result<()> {
+        // Frames still being written land first (no new one takes a place
+        // while a rotation is pending, so this ends soon); a sync running
+        // ends first.
+        while s.syncing || s.written < s.reserved {
+            if s.syncing {
+                let e = s.epoch;
+                self.synced[(e & 1) as usize].wait(s);
+            } else {
+                MutexGuard::unlocked(s, std::thread::yield_now);
+            }
         }
         let left = s.active;
         let next = match s.files[left] {
@@ -366,9 +395,17 @@ impl Journal {
             }
         }
         if let Some(running) = s.checkpoint[next].take() {
-            running
+            let joined = running
                 .join()
-                .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")))?;
+                .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")));
+            if joined.is_err() {
+                // Its frames may be the only durable copy of a log's
+                // records: the file is never taken up again nor removed,
+                // and the next open replays it.
+                self.poisoned.store(true, Ordering::Release);
+                s.keep_files = true;
+            }
+            joined?;
         }
         // A fresh random generation: frames of the file's earlier use stop
         // the reading, and no record's content can mimic a frame of the
@@ -446,6 +483,22 @@ impl Journal {
     /// checkpointed): waits for running checkpoints and removes the files.
     pub(crate) fn close(&self) -> Result<()> {
         let mut s = self.state.lock();
+        while s.syncing || s.written < s.reserved || s.rotating {
+            if s.syncing {
+                let e = s.epoch;
+                self.synced[(e & 1) as usize].wait(&mut s);
+            } else {
+                MutexGuard::unlocked(&mut s, std::thread::yield_now);
+            }
+        }
+        // Commits still waiting look again once this ends: with the files
+        // gone they sync their segments.
+        self.wake_all();
+        if s.keep_files {
+            return Err(Error::invalid(
+                "a journal checkpoint failed: the journal's files are kept for the next open",
+            ));
+        }
         let mut result = Ok(());
         for k in 0..2 {
             if let Some(running) = s.checkpoint[k].take() {
@@ -496,6 +549,47 @@ mod tests {
         assert_eq!(token_of_name(&name), Some(hex(&token).as_str()));
         assert_eq!(token_of_name("x-1.jnl"), None);
         assert_eq!(token_of_name(&name.replace("-1", "-2")), None);
+    }
+
+    /// A checkpoint of a file left that failed: that file may hold the
+    /// only durable copy of a log's records, so it is never taken up again
+    /// (the journal takes no more frames) and the handle's close keeps both
+    /// files for the next open to replay.
+    #[test]
+    fn a_failed_checkpoint_keeps_the_journal_files() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let journal = Journal::new(root.path(), [7; 16], None);
+        {
+            let mut s = journal.state.lock();
+            let header = JournalHeader {
+                clean: false,
+                generation: 1,
+                boot: journal.boot,
+                token: journal.token,
+            };
+            let path = journal.dir.join(journal_name(&journal.token, 0));
+            s.files[0] = Some(journal.create(&path, &header).expect("create"));
+            s.generation = 1;
+            // File 1 was left before, and its checkpoint failed.
+            let path = journal.dir.join(journal_name(&journal.token, 1));
+            s.files[1] = Some(journal.create(&path, &header).expect("create"));
+            s.checkpoint[1] = Some(std::thread::spawn(|| {
+                Err(Error::invalid("injected checkpoint failure"))
+            }));
+            s.end = JOURNAL_MAX;
+            assert!(journal.take_up_next(&mut s, 1024).is_err());
+            assert_eq!(s.active, 0, "the file left is not taken up");
+            assert!(s.keep_files);
+        }
+        assert!(!journal.takes_frames());
+        assert!(journal.close().is_err());
+        for k in 0..2 {
+            let path = root
+                .path()
+                .join(JOURNAL_DIR)
+                .join(journal_name(&[7; 16], k));
+            assert!(path.exists(), "{path:?} removed");
+        }
     }
 
     #[test]
