@@ -37,27 +37,13 @@ use crate::item::{ContentPart, Item, ItemView, ToolOutput};
 #[derive(rkyv::Archive, rkyv::Serialize)]
 #[rkyv(as = ArchivedLogEntry)]
 #[repr(u8)]
+#[rustfmt::skip]
 pub(crate) enum EntryRef<'a> {
-    UserInput {
-        ts: u64,
-        item: ItemRef<'a>,
-    } = 1,
-    AssistantItems {
-        ts: u64,
-        items: Vec<ItemRef<'a>>,
-    } = 2,
-    ToolResults {
-        ts: u64,
-        items: Vec<ItemRef<'a>>,
-    } = 3,
-    HookInjectedItems {
-        ts: u64,
-        items: Vec<ItemRef<'a>>,
-    } = 4,
-    TurnEnd {
-        ts: u64,
-        turn_count: u64,
-    } = 5,
+    UserInput { ts: u64, item: ItemRef<'a> } = 1,
+    AssistantItems { ts: u64, items: Vec<ItemRef<'a>> } = 2,
+    ToolResults { ts: u64, items: Vec<ItemRef<'a>> } = 3,
+    HookInjectedItems { ts: u64, items: Vec<ItemRef<'a>> } = 4,
+    TurnEnd { ts: u64, turn_count: u64 } = 5,
     LlmUsage {
         ts: u64,
         history_len: u64,
