@@ -614,6 +614,66 @@ fn a_failed_journal_sync_acknowledges_nothing_and_later_commits_sync_their_segme
     assert_eq!(store.restore(ids[1]).unwrap().turn_count, 2);
 }
 
+/// Fails the first journal `fdatasync` once armed, after holding it for
+/// half a second (so that another session's frame lands meanwhile).
+#[derive(Default)]
+struct FailOneSlowJournalSync {
+    armed: AtomicBool,
+}
+
+impl IoHook for FailOneSlowJournalSync {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        match op {
+            IoOp::Sync { path } if is_journal(path) && self.armed.swap(false, Ordering::SeqCst) => {
+                thread::sleep(Duration::from_millis(500));
+                Err(io::Error::other("injected journal fdatasync failure"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A frame that landed while a journal sync was failing was not covered by
+/// it: its commit syncs its segment instead of failing with the one the
+/// sync covered.
+#[test]
+fn a_frame_after_a_failed_journal_sync_falls_back_to_its_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Arc::new(FailOneSlowJournalSync::default());
+    let log = LogOptions::default()
+        .durability(Durability::Sync)
+        .hook(hook.clone());
+    let store = Store::open_with(dir.path(), StoreOptions::default().log(log)).unwrap();
+    let ids = create_sessions(&store, 2);
+    commit_concurrently(&store, &ids, 1);
+    hook.armed.store(true, Ordering::SeqCst);
+    let results: Vec<bool> = thread::scope(|s| {
+        let workers: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| {
+                let store = &store;
+                let worker = s.spawn(move || {
+                    let head = store.restore(id).unwrap().head.unwrap();
+                    let items = turn_items(k, 1);
+                    store
+                        .commit_turn(id, head, &Turn::new(&items[..], 2))
+                        .is_ok()
+                });
+                thread::sleep(Duration::from_millis(100));
+                worker
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(
+        results,
+        [false, true],
+        "the covered commit fails, the later one falls back"
+    );
+    assert_eq!(store.restore(ids[1]).unwrap().turn_count, 2);
+}
+
 const ROLE: &str = "SESSION_STORE_JOURNAL_CHILD";
 
 /// The child side of the kill test: commits Sync turns to the sessions

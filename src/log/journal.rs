@@ -113,8 +113,9 @@ struct State {
     broken: u64,
     /// Frames made durable.
     durable: u64,
-    /// A group sync failed: no frame not yet durable ever will be.
-    sync_failed: bool,
+    /// A group sync failed, covering frames up to this one: none of them
+    /// counts as durable; later frames sync their segments instead.
+    sync_failed: Option<u64>,
     /// A rotation is under way (`take_up_next`).
     rotating: bool,
     /// A checkpoint of a file left failed: its frames may be the only
@@ -145,7 +146,7 @@ impl State {
             landed: BTreeSet::new(),
             broken: u64::MAX,
             durable: 0,
-            sync_failed: false,
+            sync_failed: None,
             rotating: false,
             keep_files: false,
             syncing: false,
@@ -293,8 +294,11 @@ impl Journal {
             if s.durable >= mine {
                 return Ok(true);
             }
-            if s.sync_failed {
-                return Err(Error::Poisoned);
+            if let Some(upto) = s.sync_failed {
+                return match mine <= upto {
+                    true => Err(Error::Poisoned),
+                    false => Ok(false),
+                };
             }
             // Sync `epoch` runs (or runs next, when none does).
             let covered = s.syncing && mine <= s.sync_target;
@@ -326,7 +330,7 @@ impl Journal {
                 }
                 Err(_) => {
                     self.poisoned.store(true, Ordering::Release);
-                    s.sync_failed = true;
+                    s.sync_failed = Some(target);
                     self.wake_all();
                 }
             }
@@ -387,7 +391,7 @@ impl Journal {
                 let result = f.file.sync();
                 if result.is_err() {
                     self.poisoned.store(true, Ordering::Release);
-                    s.sync_failed = true;
+                    s.sync_failed = Some(s.written);
                 }
                 self.wake_all();
                 result?;
