@@ -504,6 +504,30 @@ fn a_journal_that_rotated_recovers_what_its_files_hold() {
     store.abandon();
 }
 
+/// Each session commits its next turn from a thread of its own, each
+/// thread started 100 ms after the one before; returns whether each commit
+/// was acknowledged.
+fn commit_one_each_staggered(store: &Store, ids: &[SessionId]) -> Vec<bool> {
+    thread::scope(|s| {
+        let workers: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| {
+                let worker = s.spawn(move || {
+                    let state = store.restore(id).unwrap();
+                    let turn = state.turn_count as usize;
+                    let items = turn_items(k, turn);
+                    let next = Turn::new(&items[..], turn as u64 + 1);
+                    store.commit_turn(id, state.head.unwrap(), &next).is_ok()
+                });
+                thread::sleep(Duration::from_millis(100));
+                worker
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    })
+}
+
 /// Two sessions commit a turn each, the second 100 ms after the first,
 /// whose frame's write is stalled for half a second (and fails then, with
 /// `fail`); then the power fails. Returns whether each turn was
@@ -516,25 +540,7 @@ fn stalled_first_frame(fail: bool) -> (Vec<bool>, Vec<u64>) {
     let ids = create_sessions(&store, 2);
     hook.fail_stalled.store(fail, Ordering::SeqCst);
     hook.stall_first_frame.store(true, Ordering::SeqCst);
-    let acked: Vec<bool> = thread::scope(|s| {
-        let workers: Vec<_> = ids
-            .iter()
-            .enumerate()
-            .map(|(k, &id)| {
-                let store = &store;
-                let worker = s.spawn(move || {
-                    let head = store.restore(id).unwrap().head.unwrap();
-                    let items = turn_items(k, 0);
-                    store
-                        .commit_turn(id, head, &Turn::new(&items[..], 1))
-                        .is_ok()
-                });
-                thread::sleep(Duration::from_millis(100));
-                worker
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
-    });
+    let acked = commit_one_each_staggered(&store, &ids);
     let events = hook.events.lock().unwrap().clone();
     let image = work.path().join("image");
     crash_image(&root, &image, &events, false);
@@ -647,25 +653,7 @@ fn a_frame_after_a_failed_journal_sync_falls_back_to_its_segment() {
     let ids = create_sessions(&store, 2);
     commit_concurrently(&store, &ids, 1);
     hook.armed.store(true, Ordering::SeqCst);
-    let results: Vec<bool> = thread::scope(|s| {
-        let workers: Vec<_> = ids
-            .iter()
-            .enumerate()
-            .map(|(k, &id)| {
-                let store = &store;
-                let worker = s.spawn(move || {
-                    let head = store.restore(id).unwrap().head.unwrap();
-                    let items = turn_items(k, 1);
-                    store
-                        .commit_turn(id, head, &Turn::new(&items[..], 2))
-                        .is_ok()
-                });
-                thread::sleep(Duration::from_millis(100));
-                worker
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap()).collect()
-    });
+    let results = commit_one_each_staggered(&store, &ids);
     assert_eq!(
         results,
         [false, true],
