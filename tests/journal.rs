@@ -128,7 +128,7 @@ impl Recorder {
     }
 }
 
-fn sync_store(root: &Path, hook: Arc<Recorder>) -> Store {
+fn sync_store(root: &Path, hook: Arc<dyn IoHook>) -> Store {
     let log = LogOptions::default()
         .durability(Durability::Sync)
         .hook(hook);
@@ -597,10 +597,7 @@ fn a_failed_journal_sync_acknowledges_nothing_and_later_commits_sync_their_segme
     let hook = Arc::new(FailJournalSync {
         fail: AtomicBool::new(false),
     });
-    let log = LogOptions::default()
-        .durability(Durability::Sync)
-        .hook(hook.clone());
-    let store = Store::open_with(dir.path(), StoreOptions::default().log(log)).unwrap();
+    let store = sync_store(dir.path(), hook.clone());
     let ids = create_sessions(&store, 2);
     commit_concurrently(&store, &ids, 1);
     hook.fail.store(true, Ordering::SeqCst);
@@ -646,10 +643,7 @@ impl IoHook for FailOneSlowJournalSync {
 fn a_frame_after_a_failed_journal_sync_falls_back_to_its_segment() {
     let dir = tempfile::tempdir().unwrap();
     let hook = Arc::new(FailOneSlowJournalSync::default());
-    let log = LogOptions::default()
-        .durability(Durability::Sync)
-        .hook(hook.clone());
-    let store = Store::open_with(dir.path(), StoreOptions::default().log(log)).unwrap();
+    let store = sync_store(dir.path(), hook.clone());
     let ids = create_sessions(&store, 2);
     commit_concurrently(&store, &ids, 1);
     hook.armed.store(true, Ordering::SeqCst);
