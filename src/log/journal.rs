@@ -368,11 +368,10 @@ impl Journal {
         result
     }
 
-    /// [`Journal::take_up_next`]'s rotation, once no other runs.
-    fn rotate(&self, s: &mut MutexGuard<'_, State>) -> Result<()> {
-        // Frames still being written land first (no new one takes a place
-        // while a rotation is pending, so this ends soon); a sync running
-        // ends first.
+    /// Waits until every frame given a place has landed and no sync runs.
+    /// Each frame being written takes the lock once to land, so this ends
+    /// once no new frame takes a place (a rotation pending, or a close).
+    fn wait_quiet(&self, s: &mut MutexGuard<'_, State>) {
         while s.syncing || s.written < s.reserved {
             if s.syncing {
                 let e = s.epoch;
@@ -381,6 +380,11 @@ impl Journal {
                 MutexGuard::unlocked(s, std::thread::yield_now);
             }
         }
+    }
+
+    /// [`Journal::take_up_next`]'s rotation, once no other runs.
+    fn rotate(&self, s: &mut MutexGuard<'_, State>) -> Result<()> {
+        self.wait_quiet(s);
         let left = s.active;
         let next = match s.files[left] {
             Some(_) => 1 - left,
@@ -487,12 +491,15 @@ impl Journal {
     /// checkpointed): waits for running checkpoints and removes the files.
     pub(crate) fn close(&self) -> Result<()> {
         let mut s = self.state.lock();
-        while s.syncing || s.written < s.reserved || s.rotating {
-            if s.syncing {
-                let e = s.epoch;
-                self.synced[(e & 1) as usize].wait(&mut s);
-            } else {
-                MutexGuard::unlocked(&mut s, std::thread::yield_now);
+        // A rotation may start while the quiet is awaited (the lock is let
+        // go meanwhile): both must hold at once.
+        loop {
+            while s.rotating {
+                self.rotated.wait(&mut s);
+            }
+            self.wait_quiet(&mut s);
+            if !s.rotating {
+                break;
             }
         }
         // Commits still waiting look again once this ends: with the files

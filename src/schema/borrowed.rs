@@ -59,25 +59,20 @@ impl EntryRef<'_> {
     /// which owns nothing to borrow; `None` for any other.
     pub(crate) fn turn_tail(entry: &super::LogEntry) -> Option<EntryRef<'static>> {
         use super::LogEntry;
-        match *entry {
-            LogEntry::TurnEnd { ts, turn_count } => Some(EntryRef::TurnEnd { ts, turn_count }),
-            LogEntry::LlmUsage {
+        Some(same_variant!(
+            *entry,
+            LogEntry => EntryRef,
+            TurnEnd { ts, turn_count },
+            LlmUsage {
                 ts,
                 history_len,
                 input_total_tokens,
                 cache_read_tokens,
                 cache_write_tokens,
-                output_tokens,
-            } => Some(EntryRef::LlmUsage {
-                ts,
-                history_len,
-                input_total_tokens,
-                cache_read_tokens,
-                cache_write_tokens,
-                output_tokens,
-            }),
-            _ => None,
-        }
+                output_tokens
+            };
+            _ => return None
+        ))
     }
 }
 

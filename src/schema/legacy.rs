@@ -93,19 +93,11 @@ pub(crate) enum LegacyLogEntry {
     },
 }
 
-/// The same variant of the other enum, every field moved over by name.
-macro_rules! same_variant {
-    ($old:expr, $($variant:ident { $($field:ident),* }),* $(,)?) => {
-        match $old {
-            $(LegacyLogEntry::$variant { $($field),* } => LogEntry::$variant { $($field),* },)*
-        }
-    };
-}
-
 impl From<LegacyLogEntry> for LogEntry {
     fn from(old: LegacyLogEntry) -> LogEntry {
         same_variant!(
             old,
+            LegacyLogEntry => LogEntry,
             SessionStart {
                 ts,
                 system_prompt,

@@ -37,6 +37,20 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::item::Item;
 
+/// `$old` (of enum `$from`) as the same variant of enum `$to`, every field
+/// moved over by name; `; _ => $else` for the variants not named. The
+/// mirrors of `LogEntry` (the frozen old root, the borrowed entries) keep
+/// its variants' fields, so a conversion names each field once.
+macro_rules! same_variant {
+    ($old:expr, $from:ident => $to:ident,
+     $($variant:ident { $($field:ident),* }),* $(,)? $(; _ => $else:expr)?) => {
+        match $old {
+            $($from::$variant { $($field),* } => $to::$variant { $($field),* },)*
+            $(_ => $else,)?
+        }
+    };
+}
+
 mod archived;
 mod borrowed;
 mod ids;

@@ -574,7 +574,7 @@ fn refuse_fork_links<'a>(entries: impl IntoIterator<Item = &'a LogEntry>) -> Res
 type Origins = (Option<SessionOrigin>, Option<SessionOrigin>);
 
 /// What a save is told beyond its entries.
-#[derive(Default, Clone, Copy)]
+#[derive(Clone, Copy)]
 struct Saved {
     /// This call's durability; `None` for the store's option.
     durability: Option<Durability>,
