@@ -174,6 +174,27 @@ pub enum Error {
         /// What does not hold.
         what: String,
     },
+    /// Records of a session that only an orphaned journal held (`Sync`
+    /// commits acknowledged before a crash) could not be put back into
+    /// its log when the store opened: the journal's frames do not continue
+    /// the log (another history, or a gap), or the log could not be opened.
+    /// The journal file is kept and the session is not written, so that no
+    /// later commit buries them; open the store with
+    /// [`RecoveryMode::Salvage`](crate::RecoveryMode::Salvage) to go on
+    /// without them. Reads show what the log holds. See
+    /// [`Store::unapplied_journals`](crate::Store::unapplied_journals).
+    #[error(
+        "session {session} has acknowledged records in the journal {} that could not be put back into its log: {reason}; the journal is kept and the session is not written (open the store with RecoveryMode::Salvage to go on without them)",
+        journal.display()
+    )]
+    JournalUnapplied {
+        /// The session.
+        session: crate::id::SessionId,
+        /// The journal file that holds them.
+        journal: PathBuf,
+        /// Why they could not be applied.
+        reason: String,
+    },
     /// Records of a session lie in segments evicted to an archive (their
     /// local files were removed after the archive was verified to hold
     /// them, see `evicted.json`): attach the archive

@@ -38,6 +38,7 @@
 //! | [`Error::Io`] | the OS refused: a full disk ([`Error::is_storage_full`]), too many open files ([`Error::is_out_of_descriptors`], returned only after the store closed its idle sessions and tried once more), a permission, a read-only medium; it names the operation and the file | fix the cause; the call did not return its result, so read the head before retrying a save |
 //! | [`Error::Poisoned`] | an earlier write or sync of this session failed, and its writer refuses more | fix the cause, then call again: once no handle holds the poisoned writer, the store reopens the session through recovery, and its head says what was kept |
 //! | [`Error::Corrupt`] | bytes on disk failed their check at or before the durable point; it names the segment, offset and seq | stop writing that session; `session-store verify`, then salvage ([`RecoveryMode::Salvage`]), restore from a copy, or delete it: other sessions are unaffected |
+//! | [`Error::JournalUnapplied`] | acknowledged records that only a crashed handle's journal held do not continue the session's log; it names the journal file | the session is read as its log holds it and not written; [`Store::unapplied_journals`] lists them; keep the journal file for inspection, then open with [`RecoveryMode::Salvage`] to write on without them |
 //! | [`Error::NotFound`] | no such session (or entry, for a fork) | — |
 //! | [`Error::InvalidInput`] | the call was refused before anything was written: an invalid id, JSON that would not export, a write to a read-only store | fix the input |
 //! | [`Error::ItemForm`] | an item does not fit a provider's wire form; names the item and field | fix the item |
@@ -113,7 +114,7 @@ pub use schema::{
 pub use state::{Problem, RestoredState};
 pub use store::{
     Deletion, HistoryTail, ListFilter, SessionHandle, SessionInfo, Store, StoreOptions,
-    Subscription, Turn,
+    Subscription, Turn, UnappliedJournal,
 };
 
 /// The wire form: one JSON object a log entry, as `export` writes and

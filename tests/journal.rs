@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use session_store::log::{IoHook, IoOp};
 use session_store::{
-    Durability, Item, LogOptions, RequestConfig, SessionId, Store, StoreOptions, Turn,
+    Durability, Item, LogOptions, RecoveryMode, RequestConfig, SessionId, Store, StoreOptions, Turn,
 };
 
 fn is_journal(path: &Path) -> bool {
@@ -747,11 +747,7 @@ fn a_damaged_orphan_journal_never_panics_and_never_rewrites_history() {
     let store = sync_store(&root, hook);
     let ids = create_sessions(&store, 2);
     commit_concurrently(&store, &ids, 3);
-    let journal: Vec<u8> = {
-        let dir = root.join("journal");
-        let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap();
-        std::fs::read(file.path()).unwrap()
-    };
+    let (_, journal) = only_journal(&root);
     store.close().unwrap();
     let want: Vec<Vec<Item>> = ids
         .iter()
@@ -803,6 +799,108 @@ fn a_damaged_orphan_journal_never_panics_and_never_rewrites_history() {
         .unwrap();
 }
 
+/// The one journal file under `root`, with its bytes.
+fn only_journal(root: &Path) -> (PathBuf, Vec<u8>) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join("journal"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let path = files.pop().unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    (path, bytes)
+}
+
+fn store_with(root: &Path, recovery: RecoveryMode) -> Store {
+    let log = LogOptions::default()
+        .durability(Durability::Sync)
+        .recovery(recovery);
+    Store::open_with(root, StoreOptions::default().log(log)).unwrap()
+}
+
+/// Acknowledged records that only an orphaned journal holds, whose frames
+/// do not continue their session's log (here the log went on with another
+/// second turn), are never dropped silently: the open names the session
+/// and the journal file, the file is kept, and the session is read as its
+/// log holds it but not written, until a `Salvage` open goes on without
+/// them. The other session's frames are put back as usual.
+#[test]
+fn journal_frames_that_do_not_continue_their_log_keep_the_file_and_stop_the_sessions_writes() {
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let root = work.path().join("store");
+    let store = sync_store(&root, Arc::new(Recorder::default()));
+    let ids = create_sessions(&store, 2);
+    commit_concurrently(&store, &ids, 1);
+    store.close().unwrap();
+    let other = work.path().join("other");
+    copy_tree(&root, &other);
+    // The second turns, acknowledged through the journal only.
+    let store = sync_store(&root, Arc::new(Recorder::default()));
+    commit_concurrently(&store, &ids, 1);
+    let (_, frames) = only_journal(&root);
+    store.abandon();
+    // The copy goes on with another second turn in session 0.
+    let store = store_with(&other, RecoveryMode::Strict);
+    let state = store.restore(ids[0]).unwrap();
+    let items = turn_items(99, 1);
+    store
+        .commit_turn(ids[0], state.head.unwrap(), &Turn::new(&items[..], 2))
+        .unwrap();
+    let own_history = store.restore(ids[0]).unwrap().history;
+    store.close().unwrap();
+    let orphan = other
+        .join("journal")
+        .join(format!("{}-0.jnl", "ef".repeat(16)));
+    std::fs::write(&orphan, &frames).unwrap();
+
+    let store = store_with(&other, RecoveryMode::Strict);
+    let unapplied = store.unapplied_journals();
+    assert_eq!(unapplied.len(), 1, "{unapplied:?}");
+    assert_eq!(unapplied[0].session, ids[0]);
+    assert_eq!(unapplied[0].journal, orphan);
+    assert!(!unapplied[0].dropped);
+    assert!(
+        unapplied[0].reason.contains("chain"),
+        "{}",
+        unapplied[0].reason
+    );
+    // Session 1's frame continued its log: put back.
+    assert_eq!(store.restore(ids[1]).unwrap().turn_count, 2);
+    // Session 0 reads as its log holds it, and refuses writes.
+    let state = store.restore(ids[0]).unwrap();
+    assert_eq!(state.history, own_history);
+    let items = turn_items(0, 2);
+    let refused = store.commit_turn(ids[0], state.head.unwrap(), &Turn::new(&items[..], 3));
+    match refused {
+        Err(session_store::Error::JournalUnapplied {
+            session, journal, ..
+        }) => assert_eq!((session, journal), (ids[0], orphan.clone())),
+        other => panic!("{other:?}"),
+    }
+    commit_concurrently(&store, &ids[1..], 1);
+    store.close().unwrap();
+    assert!(orphan.exists(), "the journal was removed");
+    // The next open tries again, and refuses again.
+    let store = store_with(&other, RecoveryMode::Strict);
+    assert_eq!(store.unapplied_journals().len(), 1);
+    assert_eq!(store.restore(ids[1]).unwrap().turn_count, 3);
+    store.close().unwrap();
+
+    // Salvage goes on without them, and the file goes.
+    let store = store_with(&other, RecoveryMode::Salvage);
+    let unapplied = store.unapplied_journals();
+    assert_eq!(unapplied.len(), 1);
+    assert!(unapplied[0].dropped);
+    commit_concurrently(&store, &ids[..1], 1);
+    store.close().unwrap();
+    assert!(!orphan.exists(), "a salvaged journal was kept");
+    let store = store_with(&other, RecoveryMode::Strict);
+    assert!(store.unapplied_journals().is_empty());
+    assert_eq!(store.restore(ids[0]).unwrap().turn_count, 3);
+    store.close().unwrap();
+}
+
 /// A journal of another layout version (version 1 framed format 8's
 /// records) is never replayed, since its records would land in a format 9
 /// segment, and never removed: the open leaves it in place and the
@@ -814,11 +912,7 @@ fn an_orphan_journal_of_another_version_is_left_in_place_unread() {
     let store = sync_store(&root, Arc::new(Recorder::default()));
     let ids = create_sessions(&store, 2);
     commit_concurrently(&store, &ids, 3);
-    let mut journal: Vec<u8> = {
-        let dir = root.join("journal");
-        let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap();
-        std::fs::read(file.path()).unwrap()
-    };
+    let (_, mut journal) = only_journal(&root);
     store.close().unwrap();
     let want: Vec<Vec<Item>> = ids.iter().map(|id| store_history(&root, *id)).collect();
     // The header as version 1 wrote it: the version field, its CRC again.

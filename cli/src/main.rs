@@ -100,7 +100,23 @@ pub(crate) fn open_store(root: &Option<PathBuf>) -> Result<Store> {
             root.display()
         )));
     }
-    Store::open(&root).with_context(|| format!("opening store {}", root.display()))
+    opened(&root)
+}
+
+/// Opens the store at `root` to write, and warns of the sessions whose
+/// records in a crashed handle's journal its recovery could not put back
+/// (the store refuses to write them).
+fn opened(root: &std::path::Path) -> Result<Store> {
+    let store = Store::open(root).with_context(|| format!("opening store {}", root.display()))?;
+    for u in store.unapplied_journals() {
+        eprintln!(
+            "warning: session {}: acknowledged records in {} were not put back ({}); the session is not written until the store is opened with salvage recovery",
+            u.session,
+            u.journal.display(),
+            u.reason
+        );
+    }
+    Ok(store)
 }
 
 /// Opens an existing store to write: a path that holds no store is "not
@@ -110,7 +126,7 @@ pub(crate) fn open_existing_store(root: &Option<PathBuf>) -> Result<Store> {
     if !is_store(&root) {
         return Err(out::not_found(format!("no store at {}", root.display())));
     }
-    Store::open(&root).with_context(|| format!("opening store {}", root.display()))
+    opened(&root)
 }
 
 /// Whether `root` holds a store (its `sessions/` directory). A path that

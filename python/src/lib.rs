@@ -14,7 +14,10 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
-use session_store::{responses, Durability, EntryHash, Error, Form, Item, ItemView, JsonSink, LogOptions, RequestConfig, SessionId, StoreOptions};
+use session_store::{
+    responses, Durability, EntryHash, Error, Form, Item, ItemView, JsonSink, LogOptions,
+    RequestConfig, SessionId, StoreOptions,
+};
 
 create_exception!(
     session_store,
@@ -96,7 +99,7 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
             err
         }
         Error::Locked { .. } => Locked::new_err(message),
-        Error::Corrupt { .. } => Corrupt::new_err(message),
+        Error::Corrupt { .. } | Error::JournalUnapplied { .. } => Corrupt::new_err(message),
         Error::Io { .. } => IoError::new_err(message),
         Error::Poisoned => Poisoned::new_err(message),
         Error::NotFound { .. } => NotFound::new_err(message),

@@ -9,7 +9,11 @@
 //! still locked is left alone, unless its header names another boot than
 //! this one: then its owner is gone and another store is recovering it,
 //! so the open waits for that (no session may be written before its
-//! journal frames are back). DESIGN.md, "The shared journal".
+//! journal frames are back). A session whose frames cannot be put back
+//! keeps the file, and this handle refuses to write it
+//! ([`Error::JournalUnapplied`]) unless it recovers with
+//! [`RecoveryMode::Salvage`], which goes on without them. DESIGN.md, "The
+//! shared journal".
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -21,9 +25,29 @@ use crate::error::{Error, Result};
 use crate::format::journal::{frames, FrameStart, JournalHeader, JOURNAL_HEADER_LEN};
 use crate::fs::{self as hooked_fs, io_err, names, HookedFile};
 use crate::log::journal::{boot_id, hex, token_of_name, JournalPort, JOURNAL_DIR};
-use crate::log::Log;
+use crate::log::{Log, RecoveryMode};
 use crate::schema::SessionId;
 use crate::segment::parse_segment_name;
+
+/// A session's records that only an orphaned journal held, which this
+/// store's open could not put back into its log ([`Store::unapplied_journals`]).
+///
+/// Example: [`Store::unapplied_journals`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnappliedJournal {
+    /// The session.
+    pub session: SessionId,
+    /// The journal file that holds them (the one whose frame failed).
+    pub journal: PathBuf,
+    /// Why they could not be put back.
+    pub reason: String,
+    /// Gone: the store opened with [`RecoveryMode::Salvage`], which writes
+    /// the session on without them and removes the file once no other
+    /// session needs it. Otherwise the file is kept for the next open, and
+    /// this handle refuses to write the session
+    /// ([`Error::JournalUnapplied`]).
+    pub dropped: bool,
+}
 
 /// A journal file taken for recovery: its lock, path and bytes.
 struct Orphan {
@@ -89,18 +113,68 @@ impl Store {
                 sessions.entry(start.session).or_default().push(frame);
             }
         }
+        let salvage = self.inner.opts.log.recovery == RecoveryMode::Salvage;
+        let mut unapplied = Vec::new();
         for (id, mut frames) in sessions {
             frames.sort_by_key(|(start, _, _)| start.seq);
-            if self.replay_session(SessionId(id), &frames).is_err() {
+            let Err(e) = self.replay_session(SessionId(id), &frames) else {
+                continue;
+            };
+            if !salvage {
                 kept.extend(frames.iter().map(|(_, _, path)| *path));
             }
+            let journal = match &e {
+                Error::Corrupt { segment, .. } => segment.clone(),
+                _ => frames[0].2.to_path_buf(),
+            };
+            unapplied.push(UnappliedJournal {
+                session: SessionId(id),
+                journal,
+                reason: e.to_string(),
+                dropped: salvage,
+            });
         }
+        *self.inner.unapplied.lock() = unapplied;
         for o in &orphans {
             if !kept.contains(o.path.as_path()) {
                 hooked_fs::remove_file(&o.path, self.hook())?;
             }
         }
         Ok(())
+    }
+
+    /// The sessions whose acknowledged records in journals left by handles
+    /// that are gone this store's open could not put back into their logs:
+    /// their frames do not continue the log (another history, a gap), or
+    /// the log would not open. Empty after a normal open. Unless the store
+    /// opened with [`RecoveryMode::Salvage`], each journal file is kept and
+    /// this handle refuses to write the session
+    /// ([`Error::JournalUnapplied`]); its reads show what its log holds.
+    ///
+    /// ```
+    /// use session_store::{RequestConfig, Store};
+    /// # fn main() -> session_store::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path())?;
+    /// assert!(store.unapplied_journals().is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn unapplied_journals(&self) -> Vec<UnappliedJournal> {
+        self.inner.unapplied.lock().clone()
+    }
+
+    /// [`Error::JournalUnapplied`] for a session this handle must not
+    /// write (see [`Store::unapplied_journals`]).
+    pub(super) fn refuse_unapplied(&self, id: SessionId) -> Result<()> {
+        let unapplied = self.inner.unapplied.lock();
+        match unapplied.iter().find(|u| u.session == id && !u.dropped) {
+            None => Ok(()),
+            Some(u) => Err(Error::JournalUnapplied {
+                session: id,
+                journal: u.journal.clone(),
+                reason: u.reason.clone(),
+            }),
+        }
     }
 
     /// Applies a session's journal frames (sorted by seq) to its log, and

@@ -79,6 +79,7 @@ pub use budget::{
 };
 pub use commit::Turn;
 pub use forks::{Deletion, ExportedEntry, MAX_FORK_DEPTH};
+pub use journal::UnappliedJournal;
 pub use names::{MAX_NAME_BYTES, NAME_DOMAIN};
 pub use shards::SessionHandle;
 pub use subscription::{SubscribedEntry, Subscription, DEFAULT_POLL_INTERVAL};
@@ -296,6 +297,9 @@ struct Inner {
     /// The shared journal of this handle's `Sync` commits (a writable
     /// store's; see `log::journal` and `store::journal`).
     journal: Option<Arc<Journal>>,
+    /// Sessions whose records in orphaned journals the open could not put
+    /// back (`Store::unapplied_journals`).
+    unapplied: Mutex<Vec<UnappliedJournal>>,
     /// `Store` values sharing this (an `Arc` count would not tell two last
     /// drops at once apart): the one that takes it to none closes.
     handles: AtomicUsize,
@@ -523,6 +527,7 @@ impl Store {
                 viewed: Mutex::new(HashMap::new()),
                 abandoned: AtomicBool::new(false),
                 journal,
+                unapplied: Mutex::new(Vec::new()),
                 handles: AtomicUsize::new(1),
                 fetcher: Mutex::new(None),
                 open_count: AtomicUsize::new(0),

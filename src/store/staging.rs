@@ -432,6 +432,7 @@ impl Store {
         dir: &Path,
         released: Option<Option<&ReleaseHint>>,
     ) -> Result<Log> {
+        self.refuse_unapplied(id)?;
         let pending = dir.join(CREATING_FILE).exists();
         let opts = self.inner.opts.log.clone();
         // A log this store let go unsynced (an eviction) reopens without
