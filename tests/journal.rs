@@ -568,6 +568,42 @@ fn frames_after_one_that_failed_to_write_sync_their_segments() {
     assert_eq!(kept, [1, 1], "an acknowledged turn lost to a power loss");
 }
 
+/// A commit whose frame is still being written when the store closes (its
+/// session kept open past the close by another handle, here a `Log`) is
+/// acknowledged and kept: the close waits for the frame and its sync. A
+/// commit of that session after the close is kept as well, and nothing
+/// hangs. Each turn survives a power loss right after.
+#[test]
+fn a_frame_landing_while_the_store_closes_is_kept_and_later_commits_go_on() {
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let root = work.path().join("store");
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(&root, hook.clone());
+    let ids = create_sessions(&store, 1);
+    commit_concurrently(&store, &ids, 1);
+    let kept_open = store.log(ids[0]).unwrap();
+    hook.stall_first_frame.store(true, Ordering::SeqCst);
+    let (acked, closed) = thread::scope(|s| {
+        let commit = s.spawn(|| commit_concurrently(&store, &ids, 1));
+        thread::sleep(Duration::from_millis(100));
+        let closed = store.close();
+        (commit.join().unwrap(), closed)
+    });
+    closed.unwrap();
+    assert_eq!(acked, [2]);
+    assert_eq!(commit_concurrently(&store, &ids, 1), [3]);
+    let events = hook.events.lock().unwrap().clone();
+    let image = work.path().join("image");
+    crash_image(&root, &image, &events, false);
+    assert_eq!(turns_kept(&image, &ids), [3], "an acknowledged turn lost");
+    drop(kept_open);
+    // The commit after the close took the journal up again; the next
+    // close leaves none behind.
+    store.close().unwrap();
+    let left = std::fs::read_dir(root.join("journal")).unwrap().count();
+    assert_eq!(left, 0);
+}
+
 fn shm() -> PathBuf {
     match Path::new("/dev/shm").is_dir() {
         true => PathBuf::from("/dev/shm"),
