@@ -179,7 +179,8 @@ pub enum Error {
     /// its log when the store opened: the journal's frames do not continue
     /// the log (another history, or a gap), or the log could not be opened.
     /// The journal file is kept and the session is not written, so that no
-    /// later commit buries them; open the store with
+    /// later commit buries them; where the frames do not continue the log,
+    /// open the store with
     /// [`RecoveryMode::Salvage`](crate::RecoveryMode::Salvage) to go on
     /// without them. Reads show what the log holds. See
     /// [`Store::unapplied_journals`](crate::Store::unapplied_journals).

@@ -848,6 +848,30 @@ fn only_journal(root: &Path) -> (PathBuf, Vec<u8>) {
     (path, bytes)
 }
 
+/// `n` sessions with one turn each, closed, copied to `copy`; then their
+/// second turns acknowledged through the journal only (the handle
+/// abandoned). Returns the ids, the journal's bytes, and the first
+/// session's directory relative to the store's root.
+fn second_turns_in_a_journal(
+    work: &Path,
+    n: usize,
+    copy: &Path,
+) -> (Vec<SessionId>, Vec<u8>, PathBuf) {
+    let root = work.join("store");
+    let store = sync_store(&root, Arc::new(Recorder::default()));
+    let ids = create_sessions(&store, n);
+    commit_concurrently(&store, &ids, 1);
+    let session = store.session_dir(ids[0]);
+    store.close().unwrap();
+    copy_tree(&root, copy);
+    let store = sync_store(&root, Arc::new(Recorder::default()));
+    commit_concurrently(&store, &ids, 1);
+    let (_, frames) = only_journal(&root);
+    store.abandon();
+    let session = session.strip_prefix(&root).unwrap().to_path_buf();
+    (ids, frames, session)
+}
+
 fn store_with(root: &Path, recovery: RecoveryMode) -> Store {
     let log = LogOptions::default()
         .durability(Durability::Sync)
@@ -864,18 +888,8 @@ fn store_with(root: &Path, recovery: RecoveryMode) -> Store {
 #[test]
 fn journal_frames_that_do_not_continue_their_log_keep_the_file_and_stop_the_sessions_writes() {
     let work = tempfile::tempdir_in(shm()).unwrap();
-    let root = work.path().join("store");
-    let store = sync_store(&root, Arc::new(Recorder::default()));
-    let ids = create_sessions(&store, 2);
-    commit_concurrently(&store, &ids, 1);
-    store.close().unwrap();
     let other = work.path().join("other");
-    copy_tree(&root, &other);
-    // The second turns, acknowledged through the journal only.
-    let store = sync_store(&root, Arc::new(Recorder::default()));
-    commit_concurrently(&store, &ids, 1);
-    let (_, frames) = only_journal(&root);
-    store.abandon();
+    let (ids, frames, _) = second_turns_in_a_journal(work.path(), 2, &other);
     // The copy goes on with another second turn in session 0.
     let store = store_with(&other, RecoveryMode::Strict);
     let state = store.restore(ids[0]).unwrap();
@@ -934,6 +948,84 @@ fn journal_frames_that_do_not_continue_their_log_keep_the_file_and_stop_the_sess
     let store = store_with(&other, RecoveryMode::Strict);
     assert!(store.unapplied_journals().is_empty());
     assert_eq!(store.restore(ids[0]).unwrap().turn_count, 3);
+    store.close().unwrap();
+}
+
+/// Fails every `fdatasync` of a segment: recovery's checkpoint of the
+/// frames it put back fails.
+struct FailSegmentSync;
+
+impl IoHook for FailSegmentSync {
+    fn before(&self, op: &IoOp<'_>) -> io::Result<()> {
+        match op {
+            IoOp::Sync { path } if path.extension().is_some_and(|e| e == "seg") => {
+                Err(io::Error::other("injected segment sync failure"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Frames kept for no fault of theirs (their log would not open, or not
+/// take them) name their journal file, not the log's, and no recovery
+/// mode drops them: a log whose segment header is damaged refuses its
+/// writes with the orphan named; under `Salvage`, a log whose sync fails
+/// keeps the file too; once it syncs, the frames are put back.
+#[test]
+fn frames_kept_for_no_fault_of_theirs_survive_every_mode_and_name_their_file() {
+    let work = tempfile::tempdir_in(shm()).unwrap();
+    let base = work.path().join("base");
+    let (ids, frames, session) = second_turns_in_a_journal(work.path(), 1, &base);
+    let with_orphan = |name: &str| {
+        let image = work.path().join(name);
+        copy_tree(&base, &image);
+        let orphan = image
+            .join("journal")
+            .join(format!("{}-0.jnl", "ab".repeat(16)));
+        std::fs::create_dir_all(orphan.parent().unwrap()).unwrap();
+        std::fs::write(&orphan, &frames).unwrap();
+        let session = image.join(&session);
+        (image, orphan, session)
+    };
+
+    // A damaged segment header: the log's open fails, naming the segment.
+    let (image, orphan, session) = with_orphan("damaged");
+    let segment = std::fs::read_dir(&session)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[20] ^= 0xff;
+    std::fs::write(&segment, &bytes).unwrap();
+    let store = store_with(&image, RecoveryMode::Strict);
+    let unapplied = store.unapplied_journals();
+    assert_eq!(unapplied.len(), 1, "{unapplied:?}");
+    assert_eq!(unapplied[0].journal, orphan);
+    assert!(!unapplied[0].dropped);
+    drop(store);
+    assert!(orphan.exists());
+
+    // Salvage, with the log's sync failing: kept.
+    let (image, orphan, _) = with_orphan("failing");
+    let log = LogOptions::default()
+        .durability(Durability::Sync)
+        .recovery(RecoveryMode::Salvage)
+        .hook(Arc::new(FailSegmentSync));
+    let store = Store::open_with(&image, StoreOptions::default().log(log)).unwrap();
+    let unapplied = store.unapplied_journals();
+    assert_eq!(unapplied.len(), 1, "{unapplied:?}");
+    assert_eq!(unapplied[0].journal, orphan);
+    assert!(
+        !unapplied[0].dropped,
+        "salvage dropped frames it could apply"
+    );
+    drop(store);
+    assert!(orphan.exists(), "salvage removed frames it could apply");
+    let store = store_with(&image, RecoveryMode::Salvage);
+    assert!(store.unapplied_journals().is_empty());
+    assert_eq!(store.restore(ids[0]).unwrap().turn_count, 2);
     store.close().unwrap();
 }
 

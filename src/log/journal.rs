@@ -403,9 +403,7 @@ impl Journal {
             }
         }
         if let Some(running) = s.checkpoint[next].take() {
-            let joined = running
-                .join()
-                .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")));
+            let joined = joined_checkpoint(running);
             if joined.is_err() {
                 // Its frames may be the only durable copy of a log's
                 // records: the file is never taken up again nor removed,
@@ -513,10 +511,7 @@ impl Journal {
         let mut result = Ok(());
         for k in 0..2 {
             if let Some(running) = s.checkpoint[k].take() {
-                let joined = running
-                    .join()
-                    .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")));
-                result = result.and(joined);
+                result = result.and(joined_checkpoint(running));
             }
         }
         // Logs still open (a clone of a session handle kept past the
@@ -535,6 +530,14 @@ impl Journal {
         s.end = 0;
         Ok(())
     }
+}
+
+/// What a checkpoint thread of a file left returned, once it ends (a
+/// panic is a failure).
+fn joined_checkpoint(running: JoinHandle<Result<()>>) -> Result<()> {
+    running
+        .join()
+        .unwrap_or_else(|_| Err(Error::invalid("journal checkpoint panicked")))
 }
 
 /// Checkpoints every log still open of `clients`: after it, their records

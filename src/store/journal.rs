@@ -37,15 +37,17 @@ use crate::segment::parse_segment_name;
 pub struct UnappliedJournal {
     /// The session.
     pub session: SessionId,
-    /// The journal file that holds them (the one whose frame failed).
+    /// The journal file that holds them (the one whose frame failed, when
+    /// a frame did).
     pub journal: PathBuf,
     /// Why they could not be put back.
     pub reason: String,
-    /// Gone: the store opened with [`RecoveryMode::Salvage`], which writes
-    /// the session on without them and removes the file once no other
-    /// session needs it. Otherwise the file is kept for the next open, and
-    /// this handle refuses to write the session
-    /// ([`Error::JournalUnapplied`]).
+    /// Gone: the frames do not continue the log, and the store opened
+    /// with [`RecoveryMode::Salvage`], which writes the session on without
+    /// them and removes the file once no other session needs it. Otherwise
+    /// (or where the log would not open, whatever the mode) the file is
+    /// kept for the next open, and this handle refuses to write the
+    /// session ([`Error::JournalUnapplied`]).
     pub dropped: bool,
 }
 
@@ -120,18 +122,25 @@ impl Store {
             let Err(e) = self.replay_session(SessionId(id), &frames) else {
                 continue;
             };
-            if !salvage {
+            // The frames' own fault (they do not continue the log) names
+            // their file; anything else (the log would not open) names
+            // another, and salvage drops only the former.
+            let at_fault = match &e {
+                Error::Corrupt { segment, .. } => frames
+                    .iter()
+                    .find(|(_, _, path)| *path == segment.as_path()),
+                _ => None,
+            };
+            let dropped = salvage && at_fault.is_some();
+            if !dropped {
                 kept.extend(frames.iter().map(|(_, _, path)| *path));
             }
-            let journal = match &e {
-                Error::Corrupt { segment, .. } => segment.clone(),
-                _ => frames[0].2.to_path_buf(),
-            };
+            let journal = at_fault.unwrap_or(&frames[0]).2.to_path_buf();
             unapplied.push(UnappliedJournal {
                 session: SessionId(id),
                 journal,
                 reason: e.to_string(),
-                dropped: salvage,
+                dropped,
             });
         }
         *self.inner.unapplied.lock() = unapplied;
