@@ -69,9 +69,6 @@ pub(super) fn open_segments(
         .split_last()
         .expect("open_segments is called with at least one path");
     let evicted = evicted_below(&paths[0])?;
-    if !writable && !sealed.is_empty() {
-        crate::segment::prefetch(paths);
-    }
     let prefix = open_sealed(sealed, evicted, writable, hook)?;
     open_last(
         last,

@@ -337,6 +337,9 @@ impl Log {
                 dir.display()
             )));
         }
+        // Every read below, the last roll's check first, finds its bytes
+        // asked for already (a cold page cache reads them at once).
+        crate::segment::prefetch(&paths);
         let mut paths = paths;
         if let LastRoll::Torn | LastRoll::Unreadable(_) =
             last_roll(&paths, &None, past_mark.map(|p| p.check))?

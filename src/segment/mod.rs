@@ -254,14 +254,16 @@ fn read_view(file: &HookedFile, len: u64) -> std::io::Result<(Map, Vec<u8>)> {
     Ok((map, header))
 }
 
-/// Asks the kernel for the bytes a read-only open of a log of several
-/// segments reads first, for all of them at once (`posix_fadvise(WILLNEED)`:
-/// each sealed segment's first [`mmap::COPY_MAX`] bytes and its last page,
-/// where its footer is; the last segment's [`FIRST_READ`] bytes), so that
-/// from a cold page cache the reads of one segment's header, footer and
-/// records overlap the next one's rather than waiting for each in turn. A
-/// file that does not open is left to the open that follows, which reports
-/// it.
+/// Asks the kernel for the bytes a read-only open of a log reads first,
+/// for all its segments at once (`posix_fadvise(WILLNEED)`): each sealed
+/// segment's first [`mmap::COPY_MAX`] bytes and its last page, where its
+/// footer is; the last segment's bytes up to its first hole (where its
+/// records end), at most [`mmap::COPY_MAX`], or its [`FIRST_READ`] bytes
+/// when it has no hole (a zero-filled segment). From a cold page cache the
+/// reads of one segment's header, footer and records then overlap the
+/// next one's, and the records' the header's, rather than waiting for each
+/// in turn. Only a hint: a file that does not open is left to the open
+/// that follows, which reports it.
 pub(crate) fn prefetch(paths: &[(u64, PathBuf)]) {
     let Some((_, sealed)) = paths.split_last() else {
         return;
@@ -270,13 +272,16 @@ pub(crate) fn prefetch(paths: &[(u64, PathBuf)]) {
         let Ok(file) = fs::File::open(path) else {
             continue;
         };
-        if i == sealed.len() {
-            mmap::populate(&file, 0, FIRST_READ);
-            continue;
-        }
         let Ok(len) = file.metadata().map(|m| m.len()) else {
             continue;
         };
+        if i == sealed.len() {
+            let end = mmap::hole_at_or_after(&file, 0)
+                .filter(|&hole| hole < len)
+                .map_or(FIRST_READ, |hole| hole.min(mmap::COPY_MAX as u64));
+            mmap::populate(&file, 0, end);
+            continue;
+        }
         mmap::populate(&file, 0, len.min(mmap::COPY_MAX as u64));
         mmap::populate(&file, len.saturating_sub(4096), len);
     }
