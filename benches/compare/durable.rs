@@ -358,7 +358,7 @@ pub fn run(quick: bool, reps: usize) {
         }
         summary.push((writers, medians));
     }
-    // The last four columns bound the first two. The store without any
+    // The last five columns bound the three target columns. The store without any
     // sync (the same commits, `Buffered`) against JSONL and against the
     // shared-log bound, which writes JSON lines prepared before the clock
     // and hashes nothing. Then that store with the bound's shared file

@@ -250,9 +250,15 @@ impl Log {
     /// ```
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
         let dir = dir.as_ref();
-        match PayloadArea::of_session_dir(dir, &None) {
-            Some(area) => Log::open_read_only_in_store(dir, area),
-            None => Log::read_only(dir, None, None, None),
+        Log::view(dir, PayloadArea::of_session_dir(dir, &None), false)
+    }
+
+    /// A read-only view of the log in `dir`, checked against the store's
+    /// `payloads` where it has them; `seen` as for [`Log::read_only`].
+    fn view(dir: &Path, payloads: Option<Arc<PayloadArea>>, seen: bool) -> Result<Log> {
+        match payloads {
+            Some(p) => Ok(Log::read_only(dir, Some(&p), None, None, seen)?.with_payloads(p)),
+            None => Log::read_only(dir, None, None, None, seen),
         }
     }
 
@@ -264,7 +270,7 @@ impl Log {
         dir: impl AsRef<Path>,
         payloads: Arc<PayloadArea>,
     ) -> Result<Log> {
-        Ok(Log::read_only(dir.as_ref(), Some(&payloads), None, None)?.with_payloads(payloads))
+        Log::view(dir.as_ref(), Some(payloads), false)
     }
 
     /// [`Log::open_read_only_in_store`] of a directory that must also hold
@@ -281,7 +287,7 @@ impl Log {
         marker: &str,
         hint: Option<&ReleaseHint>,
     ) -> Result<Log> {
-        let log = Log::read_only(dir.as_ref(), Some(&payloads), Some(marker), hint)?;
+        let log = Log::read_only(dir.as_ref(), Some(&payloads), Some(marker), hint, false)?;
         Ok(log.with_payloads(payloads))
     }
 
@@ -307,11 +313,15 @@ impl Log {
         })
     }
 
+    /// `seen`: the log is read again (a refresh, which a subscription runs
+    /// every few milliseconds), so its pages are likely cached, and nothing
+    /// is prefetched.
     fn read_only(
         dir: &Path,
         payloads: Option<&PayloadArea>,
         marker: Option<&str>,
         hint: Option<&ReleaseHint>,
+        seen: bool,
     ) -> Result<Log> {
         let check = |bytes: &[u8], version: u32| {
             payloads.map_or(Ok(()), |a| a.check_record(bytes, version, false))
@@ -337,9 +347,11 @@ impl Log {
                 dir.display()
             )));
         }
-        // Every read below, the last roll's check first, finds its bytes
-        // asked for already (a cold page cache reads them at once).
-        crate::segment::prefetch(&paths);
+        // Every read below finds its bytes asked for already (a cold page
+        // cache reads them at once).
+        if !seen {
+            crate::segment::prefetch(&paths);
+        }
         let mut paths = paths;
         if let LastRoll::Torn | LastRoll::Unreadable(_) =
             last_roll(&paths, &None, past_mark.map(|p| p.check))?
@@ -445,10 +457,10 @@ impl Log {
         if self.inner.writer.is_some() {
             return Ok(());
         }
-        *self = match self.payloads.take() {
-            Some(payloads) => Log::open_read_only_in_store(&self.inner.dir, payloads)?,
-            None => Log::open_read_only(&self.inner.dir)?,
-        };
+        let dir = self.inner.dir.clone();
+        let payloads = self.payloads.take();
+        let payloads = payloads.or_else(|| PayloadArea::of_session_dir(&dir, &None));
+        *self = Log::view(&dir, payloads, true)?;
         Ok(())
     }
 }

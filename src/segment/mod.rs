@@ -257,9 +257,10 @@ fn read_view(file: &HookedFile, len: u64) -> std::io::Result<(Map, Vec<u8>)> {
 /// Asks the kernel for the bytes a read-only open of a log reads first,
 /// for all its segments at once (`posix_fadvise(WILLNEED)`): each sealed
 /// segment's first [`mmap::COPY_MAX`] bytes and its last page, where its
-/// footer is; the last segment's bytes up to its first hole (where its
-/// records end), at most [`mmap::COPY_MAX`], or its [`FIRST_READ`] bytes
-/// when it has no hole (a zero-filled segment). From a cold page cache the
+/// footer is (when the first request does not cover it); the last
+/// segment's bytes up to its first hole (where what was written of it
+/// ends), at most [`mmap::COPY_MAX`], or its [`FIRST_READ`] bytes when it
+/// has no hole (a zero-filled segment). From a cold page cache the
 /// reads of one segment's header, footer and records then overlap the
 /// next one's, and the records' the header's, rather than waiting for each
 /// in turn. Only a hint: a file that does not open is left to the open
@@ -283,7 +284,9 @@ pub(crate) fn prefetch(paths: &[(u64, PathBuf)]) {
             continue;
         }
         mmap::populate(&file, 0, len.min(mmap::COPY_MAX as u64));
-        mmap::populate(&file, len.saturating_sub(4096), len);
+        if len > mmap::COPY_MAX as u64 {
+            mmap::populate(&file, len - 4096, len);
+        }
     }
 }
 
