@@ -128,6 +128,14 @@ impl Recorder {
     }
 }
 
+/// A `Sync` store at `store/` beneath `work`, its I/O recorded.
+fn recorded_store(work: &Path) -> (PathBuf, Arc<Recorder>, Store) {
+    let root = work.join("store");
+    let hook = Arc::new(Recorder::default());
+    let store = sync_store(&root, hook.clone());
+    (root, hook, store)
+}
+
 fn sync_store(root: &Path, hook: Arc<dyn IoHook>) -> Store {
     let log = LogOptions::default()
         .durability(Durability::Sync)
@@ -354,9 +362,7 @@ fn turns_kept(root: &Path, ids: &[SessionId]) -> Vec<u64> {
 #[test]
 fn turns_acknowledged_by_one_journal_sync_survive_a_power_loss_before_the_checkpoint() {
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("store");
-    let hook = Arc::new(Recorder::default());
-    let store = sync_store(&root, hook.clone());
+    let (root, hook, store) = recorded_store(work.path());
     let ids = create_sessions(&store, 6);
     let acked = commit_concurrently(&store, &ids, 12);
     // The power fails here: after the acknowledgements, before any close
@@ -482,9 +488,7 @@ fn every_acknowledged_turn_survives_power_losses_at_random_points() {
 #[test]
 fn a_journal_that_rotated_recovers_what_its_files_hold() {
     let work = tempfile::tempdir_in(shm()).unwrap();
-    let root = work.path().join("store");
-    let hook = Arc::new(Recorder::default());
-    let store = sync_store(&root, hook.clone());
+    let (root, hook, store) = recorded_store(work.path());
     let ids = create_sessions(&store, 4);
     // About 3 KiB a commit over 4 sessions: more than two 32 MiB files.
     let acked = commit_concurrently(&store, &ids, 6000);
@@ -534,9 +538,7 @@ fn commit_one_each_staggered(store: &Store, ids: &[SessionId]) -> Vec<bool> {
 /// acknowledged, and how many turns each session's image holds.
 fn stalled_first_frame(fail: bool) -> (Vec<bool>, Vec<u64>) {
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("store");
-    let hook = Arc::new(Recorder::default());
-    let store = sync_store(&root, hook.clone());
+    let (root, hook, store) = recorded_store(work.path());
     let ids = create_sessions(&store, 2);
     hook.fail_stalled.store(fail, Ordering::SeqCst);
     hook.stall_first_frame.store(true, Ordering::SeqCst);
@@ -576,9 +578,7 @@ fn frames_after_one_that_failed_to_write_sync_their_segments() {
 #[test]
 fn a_frame_landing_while_the_store_closes_is_kept_and_later_commits_go_on() {
     let work = tempfile::tempdir_in(shm()).unwrap();
-    let root = work.path().join("store");
-    let hook = Arc::new(Recorder::default());
-    let store = sync_store(&root, hook.clone());
+    let (root, hook, store) = recorded_store(work.path());
     let ids = create_sessions(&store, 1);
     commit_concurrently(&store, &ids, 1);
     let kept_open = store.log(ids[0]).unwrap();
@@ -778,9 +778,7 @@ fn a_killed_writer_loses_no_acknowledged_turn_and_its_journal_is_recovered() {
 fn a_damaged_orphan_journal_never_panics_and_never_rewrites_history() {
     use proptest::prelude::*;
     let work = tempfile::tempdir_in(shm()).unwrap();
-    let root = work.path().join("store");
-    let hook = Arc::new(Recorder::default());
-    let store = sync_store(&root, hook);
+    let (root, _, store) = recorded_store(work.path());
     let ids = create_sessions(&store, 2);
     commit_concurrently(&store, &ids, 3);
     let (_, journal) = only_journal(&root);

@@ -403,3 +403,76 @@ fn ls_size_includes_the_payloads_a_session_holds() {
     let stat: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     assert_eq!(stat["payload_bytes"].as_u64(), Some(payload), "{stat}");
 }
+
+/// Copies the tree at `from` to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        match e.file_type().unwrap().is_dir() {
+            true => copy_tree(&src, &dst),
+            false => drop(fs::copy(&src, &dst).unwrap()),
+        }
+    }
+}
+
+/// A `Sync` store at `root`.
+fn sync_store(root: &Path) -> Store {
+    let log = session_store::LogOptions::default().durability(session_store::Durability::Sync);
+    Store::open_with(root, session_store::StoreOptions::default().log(log)).unwrap()
+}
+
+/// A crashed handle's journal whose frames do not continue their session's
+/// log (the log went on with another second turn) is not put back: every
+/// writable open warns, naming the session and the journal file, and a
+/// write to that session fails with the reason, rather than burying the
+/// acknowledged records.
+#[test]
+fn a_journal_that_could_not_be_put_back_is_warned_of_and_its_session_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, copy) = (tmp.path().join("store"), tmp.path().join("copy"));
+    let store = sync_store(&root);
+    let (id, head) = store
+        .create_session(None, RequestConfig::model("m"), &[])
+        .unwrap();
+    let head = store.append(id, head, &[Item::user_text("first")]).unwrap();
+    store.close().unwrap();
+    copy_tree(&root, &copy);
+    // The crashed handle's second turn, in its journal only.
+    let store = sync_store(&root);
+    store
+        .append(id, head, &[Item::user_text("second")])
+        .unwrap();
+    let journal = fs::read_dir(root.join("journal"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jnl"))
+        .expect("the crashed handle's journal");
+    // The copy goes on with another second turn, then gets the journal.
+    let other = sync_store(&copy);
+    other
+        .append(id, head, &[Item::user_text("another")])
+        .unwrap();
+    other.close().unwrap();
+    let name = journal.file_name().unwrap();
+    fs::copy(&journal, copy.join("journal").join(name)).unwrap();
+    store.abandon();
+    let text = tmp.path().join("text");
+    fs::write(&text, "a third turn").unwrap();
+    let id = id.to_string();
+    let r = run(&copy, &["append", "--text", &id, text.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let name = name.to_str().unwrap();
+    assert!(
+        r.stderr.contains(&format!("warning: session {id}")) && r.stderr.contains(name),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("could not be put back"), "{}", r.stderr);
+    // Reads show what the log holds; the journal is kept for the next open.
+    let r = run(&copy, &["export", &id, "--format", "wire"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("another") && !r.stdout.contains("second"));
+    assert!(copy.join("journal").join(name).exists());
+}
